@@ -1,0 +1,160 @@
+//! Shapes shared by several OCM APIs, and schema helpers.
+//!
+//! OCM repeats a handful of small structures across its CRDs (node placement, feature gates,
+//! config referents, bootstrap kubeconfig lists). They are declared once here.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
+
+/// Schema of `Vec<T>` declared as a list-map with the given keys.
+pub fn list_map<T: JsonSchema>(
+    generator: &mut schemars::SchemaGenerator,
+    keys: &[&str],
+) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Vec<T>>();
+    let obj = schema.ensure_object();
+    obj.insert("x-kubernetes-list-type".into(), "map".into());
+    obj.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::Value::Array(keys.iter().map(|k| (*k).into()).collect()),
+    );
+    schema
+}
+
+/// Marks `conditions` as a list-map keyed by `type`, as every OCM conditions list is, so that
+/// server-side apply merges conditions per type. Use with `#[schemars(schema_with = ...)]`.
+pub fn conditions(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    list_map::<Condition>(generator, &["type"])
+}
+
+/// An arbitrary embedded Kubernetes object (a ManifestWork manifest).
+pub fn embedded_resource(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-embedded-resource": true,
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// Value that is either an integer or a string such as `"25%"`.
+pub fn int_or_string(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "x-kubernetes-int-or-string": true })
+}
+
+/// Node selector and tolerations for an agent's pods.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePlacement {
+    pub node_selector: Option<BTreeMap<String, String>>,
+    pub tolerations: Option<Vec<Toleration>>,
+}
+
+/// A feature gate switched on or off for an OCM component.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FeatureGate {
+    pub feature: String,
+    /// `Enable` or `Disable`.
+    pub mode: Option<String>,
+}
+
+/// The Kubernetes resource a config reference points at (group and resource).
+#[skip_serializing_none]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigGroupResource {
+    #[serde(default)]
+    pub group: String,
+    pub resource: String,
+}
+
+/// A named config object, optionally namespaced.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigReferent {
+    pub name: String,
+    pub namespace: Option<String>,
+}
+
+/// A config referent together with the hash of the spec that was observed.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigSpecHash {
+    pub name: String,
+    pub namespace: Option<String>,
+    pub spec_hash: Option<String>,
+}
+
+/// A reference from an addon to one of its config objects.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AddOnConfig {
+    #[serde(default)]
+    pub group: String,
+    pub resource: String,
+    pub name: String,
+    pub namespace: Option<String>,
+}
+
+/// The bootstrap kubeconfigs a klusterlet may choose between (feature gate MultipleHubs).
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapKubeConfigs {
+    /// `None` or `LocalSecrets`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub local_secrets_config: Option<LocalSecretsConfig>,
+}
+
+/// Bootstrap kubeconfigs kept as secrets in the klusterlet's namespace.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalSecretsConfig {
+    pub kube_config_secrets: Vec<KubeConfigSecret>,
+    /// How long the klusterlet waits for an unreachable hub before it reselects (default 600).
+    pub hub_connection_timeout_seconds: Option<i32>,
+}
+
+/// One bootstrap kubeconfig secret, by name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KubeConfigSecret {
+    pub name: String,
+}
+
+/// A container image mirror.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageMirror {
+    pub mirror: String,
+    pub source: Option<String>,
+}
+
+/// Looks a condition up by type.
+pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// True when the condition of that type exists and has status `True`.
+pub fn condition_is_true(conditions: &[Condition], type_: &str) -> bool {
+    find_condition(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
+/// An object of any shape, kept as is.
+pub fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
+}

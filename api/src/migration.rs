@@ -1,0 +1,658 @@
+//! Our own APIs: ManagedClusterMigration (global hub) and MigrationTask (managed hubs).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
+
+use crate::common::{Condition, Time};
+
+/// Pattern of a Go-style duration such as `90s`, `5m` or `1h30m`.
+pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$";
+/// Pattern of a DNS-1123 label (cluster and hub names).
+pub const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// At most this many per-cluster failures are kept in status; the counts stay exact.
+pub const MAX_REPORTED_FAILURES: usize = 100;
+
+/// Moves a set of managed clusters from hub `from` to hub `to`.
+#[skip_serializing_none]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "migration.open-cluster-management.io",
+    version = "v1alpha1",
+    kind = "ManagedClusterMigration",
+    namespaced,
+    status = "ManagedClusterMigrationStatus",
+    shortname = "mcm",
+    category = "ocm",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "Moves a set of managed clusters from one managed hub to another.",
+    printcolumn(name = "PHASE", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "FROM", type_ = "string", json_path = ".spec.from"),
+    printcolumn(name = "TO", type_ = "string", json_path = ".spec.to"),
+    printcolumn(
+        name = "TOTAL",
+        type_ = "integer",
+        json_path = ".status.clusters.total"
+    ),
+    printcolumn(
+        name = "REGISTERED",
+        type_ = "integer",
+        json_path = ".status.clusters.registered"
+    ),
+    printcolumn(
+        name = "FAILED",
+        type_ = "integer",
+        json_path = ".status.clusters.failed"
+    ),
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[schemars(extend(
+    "oneOf" = [
+        { "required": ["includedManagedClusters"] },
+        { "required": ["includedManagedClustersSelector"] }
+    ],
+    "x-kubernetes-validations" = [{
+        "rule": "has(self.includedManagedClusters) != has(self.includedManagedClustersSelector)",
+        "message": "exactly one of includedManagedClusters or includedManagedClustersSelector must be set"
+    }]
+))]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedClusterMigrationSpec {
+    /// Source hub: the name of its ManagedCluster on the global hub.
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL_PATTERN))]
+    pub from: String,
+    /// Target hub: the name of its ManagedCluster on the global hub.
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL_PATTERN))]
+    pub to: String,
+    /// The clusters to move, by name. Exactly one of this and the selector is set.
+    #[serde(default)]
+    #[schemars(schema_with = "cluster_names")]
+    pub included_managed_clusters: Option<Vec<String>>,
+    /// The clusters to move, by labels evaluated on the source hub.
+    pub included_managed_clusters_selector: Option<LabelSelector>,
+    /// Timeout of each stage but Registering (Go duration, default `5m`).
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub stage_timeout: Option<String>,
+    /// Timeout of the Registering stage (Go duration, default `12m`).
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub registering_timeout: Option<String>,
+    /// How many clusters switch hubs at once (default: all).
+    #[schemars(range(min = 1))]
+    pub max_concurrency: Option<i32>,
+    /// How many clusters may fail before no new wave starts (default 0).
+    #[schemars(range(min = 0))]
+    pub max_failures: Option<i32>,
+    /// Validate and write the plan into status, changing nothing else.
+    pub dry_run: Option<bool>,
+}
+
+fn cluster_names(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "minItems": 1,
+        "x-kubernetes-list-type": "set",
+        "items": { "type": "string", "maxLength": 253, "pattern": DNS_LABEL_PATTERN },
+    })
+}
+
+/// Phase of a migration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum MigrationPhase {
+    /// Accepted, not yet started.
+    #[default]
+    Pending,
+    /// Checking hubs and clusters.
+    Validating,
+    /// Preparing credentials, KlusterletConfig and RBAC.
+    Initializing,
+    /// Delivering the tasks to both hubs.
+    Deploying,
+    /// Clusters switching hubs.
+    Registering,
+    /// Undoing what did not complete.
+    Rollbacking,
+    /// Removing temporary objects.
+    Cleaning,
+    /// Every cluster moved (or, for a dry run, the plan is written).
+    Completed,
+    /// Stopped; the conditions say why.
+    Failed,
+}
+
+impl MigrationPhase {
+    /// True once the migration can make no more progress.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed)
+    }
+}
+
+/// Observed state of a ManagedClusterMigration.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedClusterMigrationStatus {
+    pub phase: Option<MigrationPhase>,
+    #[serde(default)]
+    #[schemars(schema_with = "crate::common::conditions")]
+    pub conditions: Option<Vec<Condition>>,
+    pub observed_generation: Option<i64>,
+    pub start_time: Option<Time>,
+    pub completion_time: Option<Time>,
+    pub clusters: Option<ClusterCounts>,
+    /// Clusters that failed, with reasons (at most 100 kept; `clusters.failed` stays exact).
+    #[serde(default)]
+    #[schemars(schema_with = "failures")]
+    pub failures: Option<Vec<ClusterFailure>>,
+    /// For a dry run: what the migration would do.
+    pub plan: Option<MigrationPlan>,
+}
+
+fn failures(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = crate::common::list_map::<ClusterFailure>(generator, &["name"]);
+    schema
+        .ensure_object()
+        .insert("maxItems".into(), MAX_REPORTED_FAILURES.into());
+    schema
+}
+
+/// How many clusters are in each state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClusterCounts {
+    pub total: i32,
+    pub switching: i32,
+    pub registered: i32,
+    pub failed: i32,
+    pub rolled_back: i32,
+}
+
+/// One cluster that failed, and why.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ClusterFailure {
+    pub name: String,
+    pub reason: String,
+    pub message: Option<String>,
+}
+
+/// A dry run's plan.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MigrationPlan {
+    /// The clusters that would move.
+    pub clusters: Vec<String>,
+    /// The waves they would switch in, in order.
+    pub waves: Vec<Vec<String>>,
+    /// Objects that would be created, as they would be applied, secrets redacted.
+    pub objects: Vec<PlannedObject>,
+}
+
+/// One object of a plan.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PlannedObject {
+    /// Cluster the object is created on: the global hub (`global-hub`) or a hub's name.
+    pub hub: String,
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The object as it would be applied (secret data redacted).
+    #[serde(default)]
+    #[schemars(schema_with = "crate::common::preserve_unknown_object")]
+    pub object: Option<serde_json::Value>,
+}
+
+/// The side of a migration a hub plays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MigrationRole {
+    /// The hub the clusters leave.
+    #[default]
+    Source,
+    /// The hub the clusters join.
+    Target,
+}
+
+impl MigrationRole {
+    /// `source` or `target`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Source => "source",
+            Self::Target => "target",
+        }
+    }
+}
+
+/// Stage a MigrationTask is asked to carry out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum TaskStage {
+    /// Check the clusters (source) or that none exists yet (target).
+    #[default]
+    Validating,
+    /// Pre-create objects (target) or stand ready (source).
+    Deploying,
+    /// Switch clusters (source) and admit them (target).
+    Registering,
+    /// Undo for clusters that did not arrive.
+    Rollbacking,
+    /// Remove temporary objects and detach moved clusters.
+    Cleaning,
+}
+
+/// A hub's part of one migration, delivered to that hub inside a ManifestWork.
+#[skip_serializing_none]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "migration.open-cluster-management.io",
+    version = "v1alpha1",
+    kind = "MigrationTask",
+    namespaced,
+    status = "MigrationTaskStatus",
+    category = "ocm",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "One managed hub's part of a ManagedClusterMigration.",
+    printcolumn(name = "ROLE", type_ = "string", json_path = ".spec.role"),
+    printcolumn(name = "PEER", type_ = "string", json_path = ".spec.peerHub"),
+    printcolumn(name = "STAGE", type_ = "string", json_path = ".spec.stage"),
+    printcolumn(
+        name = "TOTAL",
+        type_ = "integer",
+        json_path = ".status.clusters.total"
+    ),
+    printcolumn(
+        name = "REGISTERED",
+        type_ = "integer",
+        json_path = ".status.clusters.registered"
+    ),
+    printcolumn(
+        name = "FAILED",
+        type_ = "integer",
+        json_path = ".status.clusters.failed"
+    ),
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationTaskSpec {
+    /// Name of the ManagedClusterMigration on the global hub.
+    pub migration: String,
+    /// UID of that migration, so a re-created migration of the same name is a new task.
+    pub migration_uid: Option<String>,
+    pub role: MigrationRole,
+    /// The other hub of the migration.
+    pub peer_hub: String,
+    /// The clusters this task concerns.
+    #[serde(default)]
+    pub clusters: Vec<String>,
+    pub stage: TaskStage,
+    /// Secret (in the klusterlet's namespace on each cluster) with the target's bootstrap
+    /// kubeconfig.
+    pub bootstrap_secret_name: Option<String>,
+    /// KlusterletConfig selected by the migrating clusters (source only).
+    pub klusterlet_config_name: Option<String>,
+    /// How many clusters switch at once (source only).
+    #[schemars(range(min = 1))]
+    pub max_concurrency: Option<i32>,
+    /// How many failures stop new waves (source only).
+    #[schemars(range(min = 0))]
+    pub max_failures: Option<i32>,
+}
+
+/// Observed state of a MigrationTask, carried back to the manager through ManifestWork
+/// status feedback (scalar fields only, so JSONPaths can read them).
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationTaskStatus {
+    /// The stage the agent last acted on.
+    pub observed_stage: Option<TaskStage>,
+    /// `Running`, `Succeeded` or `Failed` for the observed stage.
+    pub stage_state: Option<String>,
+    pub message: Option<String>,
+    pub observed_generation: Option<i64>,
+    #[serde(default)]
+    #[schemars(schema_with = "crate::common::conditions")]
+    pub conditions: Option<Vec<Condition>>,
+    pub clusters: Option<ClusterCounts>,
+    /// Failed clusters, with reasons (at most 100 kept).
+    #[serde(default)]
+    #[schemars(schema_with = "failures")]
+    pub failures: Option<Vec<ClusterFailure>>,
+}
+
+/// Default timeout of each stage but Registering.
+pub const DEFAULT_STAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+/// Default timeout of the Registering stage.
+pub const DEFAULT_REGISTERING_TIMEOUT: std::time::Duration =
+    std::time::Duration::from_secs(12 * 60);
+
+/// Why a ManagedClusterMigration spec cannot be carried out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// Neither or both cluster selectors are set.
+    #[error(
+        "exactly one of includedManagedClusters or includedManagedClustersSelector must be set, {0}"
+    )]
+    Selector(&'static str),
+    /// `from` and `to` name the same hub.
+    #[error("from and to are both {0:?}: a migration needs two different hubs")]
+    SameHub(String),
+    /// A hub name is empty.
+    #[error("{0} must name a hub")]
+    EmptyHub(&'static str),
+    /// A cluster is listed twice.
+    #[error("cluster {0:?} is listed more than once in includedManagedClusters")]
+    DuplicateCluster(String),
+    /// A duration does not parse.
+    #[error("{field} {value:?} is not a duration such as 90s, 5m or 1h30m")]
+    Duration { field: &'static str, value: String },
+    /// A number is out of range.
+    #[error("{0}")]
+    Range(&'static str),
+}
+
+impl ManagedClusterMigrationSpec {
+    /// Checks what the schema cannot (or what a server without CEL would let through).
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.from.is_empty() {
+            return Err(SpecError::EmptyHub("from"));
+        }
+        if self.to.is_empty() {
+            return Err(SpecError::EmptyHub("to"));
+        }
+        if self.from == self.to {
+            return Err(SpecError::SameHub(self.from.clone()));
+        }
+        match (
+            &self.included_managed_clusters,
+            &self.included_managed_clusters_selector,
+        ) {
+            (Some(_), Some(_)) => return Err(SpecError::Selector("both are set")),
+            (None, None) => return Err(SpecError::Selector("neither is set")),
+            (Some(names), None) => {
+                if names.is_empty() {
+                    return Err(SpecError::Selector("includedManagedClusters is empty"));
+                }
+                let mut seen = std::collections::BTreeSet::new();
+                for n in names {
+                    if !seen.insert(n) {
+                        return Err(SpecError::DuplicateCluster(n.clone()));
+                    }
+                }
+            }
+            (None, Some(_)) => {}
+        }
+        self.stage_timeout()?;
+        self.registering_timeout()?;
+        if self.max_concurrency.is_some_and(|c| c < 1) {
+            return Err(SpecError::Range("maxConcurrency must be at least 1"));
+        }
+        if self.max_failures.is_some_and(|c| c < 0) {
+            return Err(SpecError::Range("maxFailures must not be negative"));
+        }
+        Ok(())
+    }
+
+    /// Timeout of each stage but Registering.
+    pub fn stage_timeout(&self) -> Result<std::time::Duration, SpecError> {
+        optional_duration(
+            "stageTimeout",
+            self.stage_timeout.as_deref(),
+            DEFAULT_STAGE_TIMEOUT,
+        )
+    }
+
+    /// Timeout of the Registering stage.
+    pub fn registering_timeout(&self) -> Result<std::time::Duration, SpecError> {
+        optional_duration(
+            "registeringTimeout",
+            self.registering_timeout.as_deref(),
+            DEFAULT_REGISTERING_TIMEOUT,
+        )
+    }
+}
+
+fn optional_duration(
+    field: &'static str,
+    value: Option<&str>,
+    default: std::time::Duration,
+) -> Result<std::time::Duration, SpecError> {
+    match value {
+        None => Ok(default),
+        Some(v) => parse_duration(v).ok_or_else(|| SpecError::Duration {
+            field,
+            value: v.to_owned(),
+        }),
+    }
+}
+
+/// Parses a Go duration (`300ms`, `90s`, `5m`, `1h30m`, `1.5h`); `None` if malformed.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    if text == "0" {
+        return Some(std::time::Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return None;
+        }
+        let number: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += number * scale;
+    }
+    if !total.is_finite() || total > u64::MAX as f64 {
+        return None;
+    }
+    Some(std::time::Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kube::CustomResourceExt;
+
+    use super::*;
+
+    fn spec() -> ManagedClusterMigrationSpec {
+        ManagedClusterMigrationSpec {
+            from: "hub1".into(),
+            to: "hub2".into(),
+            included_managed_clusters: Some(vec!["c1".into(), "c2".into()]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn crd_has_short_name_printer_columns_and_status() {
+        let crd = ManagedClusterMigration::crd();
+        assert_eq!(crd.spec.names.short_names, Some(vec!["mcm".to_owned()]));
+        let version = &crd.spec.versions[0];
+        let columns: Vec<_> = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                "PHASE",
+                "FROM",
+                "TO",
+                "TOTAL",
+                "REGISTERED",
+                "FAILED",
+                "AGE"
+            ]
+        );
+        assert!(
+            version
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some()
+        );
+        assert_eq!(crd.spec.scope, "Namespaced");
+    }
+
+    #[test]
+    fn crd_requires_exactly_one_selector() {
+        let crd = ManagedClusterMigration::crd();
+        let schema = serde_json::to_value(
+            crd.spec.versions[0]
+                .schema
+                .as_ref()
+                .unwrap()
+                .open_api_v3_schema
+                .as_ref()
+                .unwrap(),
+        )
+        .unwrap();
+        let spec = &schema["properties"]["spec"];
+        assert_eq!(
+            spec["oneOf"],
+            serde_json::json!([
+                {"required": ["includedManagedClusters"]},
+                {"required": ["includedManagedClustersSelector"]}
+            ])
+        );
+        assert_eq!(spec["required"], serde_json::json!(["from", "to"]));
+        assert!(
+            spec["x-kubernetes-validations"][0]["rule"]
+                .as_str()
+                .unwrap()
+                .contains("has(")
+        );
+    }
+
+    #[test]
+    fn valid_spec_passes() {
+        assert_eq!(spec().validate(), Ok(()));
+        assert_eq!(spec().stage_timeout(), Ok(DEFAULT_STAGE_TIMEOUT));
+        assert_eq!(
+            spec().registering_timeout(),
+            Ok(DEFAULT_REGISTERING_TIMEOUT)
+        );
+    }
+
+    #[test]
+    fn selector_rules() {
+        let mut both = spec();
+        both.included_managed_clusters_selector = Some(LabelSelector::default());
+        assert_eq!(both.validate(), Err(SpecError::Selector("both are set")));
+        let mut neither = spec();
+        neither.included_managed_clusters = None;
+        assert_eq!(
+            neither.validate(),
+            Err(SpecError::Selector("neither is set"))
+        );
+        let mut empty = spec();
+        empty.included_managed_clusters = Some(vec![]);
+        assert!(matches!(empty.validate(), Err(SpecError::Selector(_))));
+        let mut dup = spec();
+        dup.included_managed_clusters = Some(vec!["c1".into(), "c1".into()]);
+        assert_eq!(
+            dup.validate(),
+            Err(SpecError::DuplicateCluster("c1".into()))
+        );
+    }
+
+    #[test]
+    fn hubs_must_differ() {
+        let mut s = spec();
+        s.to = "hub1".into();
+        assert_eq!(s.validate(), Err(SpecError::SameHub("hub1".into())));
+        assert!(
+            s.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("two different hubs")
+        );
+    }
+
+    #[test]
+    fn bad_durations_and_ranges_are_refused() {
+        let mut s = spec();
+        s.stage_timeout = Some("five minutes".into());
+        assert!(matches!(
+            s.validate(),
+            Err(SpecError::Duration {
+                field: "stageTimeout",
+                ..
+            })
+        ));
+        let mut s = spec();
+        s.max_concurrency = Some(0);
+        assert!(matches!(s.validate(), Err(SpecError::Range(_))));
+        let mut s = spec();
+        s.registering_timeout = Some("20m".into());
+        assert_eq!(s.registering_timeout(), Ok(Duration::from_secs(1200)));
+    }
+
+    #[test]
+    fn go_durations_parse() {
+        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("0"), Some(Duration::ZERO));
+        for bad in ["", "5", "m", "5x", "-5m", "5m3"] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn task_status_round_trips_with_lowercase_role() {
+        let task = MigrationTaskSpec {
+            migration: "m1".into(),
+            role: MigrationRole::Target,
+            peer_hub: "hub1".into(),
+            clusters: vec!["c1".into()],
+            stage: TaskStage::Registering,
+            ..Default::default()
+        };
+        let json = serde_json::to_value(&task).unwrap();
+        assert_eq!(json["role"], "target");
+        assert_eq!(json["stage"], "Registering");
+        assert!(
+            json.get("bootstrapSecretName").is_none(),
+            "None must not serialize as null"
+        );
+        let back: MigrationTaskSpec = serde_json::from_value(json).unwrap();
+        assert_eq!(back, task);
+    }
+}

@@ -1,0 +1,190 @@
+//! Well-known names: labels, annotations, finalizers, conditions and reasons, declared once.
+
+/// Our API group.
+pub const GROUP: &str = "migration.open-cluster-management.io";
+/// Our API version.
+pub const VERSION: &str = "v1alpha1";
+/// The addon's name (ClusterManagementAddOn, ManagedClusterAddOn, lease, score).
+pub const ADDON_NAME: &str = "cluster-migration";
+/// Default namespace for addon agents on managed clusters.
+pub const DEFAULT_ADDON_INSTALL_NAMESPACE: &str = "open-cluster-management-agent-addon";
+/// Secret, in the agent's install namespace, holding the agent's hub kubeconfig.
+pub fn hub_kubeconfig_secret(addon: &str) -> String {
+    format!("{addon}-hub-kubeconfig")
+}
+/// Name of the `i`th deploy ManifestWork of an addon.
+pub fn addon_deploy_work(addon: &str, index: usize) -> String {
+    format!("addon-{addon}-deploy-{index}")
+}
+/// Name of the pre-delete ManifestWork of an addon.
+pub fn addon_pre_delete_work(addon: &str) -> String {
+    format!("addon-{addon}-pre-delete")
+}
+/// Hub user of an addon agent registered with the CSR signer.
+pub fn addon_agent_user(cluster: &str, addon: &str, agent: &str) -> String {
+    format!("system:open-cluster-management:cluster:{cluster}:addon:{addon}:agent:{agent}")
+}
+/// Hub groups of an addon agent: per cluster, per addon, and `system:authenticated`.
+pub fn addon_agent_groups(cluster: &str, addon: &str) -> Vec<String> {
+    vec![
+        format!("system:open-cluster-management:cluster:{cluster}:addon:{addon}"),
+        format!("system:open-cluster-management:addon:{addon}"),
+        "system:authenticated".to_owned(),
+    ]
+}
+/// Name of the KlusterletConfig a migration to `hub` renders on the source hub.
+pub fn migration_klusterlet_config(to_hub: &str) -> String {
+    format!("migration-{to_hub}")
+}
+/// ManifestWork names of a migration, on the source and the target hub's namespace.
+pub fn migration_work(migration: &str, role: crate::migration::MigrationRole) -> String {
+    format!("migration-{migration}-{}", role.as_str())
+}
+
+/// Signer of client certificates for the kube-apiserver.
+pub const KUBE_APISERVER_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
+/// Klusterlet's bootstrap kubeconfig secret.
+pub const BOOTSTRAP_HUB_KUBECONFIG: &str = "bootstrap-hub-kubeconfig";
+/// ClusterRole OCM grants to bootstrap identities.
+pub const OCM_BOOTSTRAP_CLUSTERROLE: &str = "open-cluster-management:bootstrap";
+/// ClusterRole ACM grants to bootstrap identities.
+pub const ACM_BOOTSTRAP_CLUSTERROLE: &str =
+    "system:open-cluster-management:managedcluster:bootstrap:agent-registration";
+
+/// Labels.
+pub mod labels {
+    /// Names the addon an object belongs to (deploy works, hub RBAC).
+    pub const ADDON_NAME: &str = "open-cluster-management.io/addon-name";
+    /// Exclusive cluster-set membership of a ManagedCluster.
+    pub const CLUSTER_SET: &str = "cluster.open-cluster-management.io/clusterset";
+    /// PlacementDecision's placement.
+    pub const PLACEMENT: &str = "cluster.open-cluster-management.io/placement";
+    /// PlacementDecision's decision group index.
+    pub const DECISION_GROUP_INDEX: &str =
+        "cluster.open-cluster-management.io/decision-group-index";
+    /// PlacementDecision's decision group name.
+    pub const DECISION_GROUP_NAME: &str = "cluster.open-cluster-management.io/decision-group-name";
+    /// Name of the cluster a namespace, CSR or RBAC object belongs to.
+    pub const CLUSTER_NAME: &str = "open-cluster-management.io/cluster-name";
+    /// Marks the hub's own cluster (ACM `local-cluster`).
+    pub const LOCAL_CLUSTER: &str = "local-cluster";
+    /// Objects our manager created, so only those are removed again.
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    /// Value of [`MANAGED_BY`] for our manager.
+    pub const MANAGED_BY_VALUE: &str = "cluster-migration-addon";
+    /// The ManagedClusterMigration an object was rendered for.
+    pub const MIGRATION: &str = "migration.open-cluster-management.io/migration";
+}
+
+/// Annotations.
+pub mod annotations {
+    /// ManagedCluster annotation selecting a KlusterletConfig.
+    pub const KLUSTERLET_CONFIG: &str = "agent.open-cluster-management.io/klusterlet-config";
+    /// Hash of the addon configs a deploy work was rendered from.
+    pub const CONFIG_SPEC_HASH: &str = "open-cluster-management.io/config-spec-hash";
+    /// Manifest that runs only while an addon is being deleted.
+    pub const ADDON_PRE_DELETE: &str = "addon.open-cluster-management.io/addon-pre-delete";
+    /// Who manages an addon's lifecycle: `self` (its own manager) or `addon-manager`.
+    pub const ADDON_LIFECYCLE: &str = "addon.open-cluster-management.io/lifecycle";
+    /// Value of [`ADDON_LIFECYCLE`] for an addon that manages itself.
+    pub const ADDON_LIFECYCLE_SELF: &str = "self";
+    /// ManagedCluster held back from migration until the annotation is removed.
+    pub const BLOCK_MOVE: &str = "migration.open-cluster-management.io/block-move";
+    /// ManagedCluster being migrated; the value names the migration.
+    pub const MIGRATING: &str = "migration.open-cluster-management.io/migrating";
+}
+
+/// Finalizers.
+pub mod finalizers {
+    /// Work agent's finalizer on ManifestWork.
+    pub const MANIFEST_WORK_CLEANUP: &str =
+        "cluster.open-cluster-management.io/manifest-work-cleanup";
+    /// Addon framework's pre-delete hook finalizer on ManagedClusterAddOn.
+    pub const ADDON_PRE_DELETE: &str = "addon.open-cluster-management.io/addon-pre-delete";
+    /// Our finalizer on ManagedClusterAddOn: remove the deploy work and hub RBAC.
+    pub const ADDON_CLEANUP: &str = "migration.open-cluster-management.io/addon-cleanup";
+    /// Our finalizer on ManagedClusterMigration: roll an in-flight migration back first.
+    pub const MIGRATION_CLEANUP: &str = "migration.open-cluster-management.io/migration-cleanup";
+    /// Our finalizer on MigrationTask: the agent undoes its part first.
+    pub const TASK_CLEANUP: &str = "migration.open-cluster-management.io/task-cleanup";
+}
+
+/// Condition types.
+pub mod conditions {
+    /// ManifestWork: every manifest was applied.
+    pub const WORK_APPLIED: &str = "Applied";
+    /// ManifestWork and ManagedClusterAddOn: available.
+    pub const AVAILABLE: &str = "Available";
+    /// Progressing (ManifestWork, ManagedClusterAddOn).
+    pub const PROGRESSING: &str = "Progressing";
+    /// Degraded (ManifestWork, ManagedClusterAddOn).
+    pub const DEGRADED: &str = "Degraded";
+
+    /// ManagedCluster accepted by the hub.
+    pub const HUB_ACCEPTED: &str = "HubAcceptedManagedCluster";
+    /// ManagedCluster joined the hub.
+    pub const JOINED: &str = "ManagedClusterJoined";
+    /// ManagedCluster available (its lease is fresh).
+    pub const CLUSTER_AVAILABLE: &str = "ManagedClusterConditionAvailable";
+
+    /// ManagedClusterAddOn: deploy work applied.
+    pub const MANIFEST_APPLIED: &str = "ManifestApplied";
+    /// ManagedClusterAddOn: registrations set.
+    pub const REGISTRATION_APPLIED: &str = "RegistrationApplied";
+    /// ManagedClusterAddOn: configs resolved.
+    pub const CONFIGURED: &str = "Configured";
+
+    /// ManagedClusterMigration conditions, in phase order.
+    pub const MIGRATION_STARTED: &str = "MigrationStarted";
+    /// Validation passed.
+    pub const RESOURCE_VALIDATED: &str = "ResourceValidated";
+    /// Credentials, KlusterletConfig and RBAC prepared.
+    pub const RESOURCE_INITIALIZED: &str = "ResourceInitialized";
+    /// Works delivered to both hubs.
+    pub const RESOURCE_DEPLOYED: &str = "ResourceDeployed";
+    /// Clusters registered on the target.
+    pub const CLUSTER_REGISTERED: &str = "ClusterRegistered";
+    /// Rollback done.
+    pub const RESOURCE_ROLLED_BACK: &str = "ResourceRolledBack";
+    /// Temporary objects removed.
+    pub const RESOURCE_CLEANED: &str = "ResourceCleaned";
+}
+
+/// Condition reasons.
+pub mod reasons {
+    /// Addon lease renewed in time.
+    pub const LEASE_UPDATED: &str = "ManagedClusterAddOnLeaseUpdated";
+    /// Addon lease stale.
+    pub const LEASE_UPDATE_STOPPED: &str = "ManagedClusterAddOnLeaseUpdateStopped";
+    /// Addon lease missing.
+    pub const LEASE_NOT_FOUND: &str = "ManagedClusterAddOnLeaseNotFound";
+    /// Deploy work applied.
+    pub const ADDON_MANIFEST_APPLIED: &str = "AddonManifestApplied";
+    /// Deploy work could not be applied.
+    pub const MANIFEST_WORK_APPLY_FAILED: &str = "ManifestWorkApplyFailed";
+    /// Progressing: a change is rolling out.
+    pub const PROGRESSING: &str = "Progressing";
+    /// Progressing: done.
+    pub const COMPLETED: &str = "Completed";
+    /// Progressing: failed.
+    pub const FAILED: &str = "Failed";
+
+    /// Migration: waiting for something named in the message.
+    pub const WAITING: &str = "Waiting";
+    /// Migration: stage started.
+    pub const STARTED: &str = "Started";
+    /// Migration: stage failed with an error.
+    pub const ERROR: &str = "Error";
+    /// Migration: stage timed out.
+    pub const TIMEOUT: &str = "Timeout";
+    /// Migration: a hub is missing, unavailable or lacks the addon.
+    pub const HUB_INVALID: &str = "HubInvalid";
+    /// Migration: a cluster does not exist on the source.
+    pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+    /// Migration: a cluster is in another active migration or already on the target.
+    pub const CLUSTER_CONFLICT: &str = "ClusterConflict";
+    /// Migration: the spec is malformed.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Migration: stage completed.
+    pub const DONE: &str = "Done";
+}

@@ -1,0 +1,287 @@
+//! `work.open-cluster-management.io`: ManifestWork (hub side) and AppliedManifestWork (agent side).
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
+
+use crate::common::{Condition, Time};
+
+/// Resources the hub asks a cluster's work agent to apply.
+#[skip_serializing_none]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "work.open-cluster-management.io",
+    version = "v1",
+    kind = "ManifestWork",
+    namespaced,
+    status = "ManifestWorkStatus",
+    derive = "Default",
+    derive = "PartialEq"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestWorkSpec {
+    pub workload: Option<ManifestsTemplate>,
+    pub delete_option: Option<DeleteOption>,
+    pub manifest_configs: Option<Vec<ManifestConfigOption>>,
+}
+
+/// The manifests of a ManifestWork.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ManifestsTemplate {
+    #[serde(default)]
+    #[schemars(schema_with = "manifests")]
+    pub manifests: Option<Vec<serde_json::Value>>,
+}
+
+fn manifests(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let item = crate::common::embedded_resource(generator);
+    schemars::json_schema!({ "type": "array", "items": item })
+}
+
+/// What happens to applied resources when the work is deleted.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteOption {
+    pub propagation_policy: Option<DeletePropagationPolicy>,
+    pub selectively_orphans: Option<SelectivelyOrphan>,
+    pub ttl_seconds_after_finished: Option<i64>,
+}
+
+/// How deletion of a ManifestWork propagates to what it applied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DeletePropagationPolicy {
+    /// Delete the applied resources (the default).
+    #[default]
+    Foreground,
+    /// Leave every applied resource in place.
+    Orphan,
+    /// Leave only the resources listed in `selectivelyOrphans`.
+    SelectivelyOrphan,
+}
+
+/// The resources to orphan under `SelectivelyOrphan`.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SelectivelyOrphan {
+    pub orphaning_rules: Option<Vec<OrphaningRule>>,
+}
+
+/// One resource to orphan.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OrphaningRule {
+    pub group: Option<String>,
+    pub resource: String,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+/// Per-manifest settings: feedback rules and update strategy.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestConfigOption {
+    pub resource_identifier: ResourceIdentifier,
+    pub feedback_rules: Option<Vec<FeedbackRule>>,
+    pub update_strategy: Option<UpdateStrategy>,
+}
+
+/// Identifies one manifest of the work by group, resource, namespace and name.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ResourceIdentifier {
+    pub group: Option<String>,
+    pub resource: String,
+    pub name: String,
+    pub namespace: Option<String>,
+}
+
+/// Which status fields of a manifest to report back.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FeedbackRule {
+    #[serde(rename = "type")]
+    pub type_: FeedbackType,
+    #[serde(default)]
+    #[schemars(schema_with = "json_paths")]
+    pub json_paths: Option<Vec<JsonPath>>,
+}
+
+fn json_paths(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    crate::common::list_map::<JsonPath>(generator, &["name"])
+}
+
+/// Kind of feedback rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum FeedbackType {
+    /// The agent's built-in status fields for well-known kinds (e.g. Deployment replicas).
+    #[default]
+    WellKnownStatus,
+    /// Fields named by JSONPath.
+    JSONPaths,
+}
+
+/// A named JSONPath into the manifest's object, such as `.status.phase`.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JsonPath {
+    pub name: String,
+    pub path: String,
+    pub version: Option<String>,
+}
+
+/// How the work agent updates a manifest that already exists.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateStrategy {
+    #[serde(rename = "type")]
+    pub type_: UpdateStrategyType,
+    pub server_side_apply: Option<ServerSideApplyConfig>,
+}
+
+/// Update strategies of the work agent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum UpdateStrategyType {
+    /// Replace the object's fields with the manifest's (the default).
+    #[default]
+    Update,
+    /// Create once, never update.
+    CreateOnly,
+    /// Server-side apply with the configured field manager.
+    ServerSideApply,
+    /// Never write; only read status feedback.
+    ReadOnly,
+}
+
+/// Server-side apply settings.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerSideApplyConfig {
+    pub force: Option<bool>,
+    pub field_manager: Option<String>,
+}
+
+/// Observed state of a ManifestWork, written by the work agent.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestWorkStatus {
+    #[serde(default)]
+    #[schemars(schema_with = "crate::common::conditions")]
+    pub conditions: Option<Vec<Condition>>,
+    pub resource_status: Option<ManifestResourceStatus>,
+}
+
+/// Per-manifest status.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ManifestResourceStatus {
+    pub manifests: Option<Vec<ManifestCondition>>,
+}
+
+/// Conditions and feedback of one manifest.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestCondition {
+    pub resource_meta: ManifestResourceMeta,
+    pub status_feedback: Option<StatusFeedbackResult>,
+    #[schemars(schema_with = "crate::common::conditions")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Identity of one applied manifest.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ManifestResourceMeta {
+    pub ordinal: i32,
+    pub group: Option<String>,
+    pub version: Option<String>,
+    pub kind: Option<String>,
+    pub resource: Option<String>,
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+}
+
+/// The feedback values of one manifest.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StatusFeedbackResult {
+    #[serde(default)]
+    #[schemars(schema_with = "feedback_values")]
+    pub values: Option<Vec<FeedbackValue>>,
+}
+
+fn feedback_values(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    crate::common::list_map::<FeedbackValue>(generator, &["name"])
+}
+
+/// One named feedback value.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FeedbackValue {
+    pub name: String,
+    pub field_value: FieldValue,
+}
+
+/// A feedback value: integer, string, boolean or raw JSON (at most 1024 bytes).
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldValue {
+    /// `Integer`, `String`, `Boolean` or `JsonRaw`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub integer: Option<i64>,
+    pub string: Option<String>,
+    pub boolean: Option<bool>,
+    #[schemars(length(max = 1024))]
+    pub json_raw: Option<String>,
+}
+
+/// The agent-side record of what a ManifestWork applied (cluster-scoped, `<hubHash>-<work>`).
+#[skip_serializing_none]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "work.open-cluster-management.io",
+    version = "v1",
+    kind = "AppliedManifestWork",
+    status = "AppliedManifestWorkStatus",
+    derive = "Default",
+    derive = "PartialEq"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedManifestWorkSpec {
+    pub hub_hash: String,
+    #[serde(rename = "agentID")]
+    pub agent_id: Option<String>,
+    pub manifest_work_name: String,
+}
+
+/// What an AppliedManifestWork holds.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedManifestWorkStatus {
+    pub applied_resources: Option<Vec<AppliedManifestResourceMeta>>,
+    pub eviction_start_time: Option<Time>,
+}
+
+/// One resource applied by the work agent.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AppliedManifestResourceMeta {
+    pub group: Option<String>,
+    pub version: String,
+    pub resource: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub uid: Option<String>,
+}
