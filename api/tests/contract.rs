@@ -1,12 +1,15 @@
 //! Contract test: every OCM type we declare matches the upstream CRD in
 //! `../shared/reference/crds/` (or `$UPSTREAM_CRDS_DIR`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use migration_api::contract::{Report, compare_crd};
 use migration_api::crds::{self, Origin};
+use serde::Deserialize;
 
 fn upstream_dir() -> PathBuf {
     match std::env::var_os("UPSTREAM_CRDS_DIR") {
@@ -43,8 +46,6 @@ fn load_upstream(dir: &Path) -> BTreeMap<(String, String), (PathBuf, CustomResou
     }
     found
 }
-
-use serde::Deserialize;
 
 #[test]
 fn ocm_types_match_upstream_crds() {

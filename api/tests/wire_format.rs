@@ -1,5 +1,7 @@
 //! Our types read and write OCM objects as they appear on the wire.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
+
 use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::cluster::{AddOnPlacementScore, ManagedCluster};
 use migration_api::ocm::work::{ManifestWork, UpdateStrategyType};

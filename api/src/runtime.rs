@@ -1,0 +1,396 @@
+//! Process plumbing shared by the addon-manager and the addon-agent (feature `runtime`):
+//! common command-line options, logging, the Kubernetes client, the health and metrics endpoint
+//! and graceful shutdown. Each binary's `main.rs` stays thin on top of this.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Errors of process start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// The log level or filter does not parse.
+    #[error("invalid log level {level:?}: {source}")]
+    LogLevel {
+        level: String,
+        source: tracing_subscriber::filter::ParseError,
+    },
+    /// A global logger was already installed.
+    #[error("installing the logger: {0}")]
+    Logger(String),
+    /// The kubeconfig could not be read.
+    #[error("reading kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    /// No kubeconfig was given and none could be inferred (in-cluster or default file).
+    #[error("no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG or run in a pod: {0}")]
+    InferConfig(#[from] kube::config::InferConfigError),
+    /// The client could not be built from the configuration.
+    #[error("building the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    /// The API server did not answer.
+    #[error("the Kubernetes API at {url} did not answer: {source}")]
+    Unreachable { url: String, source: kube::Error },
+    /// The health port could not be bound.
+    #[error("binding the health and metrics endpoint on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Options every binary of ours takes.
+#[derive(Clone, Debug, clap::Args)]
+pub struct CommonArgs {
+    /// Kubeconfig of the cluster this process runs against; without it, the in-cluster
+    /// configuration or the default kubeconfig is used.
+    #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log level or filter (`info`, `debug`, or a directive such as `info,kube=warn`).
+    #[arg(long, env = "LOG_LEVEL", default_value = "info", value_name = "LEVEL")]
+    pub log_level: String,
+
+    /// Address of the health and metrics endpoint (`/healthz`, `/readyz`, `/metrics`).
+    #[arg(
+        long,
+        env = "HEALTH_ADDR",
+        default_value = "0.0.0.0:8080",
+        value_name = "ADDR"
+    )]
+    pub health_addr: SocketAddr,
+}
+
+/// Installs the global logger.
+pub fn init_tracing(format: LogFormat, level: &str) -> Result<(), StartupError> {
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .parse(level)
+        .map_err(|source| StartupError::LogLevel {
+            level: level.to_owned(),
+            source,
+        })?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let result = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+    result.map_err(|e| StartupError::Logger(e.to_string()))
+}
+
+/// Builds a client from a kubeconfig file, or infers one (in-cluster, then `~/.kube/config`).
+pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, StartupError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|source| {
+                StartupError::Kubeconfig {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|source| StartupError::Kubeconfig {
+                    path: path.clone(),
+                    source,
+                })?
+        }
+        None => kube::Config::infer().await?,
+    };
+    let url = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config).map_err(StartupError::Client)?;
+    client
+        .apiserver_version()
+        .await
+        .map_err(|source| StartupError::Unreachable { url, source })?;
+    Ok(client)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    component: String,
+    version: String,
+}
+
+/// Readiness flag and metrics registry behind the health endpoint.
+#[derive(Debug)]
+pub struct Health {
+    ready: AtomicBool,
+    registry: std::sync::Mutex<Registry>,
+}
+
+impl Health {
+    /// A not-yet-ready health state whose registry already holds `<prefix>_build_info`.
+    pub fn new(component: &str, version: &str) -> Arc<Self> {
+        let mut registry = Registry::with_prefix("cluster_migration");
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                component: component.to_owned(),
+                version: version.to_owned(),
+            })
+            .set(1);
+        registry.register("build_info", "Build information", build);
+        Arc::new(Self {
+            ready: AtomicBool::new(false),
+            registry: std::sync::Mutex::new(registry),
+        })
+    }
+
+    /// Marks the process ready (or not) for `/readyz`.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    /// Registers more metrics (controllers add theirs).
+    pub fn register<M: prometheus_client::registry::Metric>(
+        &self,
+        name: &str,
+        help: &str,
+        metric: M,
+    ) {
+        if let Ok(mut r) = self.registry.lock() {
+            r.register(name, help, metric);
+        }
+    }
+
+    /// The metrics in Prometheus text format.
+    pub fn encode_metrics(&self) -> String {
+        let mut out = String::new();
+        if let Ok(r) = self.registry.lock() {
+            // Writing into a String cannot fail.
+            let _ = prometheus_client::encoding::text::encode(&mut out, &r);
+        }
+        out
+    }
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(health): State<Arc<Health>>) -> impl IntoResponse {
+    if health.is_ready() {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+async fn metrics(State(health): State<Arc<Health>>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        health.encode_metrics(),
+    )
+}
+
+/// Binds the health and metrics endpoint; returns the bound address (the port may have been 0)
+/// and the server future, which ends when `shutdown` fires.
+pub async fn serve_health(
+    addr: SocketAddr,
+    health: Arc<Health>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(SocketAddr, impl Future<Output = std::io::Result<()>>), StartupError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartupError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| StartupError::Bind { addr, source })?;
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/livez", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(health);
+    let server = async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = shutdown.wait_for(|stop| *stop).await;
+            })
+            .await
+    };
+    Ok((bound, server))
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+                    _ = tokio::signal::ctrl_c() => tracing::info!("interrupt received, shutting down"),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops this process");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// A running process: its health endpoint and the means to stop it.
+#[derive(Debug)]
+pub struct Process {
+    health: Arc<Health>,
+    health_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Process {
+    /// Starts the health and metrics endpoint (not ready yet).
+    pub async fn start(
+        component: &str,
+        version: &str,
+        addr: SocketAddr,
+    ) -> Result<Self, StartupError> {
+        let health = Health::new(component, version);
+        let (stop, stopped) = watch::channel(false);
+        let (health_addr, server) = serve_health(addr, health.clone(), stopped).await?;
+        tracing::info!(%health_addr, "health and metrics endpoint listening");
+        Ok(Self {
+            health,
+            health_addr,
+            stop,
+            server: tokio::spawn(server),
+        })
+    }
+
+    /// The health state, to mark readiness and register metrics.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
+    /// Where the health endpoint listens.
+    pub fn health_addr(&self) -> SocketAddr {
+        self.health_addr
+    }
+
+    /// A receiver that turns true when shutdown starts, for controllers to stop on.
+    pub fn stopping(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    /// Waits for SIGTERM (or Ctrl-C), turns unready, tells everyone to stop and closes the
+    /// health endpoint.
+    pub async fn wait_for_shutdown(self) {
+        shutdown_signal().await;
+        self.health.set_ready(false);
+        let _ = self.stop.send(true);
+        match self.server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "health endpoint ended with an error"),
+            Err(e) => tracing::warn!(error = %e, "health endpoint task failed"),
+        }
+    }
+}
+
+/// The body of a binary's `main`: installs the logger, runs the process to completion and turns
+/// the outcome into an exit code (2 for bad options, 1 for a start-up or run-time failure).
+pub async fn main<F>(name: &str, common: &CommonArgs, run: F) -> std::process::ExitCode
+where
+    F: Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>>,
+{
+    if let Err(e) = init_tracing(common.log_format, &common.log_level) {
+        eprintln!("{name}: {e}");
+        return std::process::ExitCode::from(2);
+    }
+    match run.await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("{name}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Flags of `command` that lack a help text or an environment-variable fallback (the built-in
+/// `--help` and `--version` excepted). Each binary's tests assert this is empty.
+pub fn undocumented_flags(command: &clap::Command) -> Vec<String> {
+    command
+        .get_arguments()
+        .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+        .filter(|a| a.get_help().is_none() || a.get_env().is_none())
+        .map(|a| a.get_id().to_string())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_carry_build_info() {
+        let h = Health::new("addon-manager", "1.2.3");
+        let text = h.encode_metrics();
+        assert!(
+            text.contains(
+                r#"cluster_migration_build_info{component="addon-manager",version="1.2.3"} 1"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn readiness_follows_the_flag() {
+        let h = Health::new("x", "0");
+        assert!(!h.is_ready());
+        h.set_ready(true);
+        assert!(h.is_ready());
+    }
+
+    #[test]
+    fn bad_log_level_is_a_clear_error() {
+        let err = init_tracing(LogFormat::Text, "info,=[").unwrap_err();
+        assert!(err.to_string().contains("invalid log level"), "{err}");
+    }
+}
