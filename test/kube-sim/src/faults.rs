@@ -1,0 +1,123 @@
+//! Fault injection, set per instance at run time: latency, error responses at a rate for a
+//! verb/resource, dropped watch streams, and a full outage (connections refused).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+/// A rule answering matching requests with an error at some rate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ErrorRule {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`...; `None` matches any.
+    pub verb: Option<String>,
+    /// Plural resource name; `None` matches any.
+    pub resource: Option<String>,
+    /// Fraction of matching requests that fail, in [0, 1].
+    pub rate: f64,
+    /// HTTP code of the injected error (e.g. 500, 503, 429).
+    pub code: u16,
+}
+
+/// The fault switches of one instance.
+#[derive(Debug)]
+pub struct Faults {
+    latency: Mutex<Duration>,
+    rules: Mutex<Vec<ErrorRule>>,
+    outage: watch::Sender<bool>,
+    drop_watches: watch::Sender<u64>,
+    any: AtomicBool,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            latency: Mutex::new(Duration::ZERO),
+            rules: Mutex::new(Vec::new()),
+            outage: watch::channel(false).0,
+            drop_watches: watch::channel(0).0,
+            any: AtomicBool::new(false),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl Faults {
+    /// Adds latency to every request.
+    pub fn set_latency(&self, d: Duration) {
+        *lock(&self.latency) = d;
+        self.refresh();
+    }
+
+    /// The added latency.
+    pub fn latency(&self) -> Duration {
+        *lock(&self.latency)
+    }
+
+    /// Adds an error rule.
+    pub fn add_error(&self, rule: ErrorRule) {
+        lock(&self.rules).push(rule);
+        self.refresh();
+    }
+
+    /// Removes every error rule and the latency.
+    pub fn clear(&self) {
+        lock(&self.rules).clear();
+        *lock(&self.latency) = Duration::ZERO;
+        self.refresh();
+    }
+
+    fn refresh(&self) {
+        let any = !lock(&self.rules).is_empty() || !lock(&self.latency).is_zero();
+        self.any.store(any, Ordering::SeqCst);
+    }
+
+    /// Whether any latency or error rule is set (a fast path for the common case).
+    pub fn active(&self) -> bool {
+        self.any.load(Ordering::SeqCst)
+    }
+
+    /// The code of an error to inject for this request, if a rule fires.
+    pub fn error_for(&self, verb: &str, resource: &str) -> Option<u16> {
+        let rules = lock(&self.rules);
+        rules
+            .iter()
+            .filter(|r| r.verb.as_deref().is_none_or(|v| v == verb))
+            .filter(|r| r.resource.as_deref().is_none_or(|x| x == resource))
+            .find(|r| rand::random::<f64>() < r.rate)
+            .map(|r| r.code)
+    }
+
+    /// Starts (true) or ends (false) an outage: the port refuses connections meanwhile and
+    /// open connections are cut.
+    pub fn set_outage(&self, on: bool) {
+        self.outage.send_replace(on);
+    }
+
+    /// Whether an outage is on.
+    pub fn outage(&self) -> bool {
+        *self.outage.borrow()
+    }
+
+    /// Subscribes to outage changes.
+    pub fn outage_changes(&self) -> watch::Receiver<bool> {
+        self.outage.subscribe()
+    }
+
+    /// Cuts every open watch stream now (clients see the stream end and re-watch).
+    pub fn drop_watches(&self) {
+        self.drop_watches.send_modify(|n| *n += 1);
+    }
+
+    /// Subscribes to watch drops.
+    pub fn watch_drops(&self) -> watch::Receiver<u64> {
+        self.drop_watches.subscribe()
+    }
+}

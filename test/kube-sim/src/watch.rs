@@ -1,0 +1,290 @@
+//! List and watch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
+
+use crate::convert::present;
+use crate::error::{ApiError, ApiResult};
+use crate::meta::{FieldSelector, LabelSelector, labels, meta_str};
+use crate::resources::ResourceType;
+use crate::sim::Sim;
+use crate::store::{Event, EventType, Store};
+use crate::table::{IncludeObject, table};
+
+/// What a list or watch selects.
+#[derive(Clone, Debug)]
+pub struct Selection {
+    pub rt: Arc<ResourceType>,
+    pub namespace: Option<String>,
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+}
+
+impl Selection {
+    /// Whether an object (as stored) is selected; returns it presented when so.
+    pub fn select(&self, stored: &Value) -> Option<Value> {
+        if let Some(ns) = &self.namespace
+            && meta_str(stored, "namespace").unwrap_or_default() != ns
+        {
+            return None;
+        }
+        if !self.labels.is_empty() && !self.labels.matches(&labels(stored)) {
+            return None;
+        }
+        let obj = present(&self.rt, stored);
+        if !self.fields.0.is_empty() && !self.fields.matches(&obj) {
+            return None;
+        }
+        Some(obj)
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Continue {
+    rv: u64,
+    ns: String,
+    name: String,
+}
+
+/// Answers a list.
+pub fn list(
+    sim: &Sim,
+    sel: &Selection,
+    limit: Option<usize>,
+    cont: Option<&str>,
+    as_table: Option<IncludeObject>,
+) -> ApiResult<Value> {
+    let store = sim.store();
+    let start = match cont.filter(|c| !c.is_empty()) {
+        None => None,
+        Some(token) => {
+            let c: Continue = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(token)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .ok_or_else(|| ApiError::bad_request("continue key is not valid"))?;
+            if store.events_since(c.rv).is_err() {
+                return Err(ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                ));
+            }
+            Some(((c.ns, c.name), c.rv))
+        }
+    };
+    let rv = start
+        .as_ref()
+        .map(|(_, rv)| *rv)
+        .unwrap_or_else(|| store.current_rv());
+    let after = start.as_ref().map(|(k, _)| k);
+    let ns_filter = sel.namespace.as_deref();
+    let mut items = Vec::new();
+    let mut next = None;
+    let mut remaining = 0usize;
+    for (key, obj) in store.list(&sel.rt.storage, ns_filter, after) {
+        let Some(o) = sel.select(obj) else { continue };
+        if limit.is_some_and(|l| items.len() >= l) {
+            if next.is_none() {
+                let last: &Value = items.last().unwrap_or(&Value::Null);
+                let (ns, name) = (
+                    meta_str(last, "namespace").unwrap_or_default(),
+                    meta_str(last, "name").unwrap_or_default(),
+                );
+                let _ = key;
+                next = Some(Continue {
+                    rv,
+                    ns: ns.to_owned(),
+                    name: name.to_owned(),
+                });
+            }
+            remaining += 1;
+            continue;
+        }
+        items.push(o);
+    }
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if let Some(c) = next {
+        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(serde_json::to_vec(&c).unwrap_or_default());
+        meta["continue"] = json!(token);
+        meta["remainingItemCount"] = json!(remaining);
+    }
+    drop(store);
+    if let Some(include) = as_table {
+        return Ok(table(&sel.rt, &items, include, meta));
+    }
+    Ok(json!({
+        "kind": sel.rt.list_kind,
+        "apiVersion": sel.rt.api_version(),
+        "metadata": meta,
+        "items": items,
+    }))
+}
+
+/// Parameters of a watch.
+#[derive(Clone, Debug, Default)]
+pub struct WatchParams {
+    pub resource_version: Option<String>,
+    pub bookmarks: bool,
+    pub timeout: Option<Duration>,
+    pub send_initial_events: bool,
+    pub as_table: Option<IncludeObject>,
+}
+
+fn line(v: &Value) -> Bytes {
+    let mut s = v.to_string();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+fn event_json(kind: &str, obj: Value, sel: &Selection, as_table: Option<IncludeObject>) -> Value {
+    let object = match as_table {
+        Some(include) if kind != "BOOKMARK" && kind != "ERROR" => {
+            table(&sel.rt, &[obj], include, json!({}))
+        }
+        _ => obj,
+    };
+    json!({"type": kind, "object": object})
+}
+
+fn bookmark(sel: &Selection, rv: u64, initial_end: bool) -> Value {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    json!({"type": "BOOKMARK", "object": {"kind": sel.rt.kind, "apiVersion": sel.rt.api_version(), "metadata": meta}})
+}
+
+fn gone(message: String) -> Value {
+    json!({"type": "ERROR", "object": ApiError::expired(message).status()})
+}
+
+/// Translates a store event for this watch: (type, object) or nothing.
+fn translate(sel: &Selection, ev: &Event) -> Option<(&'static str, Value)> {
+    if ev.storage != sel.rt.storage {
+        return None;
+    }
+    let now = sel.select(&ev.object);
+    match ev.type_ {
+        EventType::Added => now.map(|o| ("ADDED", o)),
+        EventType::Deleted => {
+            let before = ev.prev.as_ref().and_then(|p| sel.select(p));
+            before.map(|_| ("DELETED", present(&sel.rt, &ev.object)))
+        }
+        EventType::Modified => {
+            let before = ev.prev.as_ref().and_then(|p| sel.select(p)).is_some();
+            match (before, now) {
+                (true, Some(o)) => Some(("MODIFIED", o)),
+                (false, Some(o)) => Some(("ADDED", o)),
+                (true, None) => Some(("DELETED", present(&sel.rt, &ev.object))),
+                (false, None) => None,
+            }
+        }
+    }
+}
+
+/// Starts a watch; events arrive on the returned channel, one JSON line each.
+pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<Bytes> {
+    let (tx, rx) = mpsc::channel::<Bytes>(1024);
+    let sim = sim.clone();
+    let mut initial: Vec<Value> = Vec::new();
+    let mut initial_end: Option<u64> = None;
+    let (mut sub, start_rv) = {
+        let store: std::sync::MutexGuard<'_, Store> = sim.store();
+        let requested = params
+            .resource_version
+            .as_deref()
+            .filter(|r| !r.is_empty() && *r != "0")
+            .map(|r| r.parse::<u64>());
+        match requested {
+            Some(Err(_)) => {
+                let _ = tx.try_send(line(&json!({"type": "ERROR", "object": ApiError::bad_request("invalid resourceVersion").status()})));
+                return rx;
+            }
+            Some(Ok(rv)) if !params.send_initial_events => match store.events_since(rv) {
+                Ok(events) => {
+                    for ev in events {
+                        if let Some((kind, obj)) = translate(&sel, &ev) {
+                            initial.push(event_json(kind, obj, &sel, params.as_table));
+                        }
+                    }
+                    (store.subscribe(), store.current_rv())
+                }
+                Err(oldest) => {
+                    let _ = tx.try_send(line(&gone(format!(
+                        "too old resource version: {rv} ({})",
+                        oldest.saturating_sub(1)
+                    ))));
+                    return rx;
+                }
+            },
+            _ => {
+                // No resourceVersion, "0", or a streaming list: start with the current state.
+                for (_, obj) in store.list(&sel.rt.storage, sel.namespace.as_deref(), None) {
+                    if let Some(o) = sel.select(obj) {
+                        initial.push(event_json("ADDED", o, &sel, params.as_table));
+                    }
+                }
+                if params.send_initial_events {
+                    initial_end = Some(store.current_rv());
+                }
+                (store.subscribe(), store.current_rv())
+            }
+        }
+    };
+    let interval = sim.inner.opts.bookmark_interval;
+    let mut drops = sim.inner.faults.watch_drops();
+    tokio::spawn(async move {
+        for ev in initial {
+            if tx.send(line(&ev)).await.is_err() {
+                return;
+            }
+        }
+        if let Some(rv) = initial_end
+            && tx.send(line(&bookmark(&sel, rv, true))).await.is_err()
+        {
+            return;
+        }
+        let mut last_rv = start_rv;
+        let deadline = tokio::time::sleep(params.timeout.unwrap_or(Duration::from_secs(1800)));
+        tokio::pin!(deadline);
+        let mut ticker = tokio::time::interval(interval);
+        ticker.tick().await;
+        drops.borrow_and_update();
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                _ = drops.changed() => return,
+                _ = tx.closed() => return,
+                _ = ticker.tick(), if params.bookmarks => {
+                    if tx.send(line(&bookmark(&sel, last_rv, false))).await.is_err() {
+                        return;
+                    }
+                }
+                ev = sub.recv() => match ev {
+                    Ok(ev) => {
+                        if ev.rv <= last_rv {
+                            continue;
+                        }
+                        last_rv = ev.rv;
+                        if let Some((kind, obj)) = translate(&sel, &ev)
+                            && tx.send(line(&event_json(kind, obj, &sel, params.as_table))).await.is_err() {
+                                return;
+                            }
+                    }
+                    Err(RecvError::Lagged(_)) => {
+                        let _ = tx.send(line(&gone(format!("too old resource version: {last_rv}")))).await;
+                        return;
+                    }
+                    Err(RecvError::Closed) => return,
+                },
+            }
+        }
+    });
+    rx
+}
