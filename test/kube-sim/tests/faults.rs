@@ -1,0 +1,126 @@
+//! Fault injection and request counters.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::start;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kube_sim::ErrorRule;
+use serde_json::json;
+
+fn cm(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}})).unwrap()
+}
+
+#[tokio::test]
+async fn injected_errors_hit_only_their_verb_and_resource() {
+    let sim = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(sim.client().await.unwrap(), "default");
+    // (500, not 503: kube-rs clients retry 429/503/504 with backoff, as they should.)
+    sim.faults().add_error(ErrorRule {
+        verb: Some("create".into()),
+        resource: Some("configmaps".into()),
+        rate: 1.0,
+        code: 500,
+    });
+    match cms.create(&PostParams::default(), &cm("a")).await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (500, "InternalError")),
+        other => panic!("expected 500, got {other:?}"),
+    }
+    cms.list(&ListParams::default()).await.unwrap();
+    sim.faults().clear();
+    cms.create(&PostParams::default(), &cm("a")).await.unwrap();
+    // Half the requests fail at rate 0.5 (loosely: some fail, some pass).
+    sim.faults().add_error(ErrorRule {
+        verb: Some("get".into()),
+        resource: None,
+        rate: 0.5,
+        code: 500,
+    });
+    let mut failed = 0;
+    for _ in 0..100 {
+        if cms.get("a").await.is_err() {
+            failed += 1;
+        }
+    }
+    assert!(
+        (15..=85).contains(&failed),
+        "{failed} of 100 failed at rate 0.5"
+    );
+}
+
+#[tokio::test]
+async fn latency_outage_and_dropped_watches() {
+    let sim = start().await;
+    let client = sim.client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    sim.faults().set_latency(Duration::from_millis(200));
+    let t = Instant::now();
+    cms.list(&ListParams::default()).await.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(200));
+    sim.faults().clear();
+
+    // A watch is cut when watches are dropped.
+    let stream = cms
+        .watch(&WatchParams::default().timeout(60), "0")
+        .await
+        .unwrap();
+    let mut stream = std::pin::pin!(stream);
+    cms.create(&PostParams::default(), &cm("w")).await.unwrap();
+    match tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap()
+    {
+        Some(Ok(WatchEvent::Added(c))) => assert_eq!(c.metadata.name.as_deref(), Some("w")),
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+    sim.faults().drop_watches();
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap();
+    assert!(
+        end.is_none() || matches!(end, Some(Err(_))),
+        "stream should end: {end:?}"
+    );
+
+    // An outage refuses connections until it ends.
+    sim.faults().set_outage(true);
+    let refused = tokio::net::TcpStream::connect(sim.addr()).await;
+    assert!(refused.is_err(), "connections are refused during an outage");
+    assert!(cms.list(&ListParams::default()).await.is_err());
+    sim.faults().set_outage(false);
+    common::eventually(Duration::from_secs(10), "the API to answer again", || {
+        let cms = cms.clone();
+        async move { cms.list(&ListParams::default()).await.ok().map(|_| ()) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn requests_are_counted_by_verb_resource_and_code() {
+    let sim = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(sim.client().await.unwrap(), "default");
+    sim.metrics().reset();
+    cms.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let _ = cms.create(&PostParams::default(), &cm("a")).await;
+    cms.get("a").await.unwrap();
+    let snap = sim.metrics().snapshot();
+    assert_eq!(
+        snap.get(&("create".into(), "configmaps".into(), 201)),
+        Some(&1)
+    );
+    assert_eq!(
+        snap.get(&("create".into(), "configmaps".into(), 409)),
+        Some(&1)
+    );
+    assert_eq!(
+        snap.get(&("get".into(), "configmaps".into(), 200)),
+        Some(&1)
+    );
+    assert_eq!(sim.metrics().total(None, Some("configmaps")), 3);
+}

@@ -1,0 +1,252 @@
+//! kube-rs runtime against kube-sim: watcher (with a relist after 410), a Controller, the
+//! finalizer helper, streaming lists and bookmarks.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Widget, eventually, start, start_with, widget};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::Event as FinalizerEvent;
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use kube_sim::Options;
+use serde_json::json;
+
+#[tokio::test]
+async fn watcher_relists_after_410() {
+    let sim = start_with(Options {
+        event_log_capacity: 16,
+        bookmark_interval: Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await;
+    let client = sim.client().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let inits = Arc::new(AtomicUsize::new(0));
+    let (reader, writer) = reflector::store();
+    let counter = inits.clone();
+    let stream = watcher(api.clone(), watcher::Config::default())
+        .inspect(move |e| {
+            if matches!(e, Ok(watcher::Event::Init)) {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects();
+    let handle = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while stream.next().await.is_some() {}
+    });
+    reader.wait_until_ready().await.unwrap();
+    assert_eq!(inits.load(Ordering::SeqCst), 1);
+    // Cut the watch and write more than the event log keeps before the watcher re-watches:
+    // its resourceVersion is then too old, the server answers 410 and the watcher relists.
+    sim.faults().set_outage(true);
+    sim.faults().drop_watches();
+    for i in 0..40 {
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": format!("c{i}")}})).unwrap();
+        sim.sim()
+            .create(
+                &kube_sim::auth::UserInfo::system(),
+                &sim.sim().find("", "v1", "configmaps").unwrap(),
+                "default",
+                serde_json::to_value(cm).unwrap(),
+                &Default::default(),
+            )
+            .unwrap();
+    }
+    sim.faults().set_outage(false);
+    eventually(
+        Duration::from_secs(30),
+        "the watcher to relist and see 40 objects",
+        || {
+            let reader = reader.clone();
+            let inits = inits.clone();
+            async move {
+                (reader.state().len() == 40 && inits.load(Ordering::SeqCst) >= 2).then_some(())
+            }
+        },
+    )
+    .await;
+    handle.abort();
+}
+
+#[tokio::test]
+async fn streaming_list_and_bookmarks() {
+    let sim = start_with(Options {
+        bookmark_interval: Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await;
+    let api: Api<Widget> = Api::namespaced(sim.client().await.unwrap(), "default");
+    for i in 0..3 {
+        api.create(&PostParams::default(), &widget(&format!("w{i}"), i))
+            .await
+            .unwrap();
+    }
+    let cfg = watcher::Config::default().streaming_lists();
+    let mut stream = std::pin::pin!(watcher(api.clone(), cfg));
+    let mut seen = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            watcher::Event::InitApply(w) => seen.push(w.name_any()),
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(seen, ["w0", "w1", "w2"]);
+    api.create(&PostParams::default(), &widget("w3", 3))
+        .await
+        .unwrap();
+    loop {
+        if let watcher::Event::Apply(w) =
+            tokio::time::timeout(Duration::from_secs(10), stream.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap()
+        {
+            assert_eq!(w.name_any(), "w3");
+            break;
+        }
+    }
+    // Raw watch with bookmarks: a BOOKMARK arrives with a resourceVersion.
+    let raw = api
+        .watch(&kube::api::WatchParams::default().timeout(5), "0")
+        .await
+        .unwrap();
+    let mut raw = std::pin::pin!(raw);
+    let found = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(ev) = raw.next().await {
+            if let kube::api::WatchEvent::Bookmark(b) = ev.unwrap() {
+                return b.metadata.resource_version;
+            }
+        }
+        String::new()
+    })
+    .await
+    .unwrap();
+    assert!(!found.is_empty());
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct ReconcileError(String);
+
+#[tokio::test]
+async fn controller_with_finalizer_helper() {
+    let sim = start().await;
+    let client = sim.client().await.unwrap();
+    let widgets: Api<Widget> = Api::namespaced(client.clone(), "default");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    struct Ctx {
+        widgets: Api<Widget>,
+        cms: Api<ConfigMap>,
+    }
+    async fn reconcile(
+        w: Arc<Widget>,
+        ctx: Arc<Ctx>,
+    ) -> Result<Action, finalizer::Error<ReconcileError>> {
+        let cms = ctx.cms.clone();
+        finalizer(&ctx.widgets, "example.io/cleanup", w, |ev| async move {
+            match ev {
+                FinalizerEvent::Apply(w) => {
+                    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("{}-out", w.name_any())},
+                                    "data": {"size": w.spec.size.to_string()}});
+                    cms.patch(&format!("{}-out", w.name_any()), &PatchParams::apply("widget-ctl"), &Patch::Apply(&cm))
+                        .await
+                        .map_err(|e| ReconcileError(e.to_string()))?;
+                    Ok(Action::await_change())
+                }
+                FinalizerEvent::Cleanup(w) => {
+                    cms.delete(&format!("{}-out", w.name_any()), &DeleteParams::default())
+                        .await
+                        .map_err(|e| ReconcileError(e.to_string()))?;
+                    Ok(Action::await_change())
+                }
+            }
+        })
+        .await
+    }
+    use kube::runtime::finalizer;
+    fn error_policy(_: Arc<Widget>, _: &finalizer::Error<ReconcileError>, _: Arc<Ctx>) -> Action {
+        Action::requeue(Duration::from_millis(200))
+    }
+    let ctx = Arc::new(Ctx {
+        widgets: widgets.clone(),
+        cms: cms.clone(),
+    });
+    let ctl = tokio::spawn(
+        Controller::new(widgets.clone(), watcher::Config::default())
+            .run(reconcile, error_policy, ctx)
+            .for_each(|_| async {}),
+    );
+    widgets
+        .create(&PostParams::default(), &widget("a", 7))
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the controller's ConfigMap",
+        || {
+            let cms = cms.clone();
+            async move {
+                cms.get_opt("a-out")
+                    .await
+                    .unwrap()
+                    .filter(|c| c.data.as_ref().unwrap()["size"] == "7")
+            }
+        },
+    )
+    .await;
+    let w = widgets.get("a").await.unwrap();
+    assert_eq!(w.finalizers(), ["example.io/cleanup"]);
+    widgets
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 8}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the ConfigMap to follow the spec",
+        || {
+            let cms = cms.clone();
+            async move {
+                cms.get_opt("a-out")
+                    .await
+                    .unwrap()
+                    .filter(|c| c.data.as_ref().unwrap()["size"] == "8")
+            }
+        },
+    )
+    .await;
+    widgets.delete("a", &DeleteParams::default()).await.unwrap();
+    eventually(Duration::from_secs(10), "cleanup to remove both", || {
+        let (cms, widgets) = (cms.clone(), widgets.clone());
+        async move {
+            (cms.get_opt("a-out").await.unwrap().is_none()
+                && widgets.get_opt("a").await.unwrap().is_none())
+            .then_some(())
+        }
+    })
+    .await;
+    ctl.abort();
+}
