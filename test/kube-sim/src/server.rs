@@ -497,23 +497,7 @@ fn serve_resource(
             }
         }
         "list" | "watch" => {
-            let sel = Selection {
-                rt: rt.clone(),
-                namespace: (!ns.is_empty()).then(|| ns.to_owned()),
-                labels: LabelSelector::parse(
-                    params
-                        .get("labelSelector")
-                        .map(String::as_str)
-                        .unwrap_or(""),
-                )?,
-                fields: FieldSelector::parse(
-                    params
-                        .get("fieldSelector")
-                        .map(String::as_str)
-                        .unwrap_or(""),
-                    &|f| rt.supports_field(f),
-                )?,
-            };
+            let sel = selection(rt, ns, params)?;
             if verb == "list" {
                 let limit = params
                     .get("limit")
@@ -604,23 +588,7 @@ fn serve_resource(
             Ok(json_response(if gone { 200 } else { 202 }, &v))
         }
         "deletecollection" => {
-            let sel = Selection {
-                rt: rt.clone(),
-                namespace: (!ns.is_empty()).then(|| ns.to_owned()),
-                labels: LabelSelector::parse(
-                    params
-                        .get("labelSelector")
-                        .map(String::as_str)
-                        .unwrap_or(""),
-                )?,
-                fields: FieldSelector::parse(
-                    params
-                        .get("fieldSelector")
-                        .map(String::as_str)
-                        .unwrap_or(""),
-                    &|f| rt.supports_field(f),
-                )?,
-            };
+            let sel = selection(rt, ns, params)?;
             let listed = watch::list(sim, &sel, None, None, None)?;
             let opts = delete_opts(params, content_type, body)?;
             let mut items = Vec::new();
@@ -644,6 +612,21 @@ fn serve_resource(
             "the server does not allow this method on the requested resource",
         )),
     }
+}
+
+/// What a list, watch or deletecollection selects.
+fn selection(
+    rt: &Arc<ResourceType>,
+    ns: &str,
+    params: &HashMap<String, String>,
+) -> ApiResult<Selection> {
+    let param = |k: &str| params.get(k).map(String::as_str).unwrap_or("");
+    Ok(Selection {
+        rt: rt.clone(),
+        namespace: (!ns.is_empty()).then(|| ns.to_owned()),
+        labels: LabelSelector::parse(param("labelSelector"))?,
+        fields: FieldSelector::parse(param("fieldSelector"), &|f| rt.supports_field(f))?,
+    })
 }
 
 fn delete_opts(

@@ -566,15 +566,7 @@ impl Sim {
             .get(&rt.storage, ns, name)
             .ok_or_else(|| ApiError::not_found(&rt.plural, &rt.group, name))?;
         let old = present(rt, &old);
-        let want_rv = meta_str(&body, "resourceVersion").unwrap_or_default();
-        if !want_rv.is_empty() && Some(want_rv) != meta_str(&old, "resourceVersion") {
-            return Err(ApiError::conflict(
-                &rt.plural,
-                &rt.group,
-                name,
-                "the object has been modified; please apply your changes to the latest version and try again",
-            ));
-        }
+        check_resource_version(rt, name, &body, &old)?;
         self.commit_update(&mut store, user, rt, ns, name, sub, &old, body, opts, false)
     }
 
@@ -639,15 +631,7 @@ impl Sim {
                     self.create_locked(&mut store, user, rt, ns, merged, opts, Some(&config))?
                 }
                 Some(old) => {
-                    let want_rv = meta_str(&config, "resourceVersion").unwrap_or_default();
-                    if !want_rv.is_empty() && Some(want_rv) != meta_str(&old, "resourceVersion") {
-                        return Err(ApiError::conflict(
-                            &rt.plural,
-                            &rt.group,
-                            name,
-                            "the object has been modified; please apply your changes to the latest version and try again",
-                        ));
-                    }
+                    check_resource_version(rt, name, &config, &old)?;
                     set_meta(
                         &mut merged,
                         "resourceVersion",
@@ -679,15 +663,7 @@ impl Sim {
         };
         let mut patched = patched;
         self.check_body(rt, &mut patched, ns, Some(name))?;
-        let want_rv = meta_str(&patched, "resourceVersion").unwrap_or_default();
-        if !want_rv.is_empty() && Some(want_rv) != meta_str(&old, "resourceVersion") {
-            return Err(ApiError::conflict(
-                &rt.plural,
-                &rt.group,
-                name,
-                "the object has been modified; please apply your changes to the latest version and try again",
-            ));
-        }
+        check_resource_version(rt, name, &patched, &old)?;
         self.commit_update(
             &mut store, user, rt, ns, name, sub, &old, patched, opts, false,
         )
@@ -1095,6 +1071,25 @@ impl Sim {
         }
         Ok(out)
     }
+}
+
+/// Optimistic concurrency: a write naming a resourceVersion must name the current one.
+fn check_resource_version(
+    rt: &ResourceType,
+    name: &str,
+    new: &Value,
+    old: &Value,
+) -> ApiResult<()> {
+    let want = meta_str(new, "resourceVersion").unwrap_or_default();
+    if !want.is_empty() && Some(want) != meta_str(old, "resourceVersion") {
+        return Err(ApiError::conflict(
+            &rt.plural,
+            &rt.group,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
+    }
+    Ok(())
 }
 
 /// A JWT-shaped opaque token (the server looks it up; the payload is informational).
