@@ -158,3 +158,78 @@ pub fn condition_is_true(conditions: &[Condition], type_: &str) -> bool {
 pub fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }
+
+/// Now, as a condition or status timestamp.
+pub fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Sets a condition the way `meta.SetStatusCondition` does: the transition time changes only
+/// when the status does. Returns whether anything changed.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    observed_generation: Option<i64>,
+) -> bool {
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            let changed = c.status != status
+                || c.reason != reason
+                || c.message != message
+                || c.observed_generation != observed_generation;
+            if c.status != status {
+                c.last_transition_time = now();
+            }
+            c.status = status.to_owned();
+            c.reason = reason.to_owned();
+            c.message = message.to_owned();
+            c.observed_generation = observed_generation;
+            changed
+        }
+        None => {
+            conditions.push(Condition {
+                type_: type_.to_owned(),
+                status: status.to_owned(),
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+                observed_generation,
+                last_transition_time: now(),
+            });
+            true
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_condition_keeps_transition_time_unless_status_changes() {
+        let mut cs = Vec::new();
+        assert!(set_condition(
+            &mut cs, "Ready", "False", "Waiting", "w", None
+        ));
+        let first = cs[0].last_transition_time.clone();
+        assert!(set_condition(
+            &mut cs, "Ready", "False", "Waiting", "still", None
+        ));
+        assert_eq!(cs[0].last_transition_time, first);
+        assert!(!set_condition(
+            &mut cs, "Ready", "False", "Waiting", "still", None
+        ));
+        assert!(set_condition(
+            &mut cs,
+            "Ready",
+            "True",
+            "Done",
+            "ok",
+            Some(2)
+        ));
+        assert!(condition_is_true(&cs, "Ready"));
+        assert_eq!(cs.len(), 1);
+    }
+}

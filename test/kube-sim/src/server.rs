@@ -377,12 +377,28 @@ async fn dispatch(
     };
     let verb = verb_of(req.method(), &rr, &params);
     let resource = rr.rt.plural.clone();
+    // As the real server does, a list or watch pinned to one name by a field selector is
+    // authorized as a request for that name (so resourceNames rules allow it).
+    let name = if rr.name.is_empty() && matches!(verb, "list" | "watch") {
+        params
+            .get("fieldSelector")
+            .and_then(|f| FieldSelector::parse(f, &|_| true).ok())
+            .and_then(|f| f.name().map(str::to_owned))
+            .filter(|_| {
+                params
+                    .get("fieldSelector")
+                    .is_some_and(|f| !f.contains(','))
+            })
+            .unwrap_or_default()
+    } else {
+        rr.name.clone()
+    };
     let attrs = Attributes {
         verb: verb.into(),
         api_group: rr.rt.group.clone(),
         resource: resource.clone(),
         subresource: rr.subresource.clone(),
-        name: rr.name.clone(),
+        name,
         namespace: rr.namespace.clone(),
         path: None,
     };

@@ -1,0 +1,145 @@
+//! One simulated cluster: a kube-sim instance, its admin client, and helpers to set up the
+//! identities OCM's components run with.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube_sim::{KubeSim, Options};
+use serde_json::{Value, json};
+
+use crate::Error;
+
+/// Which CRDs a cluster gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A hub (or the global hub): every OCM CRD and ours.
+    Hub,
+    /// A managed cluster: the agent-side CRDs only.
+    Managed,
+}
+
+/// A running simulated cluster.
+pub struct SimCluster {
+    pub name: String,
+    pub api: KubeSim,
+    pub admin: kube::Client,
+}
+
+impl std::fmt::Debug for SimCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimCluster")
+            .field("name", &self.name)
+            .field("url", &self.api.url())
+            .finish()
+    }
+}
+
+const MANAGED_KINDS: &[&str] = &["ClusterClaim", "AppliedManifestWork", "Klusterlet"];
+
+impl SimCluster {
+    /// Starts a cluster on 127.0.0.1 with the CRDs its role needs.
+    pub async fn start(name: &str, role: Role) -> Result<Self, Error> {
+        let api = KubeSim::start(Options {
+            name: name.to_owned(),
+            ..Default::default()
+        })
+        .await?;
+        let admin = api.client().await?;
+        let cluster = Self {
+            name: name.to_owned(),
+            api,
+            admin,
+        };
+        let crds: Api<CustomResourceDefinition> = Api::all(cluster.admin.clone());
+        for entry in migration_api::crds::all() {
+            if role == Role::Managed && !MANAGED_KINDS.contains(&entry.crd.spec.names.kind.as_str())
+            {
+                continue;
+            }
+            crds.create(&PostParams::default(), &entry.crd).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// Ensures a namespace exists.
+    pub async fn ensure_namespace(&self, ns: &str) -> Result<(), Error> {
+        apply(
+            Api::<Namespace>::all(self.admin.clone()),
+            ns,
+            json!({
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}
+            }),
+        )
+        .await
+    }
+
+    /// A ServiceAccount bound to a ClusterRole with these rules; returns a token for it.
+    pub async fn service_account(
+        &self,
+        ns: &str,
+        name: &str,
+        rules: Value,
+        validity: Duration,
+    ) -> Result<String, Error> {
+        self.ensure_namespace(ns).await?;
+        apply(Api::<ServiceAccount>::namespaced(self.admin.clone(), ns), name, json!({
+            "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}
+        }))
+        .await?;
+        let role = format!("ocm-sim:{ns}:{name}");
+        apply(
+            Api::<ClusterRole>::all(self.admin.clone()),
+            &role,
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": role}, "rules": rules
+            }),
+        )
+        .await?;
+        apply(Api::<ClusterRoleBinding>::all(self.admin.clone()), &role, json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]
+        }))
+        .await?;
+        let sas: Api<ServiceAccount> = Api::namespaced(self.admin.clone(), ns);
+        let tr = serde_json::from_value(
+            json!({"spec": {"audiences": [], "expirationSeconds": validity.as_secs()}}),
+        )?;
+        let token = sas
+            .create_token_request(name, &PostParams::default(), &tr)
+            .await?;
+        token
+            .status
+            .map(|s| s.token)
+            .ok_or_else(|| Error::Setup(format!("no token for {ns}/{name}")))
+    }
+
+    /// A kube-rs client with a bearer token.
+    pub async fn client_for_token(&self, token: &str) -> Result<kube::Client, Error> {
+        Ok(kube_sim::client_from_kubeconfig(&self.api.kubeconfig_for_token(token)).await?)
+    }
+}
+
+/// Server-side apply of a whole object by the simulator's setup manager.
+pub async fn apply<K>(api: Api<K>, name: &str, obj: Value) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    api.patch(
+        name,
+        &PatchParams::apply("ocm-sim-setup").force(),
+        &Patch::Apply(&obj),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Every permission (what OCM's hub controllers and agents effectively hold where they run).
+pub fn all_rules() -> Value {
+    json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])
+}

@@ -1,0 +1,160 @@
+//! Hubs and managed clusters: a kube-sim instance each, with OCM's components running against
+//! it under their own identities.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use migration_api::names::BOOTSTRAP_HUB_KUBECONFIG;
+use migration_api::ocm::cluster::ClusterClaim;
+use migration_api::ocm::operator::ClusterManager;
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+use crate::Error;
+use crate::cluster::{Role, SimCluster, all_rules};
+use crate::klusterlet::{self, KlusterletOptions};
+use crate::names::{
+    AGENT_NAMESPACE, BOOTSTRAP_NAMESPACE, BOOTSTRAP_SA, HUB_NAMESPACE, bootstrap_user,
+};
+use crate::registration::{self, RegistrationOptions};
+
+const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Settings of a hub.
+#[derive(Clone, Debug, Default)]
+pub struct HubOptions {
+    /// Approve and accept clusters that register with the bootstrap identity
+    /// (ClusterManager autoApproveUsers with the ManagedClusterAutoApproval feature gate).
+    pub auto_approve: bool,
+    pub registration: RegistrationOptions,
+}
+
+/// A running hub.
+#[derive(Debug)]
+pub struct Hub {
+    pub cluster: SimCluster,
+    /// A kubeconfig for the hub's bootstrap identity (what clusters join with).
+    pub bootstrap_kubeconfig: String,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// What OCM's `open-cluster-management:bootstrap` ClusterRole allows.
+pub fn bootstrap_rules() -> serde_json::Value {
+    json!([
+        {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["create", "get", "list", "watch"]},
+        {"apiGroups": ["cluster.open-cluster-management.io"], "resources": ["managedclusters"], "verbs": ["get", "list", "watch", "create", "update"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "subjectaccessreviews"], "verbs": ["create"]}
+    ])
+}
+
+impl Hub {
+    /// Starts a hub: OCM CRDs, the ClusterManager, the bootstrap identity and the
+    /// registration controller.
+    pub async fn start(name: &str, opts: HubOptions) -> Result<Self, Error> {
+        let cluster = SimCluster::start(name, Role::Hub).await?;
+        let gates = if opts.auto_approve {
+            json!([{"feature": "ManagedClusterAutoApproval", "mode": "Enable"}])
+        } else {
+            json!([])
+        };
+        let users = if opts.auto_approve {
+            json!([bootstrap_user()])
+        } else {
+            json!([])
+        };
+        Api::<ClusterManager>::all(cluster.admin.clone())
+            .patch("cluster-manager", &PatchParams::apply("ocm-sim-setup"), &Patch::Apply(json!({
+                "apiVersion": "operator.open-cluster-management.io/v1", "kind": "ClusterManager",
+                "metadata": {"name": "cluster-manager"},
+                "spec": {"registrationConfiguration": {"featureGates": gates, "autoApproveUsers": users}}
+            })))
+            .await?;
+        let boot_token = cluster
+            .service_account(BOOTSTRAP_NAMESPACE, BOOTSTRAP_SA, bootstrap_rules(), YEAR)
+            .await?;
+        let bootstrap_kubeconfig = cluster.api.kubeconfig_for_token(&boot_token);
+        let controller_token = cluster
+            .service_account(HUB_NAMESPACE, "registration-controller", all_rules(), YEAR)
+            .await?;
+        let client = cluster.client_for_token(&controller_token).await?;
+        let tasks = registration::spawn(client, opts.registration);
+        Ok(Self {
+            cluster,
+            bootstrap_kubeconfig,
+            tasks,
+        })
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// A klusterlet running for a cluster.
+#[derive(Debug)]
+pub struct Agent {
+    task: JoinHandle<()>,
+}
+
+impl Agent {
+    /// Gives `cluster` the hub's bootstrap kubeconfig and a `id.k8s.io` claim, and starts its
+    /// klusterlet.
+    pub async fn start(
+        cluster: &SimCluster,
+        bootstrap_kubeconfig: &str,
+        join_delay: Duration,
+        lease_duration_secs: i32,
+    ) -> Result<Self, Error> {
+        cluster.ensure_namespace(AGENT_NAMESPACE).await?;
+        let secrets: Api<Secret> = Api::namespaced(cluster.admin.clone(), AGENT_NAMESPACE);
+        secrets
+            .patch(
+                BOOTSTRAP_HUB_KUBECONFIG,
+                &PatchParams::apply("ocm-sim-setup").force(),
+                &Patch::Apply(json!({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": BOOTSTRAP_HUB_KUBECONFIG, "namespace": AGENT_NAMESPACE},
+                    "stringData": {"kubeconfig": bootstrap_kubeconfig}
+                })),
+            )
+            .await?;
+        Api::<ClusterClaim>::all(cluster.admin.clone())
+            .patch("id.k8s.io", &PatchParams::apply("ocm-sim-setup"), &Patch::Apply(json!({
+                "apiVersion": "cluster.open-cluster-management.io/v1alpha1", "kind": "ClusterClaim",
+                "metadata": {"name": "id.k8s.io"}, "spec": {"value": cluster.name}
+            })))
+            .await?;
+        let opts = KlusterletOptions {
+            cluster_name: cluster.name.clone(),
+            agent_name: format!("{}-agent", cluster.name),
+            api_url: cluster.api.url(),
+            api_ca_pem: cluster.api.ca_pem().to_owned(),
+            join_delay,
+            lease_duration_secs,
+        };
+        let managed = cluster.admin.clone();
+        let name = cluster.name.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = klusterlet::run(managed, opts).await {
+                tracing::warn!(cluster = %name, error = %e, "klusterlet stopped");
+            }
+        });
+        Ok(Self { task })
+    }
+
+    /// Stops the klusterlet (its lease stops being renewed).
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

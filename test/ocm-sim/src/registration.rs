@@ -1,0 +1,484 @@
+//! The hub's registration controller: CSR approval (renewals; auto-approval for users listed in
+//! the ClusterManager when the ManagedClusterAutoApproval feature gate is on), acceptance
+//! (cluster namespace, the agent's hub RBAC, the cluster lease, HubAcceptedManagedCluster),
+//! denial (RBAC revoked), cleanup on deletion, and the lease judge (Available, Unknown with the
+//! unreachable taint when the lease goes stale).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as Finalize, finalizer};
+use kube::runtime::{Controller, watcher};
+use kube::{Client, ResourceExt};
+use migration_api::common::{Condition, condition_is_true, find_condition, set_condition};
+use migration_api::names::conditions::{CLUSTER_AVAILABLE, HUB_ACCEPTED, JOINED};
+use migration_api::ocm::cluster::ManagedCluster;
+use migration_api::ocm::operator::ClusterManager;
+use serde_json::json;
+
+use crate::names::{self, CLUSTER_LEASE, CLUSTER_NAME_LABEL, UNREACHABLE_TAINT};
+
+const MANAGER: &str = "registration-controller";
+const CLEANUP_FINALIZER: &str = "cluster.open-cluster-management.io/api-resource-cleanup";
+
+/// Settings of a hub's registration controller.
+#[derive(Clone, Debug)]
+pub struct RegistrationOptions {
+    /// How often the lease judge looks at every cluster lease.
+    pub lease_check_interval: Duration,
+}
+
+impl Default for RegistrationOptions {
+    fn default() -> Self {
+        Self {
+            lease_check_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Starts the controllers; they run until the returned handles are aborted.
+pub fn spawn(client: Client, opts: RegistrationOptions) -> Vec<tokio::task::JoinHandle<()>> {
+    vec![
+        tokio::spawn(approve_csrs(client.clone())),
+        tokio::spawn(run_cluster_controller(client.clone())),
+        tokio::spawn(judge_leases(client, opts.lease_check_interval)),
+    ]
+}
+
+fn feature_enabled(cm: &ClusterManager, gate: &str) -> bool {
+    cm.spec
+        .registration_configuration
+        .as_ref()
+        .and_then(|r| r.feature_gates.as_ref())
+        .is_some_and(|gs| {
+            gs.iter()
+                .any(|g| g.feature == gate && g.mode.as_deref() == Some("Enable"))
+        })
+}
+
+fn auto_approve_users(cm: &ClusterManager) -> Vec<String> {
+    cm.spec
+        .registration_configuration
+        .as_ref()
+        .and_then(|r| r.auto_approve_users.clone())
+        .unwrap_or_default()
+}
+
+fn decided(csr: &CertificateSigningRequest) -> bool {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Approved" || c.type_ == "Denied")
+        })
+}
+
+async fn approve_csrs(client: Client) {
+    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
+    let clusters: Api<ManagedCluster> = Api::all(client.clone());
+    let cms: Api<ClusterManager> = Api::all(client.clone());
+    let cfg = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
+    let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(watcher(
+        csrs.clone(),
+        cfg
+    )));
+    while let Some(ev) = stream.next().await {
+        let csr = match ev {
+            Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => c,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "csr watch");
+                continue;
+            }
+        };
+        if decided(&csr) {
+            continue;
+        }
+        if let Err(e) = consider_csr(&csrs, &clusters, &cms, &csr).await {
+            tracing::warn!(csr = %csr.name_any(), error = %e, "csr approval failed");
+        }
+    }
+}
+
+async fn consider_csr(
+    csrs: &Api<CertificateSigningRequest>,
+    clusters: &Api<ManagedCluster>,
+    cms: &Api<ClusterManager>,
+    csr: &CertificateSigningRequest,
+) -> Result<(), kube::Error> {
+    let Some(cluster) = csr.labels().get(CLUSTER_NAME_LABEL).cloned() else {
+        return Ok(());
+    };
+    let username = csr.spec.username.clone().unwrap_or_default();
+    let pem = String::from_utf8(csr.spec.request.0.clone()).unwrap_or_default();
+    let Ok((cn, groups)) = kube_sim::pki::csr_subject(&pem) else {
+        return Ok(());
+    };
+    let prefix = format!("system:open-cluster-management:{cluster}:");
+    if !cn.starts_with(&prefix) || !groups.contains(&names::cluster_group(&cluster)) {
+        return Ok(());
+    }
+    let mc = clusters.get_opt(&cluster).await?;
+    let renewal = username == cn && mc.as_ref().is_some_and(|m| m.spec.hub_accepts_client);
+    let auto = match cms.get_opt("cluster-manager").await? {
+        Some(cm) => {
+            feature_enabled(&cm, "ManagedClusterAutoApproval")
+                && auto_approve_users(&cm).contains(&username)
+        }
+        None => false,
+    };
+    if !renewal && !auto {
+        return Ok(());
+    }
+    let reason = if renewal {
+        "AutoApprovedByHubCSRApprovingController"
+    } else {
+        "AutoApprovedByHubClusterAutoApproval"
+    };
+    let approval = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": reason,
+        "message": "Auto approving Managed cluster agent certificate", "lastUpdateTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()}]}});
+    csrs.patch_approval(
+        &csr.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(approval),
+    )
+    .await?;
+    if auto && mc.is_some_and(|m| !m.spec.hub_accepts_client) {
+        let accept = PatchParams {
+            field_manager: Some(MANAGER.into()),
+            ..Default::default()
+        };
+        clusters
+            .patch(
+                &cluster,
+                &accept,
+                &Patch::Merge(json!({"spec": {"hubAcceptsClient": true}})),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Why reconciling a ManagedCluster failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+struct Ctx {
+    client: Client,
+}
+
+async fn run_cluster_controller(client: Client) {
+    let clusters: Api<ManagedCluster> = Api::all(client.clone());
+    let ctx = Arc::new(Ctx { client });
+    Controller::new(clusters, watcher::Config::default())
+        .run(
+            reconcile,
+            |_, _, _| Action::requeue(Duration::from_secs(1)),
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
+async fn reconcile(
+    mc: Arc<ManagedCluster>,
+    ctx: Arc<Ctx>,
+) -> Result<Action, kube::runtime::finalizer::Error<ReconcileError>> {
+    let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    let client = ctx.client.clone();
+    finalizer(&api, CLEANUP_FINALIZER, mc, |ev| async move {
+        match ev {
+            Finalize::Apply(mc) => {
+                if mc.spec.hub_accepts_client {
+                    accept(&client, &mc).await?;
+                } else {
+                    deny(&client, &mc).await?;
+                }
+                Ok(Action::await_change())
+            }
+            Finalize::Cleanup(mc) => {
+                cleanup(&client, &mc.name_any()).await?;
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await
+}
+
+fn ssa() -> PatchParams {
+    PatchParams::apply(MANAGER).force()
+}
+
+async fn accept(client: &Client, mc: &ManagedCluster) -> Result<(), ReconcileError> {
+    let name = mc.name_any();
+    let role = names::cluster_role(&name);
+    let group = names::cluster_group(&name);
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            &name,
+            &ssa(),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+            ),
+        )
+        .await?;
+    Api::<ClusterRole>::all(client.clone())
+        .patch(&role, &ssa(), &Patch::Apply(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+            "rules": [
+                {"apiGroups": ["cluster.open-cluster-management.io"], "resources": ["managedclusters"], "resourceNames": [name], "verbs": ["get", "list", "watch", "update", "patch"]},
+                {"apiGroups": ["cluster.open-cluster-management.io"], "resources": ["managedclusters/status"], "resourceNames": [name], "verbs": ["get", "update", "patch"]},
+                {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["create", "get", "list", "watch"]},
+                {"apiGroups": ["register.open-cluster-management.io"], "resources": ["managedclusters/accept"], "resourceNames": [name], "verbs": ["update"]}
+            ]
+        })))
+        .await?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(&role, &ssa(), &Patch::Apply(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]
+        })))
+        .await?;
+    let agent_role = format!("{role}:agent");
+    Api::<Role>::namespaced(client.clone(), &name)
+        .patch(&agent_role, &ssa(), &Patch::Apply(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": agent_role, "namespace": name},
+            "rules": [
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch", "create", "update", "patch"]},
+                {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+                {"apiGroups": ["work.open-cluster-management.io"], "resources": ["manifestworks"], "verbs": ["get", "list", "watch", "update", "patch"]},
+                {"apiGroups": ["work.open-cluster-management.io"], "resources": ["manifestworks/status"], "verbs": ["get", "update", "patch"]},
+                {"apiGroups": ["addon.open-cluster-management.io"], "resources": ["managedclusteraddons"], "verbs": ["get", "list", "watch", "update", "patch"]},
+                {"apiGroups": ["addon.open-cluster-management.io"], "resources": ["managedclusteraddons/status"], "verbs": ["get", "update", "patch"]}
+            ]
+        })))
+        .await?;
+    Api::<RoleBinding>::namespaced(client.clone(), &name)
+        .patch(&agent_role, &ssa(), &Patch::Apply(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": agent_role, "namespace": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": agent_role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]
+        })))
+        .await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &name);
+    if leases.get_opt(CLUSTER_LEASE).await?.is_none() {
+        let duration = mc.spec.lease_duration_seconds.unwrap_or(60);
+        leases
+            .patch(
+                CLUSTER_LEASE,
+                &ssa(),
+                &Patch::Apply(json!({
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": CLUSTER_LEASE, "namespace": name},
+                    "spec": {"holderIdentity": CLUSTER_LEASE, "leaseDurationSeconds": duration}
+                })),
+            )
+            .await?;
+    }
+    apply_condition(
+        client,
+        mc,
+        HUB_ACCEPTED,
+        "True",
+        "HubClusterAdminAccepted",
+        "Accepted by hub cluster admin",
+    )
+    .await
+}
+
+async fn deny(client: &Client, mc: &ManagedCluster) -> Result<(), ReconcileError> {
+    let name = mc.name_any();
+    revoke(client, &name).await?;
+    let accepted_before = find_condition(conditions(mc), HUB_ACCEPTED).is_some();
+    if accepted_before || !mc.spec.hub_accepts_client {
+        apply_condition(
+            client,
+            mc,
+            HUB_ACCEPTED,
+            "False",
+            "HubClusterAdminDenied",
+            "Denied by hub cluster admin",
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+async fn revoke(client: &Client, name: &str) -> Result<(), kube::Error> {
+    let role = names::cluster_role(name);
+    ignore_not_found(
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .delete(&role, &DeleteParams::default())
+            .await,
+    )?;
+    let agent_role = format!("{role}:agent");
+    ignore_not_found(
+        Api::<RoleBinding>::namespaced(client.clone(), name)
+            .delete(&agent_role, &DeleteParams::default())
+            .await,
+    )?;
+    Ok(())
+}
+
+async fn cleanup(client: &Client, name: &str) -> Result<(), ReconcileError> {
+    revoke(client, name).await?;
+    let role = names::cluster_role(name);
+    ignore_not_found(
+        Api::<ClusterRole>::all(client.clone())
+            .delete(&role, &DeleteParams::default())
+            .await,
+    )?;
+    ignore_not_found(
+        Api::<Namespace>::all(client.clone())
+            .delete(name, &DeleteParams::default())
+            .await,
+    )?;
+    Ok(())
+}
+
+fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn conditions(mc: &ManagedCluster) -> &[Condition] {
+    mc.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or(&[])
+}
+
+/// Applies one condition the registration controller owns (server-side apply keeps the
+/// agent's conditions: the list is keyed by type).
+async fn apply_condition(
+    client: &Client,
+    mc: &ManagedCluster,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+) -> Result<(), ReconcileError> {
+    // Server-side apply: every apply carries all the conditions this controller owns, or the
+    // ones left out would be removed.
+    let mut current: Vec<Condition> = conditions(mc)
+        .iter()
+        .filter(|c| c.type_ == HUB_ACCEPTED || c.type_ == CLUSTER_AVAILABLE)
+        .cloned()
+        .collect();
+    if !set_condition(&mut current, type_, status, reason, message, None) {
+        return Ok(());
+    }
+    let api: Api<ManagedCluster> = Api::all(client.clone());
+    api.patch_status(
+        &mc.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(json!({
+            "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+            "metadata": {"name": mc.name_any()}, "status": {"conditions": current}
+        })),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Marks clusters Available while their lease is fresh, Unknown (with the unreachable taint)
+/// once it is older than five lease durations.
+async fn judge_leases(client: Client, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        if let Err(e) = judge_once(&client).await {
+            tracing::debug!(error = %e, "lease judge");
+        }
+    }
+}
+
+async fn judge_once(client: &Client) -> Result<(), ReconcileError> {
+    let clusters: Api<ManagedCluster> = Api::all(client.clone());
+    let now = jiff::Timestamp::now();
+    for mc in clusters.list(&ListParams::default()).await? {
+        let conds = conditions(&mc);
+        if !mc.spec.hub_accepts_client || !condition_is_true(conds, JOINED) {
+            continue;
+        }
+        let name = mc.name_any();
+        let duration = i64::from(mc.spec.lease_duration_seconds.unwrap_or(60).max(1));
+        let lease = Api::<Lease>::namespaced(client.clone(), &name)
+            .get_opt(CLUSTER_LEASE)
+            .await?;
+        let renewed = lease
+            .and_then(|l| l.spec)
+            .and_then(|s| s.renew_time)
+            .map(|t| t.0);
+        let fresh = renewed.is_some_and(|t| now.as_second() - t.as_second() <= 5 * duration);
+        if fresh {
+            apply_condition(
+                client,
+                &mc,
+                CLUSTER_AVAILABLE,
+                "True",
+                "ManagedClusterAvailable",
+                "Managed cluster is available",
+            )
+            .await?;
+        } else {
+            apply_condition(
+                client,
+                &mc,
+                CLUSTER_AVAILABLE,
+                "Unknown",
+                "ManagedClusterLeaseUpdateStopped",
+                "Registration agent stopped updating its lease.",
+            )
+            .await?;
+        }
+        set_taint(client, &mc, UNREACHABLE_TAINT, !fresh).await?;
+    }
+    Ok(())
+}
+
+async fn set_taint(
+    client: &Client,
+    mc: &ManagedCluster,
+    key: &str,
+    present: bool,
+) -> Result<(), ReconcileError> {
+    let mut taints = mc.spec.taints.clone().unwrap_or_default();
+    let has = taints.iter().any(|t| t.key == key);
+    if has == present {
+        return Ok(());
+    }
+    if present {
+        taints.push(migration_api::ocm::cluster::Taint {
+            key: key.to_owned(),
+            value: None,
+            effect: "NoSelect".into(),
+            time_added: Some(migration_api::common::now()),
+        });
+    } else {
+        taints.retain(|t| t.key != key);
+    }
+    let api: Api<ManagedCluster> = Api::all(client.clone());
+    api.patch(
+        &mc.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"taints": taints}})),
+    )
+    .await?;
+    Ok(())
+}

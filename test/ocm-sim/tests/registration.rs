@@ -1,0 +1,221 @@
+//! Clusters register with a hub as OCM's do: CSR, approval, acceptance, Joined, Available from
+//! the lease, Unknown and the unreachable taint when the lease stops, and RBAC revoked on
+//! denial.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use migration_api::common::find_condition;
+use migration_api::ocm::cluster::ManagedCluster;
+use ocm_sim::cluster::{Role, SimCluster};
+use ocm_sim::hub::{Agent, Hub, HubOptions};
+use ocm_sim::registration::RegistrationOptions;
+use serde_json::json;
+
+fn fast() -> HubOptions {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    HubOptions {
+        auto_approve: true,
+        registration: RegistrationOptions {
+            lease_check_interval: Duration::from_millis(200),
+        },
+    }
+}
+
+fn status_of(mc: &ManagedCluster, t: &str) -> String {
+    mc.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .and_then(|c| find_condition(c, t))
+        .map(|c| c.status.clone())
+        .unwrap_or_default()
+}
+
+async fn wait_for<F: Fn(&[ManagedCluster]) -> bool>(
+    api: &Api<ManagedCluster>,
+    deadline: Duration,
+    what: &str,
+    check: F,
+) -> Vec<ManagedCluster> {
+    let start = Instant::now();
+    loop {
+        let list = api.list(&ListParams::default()).await.unwrap().items;
+        if check(&list) {
+            return list;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out waiting for {what}: {list:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn clusters_join_become_available_and_go_unknown_when_their_lease_stops() {
+    let hub = Hub::start("hub1", fast()).await.unwrap();
+    let mut agents = Vec::new();
+    let mut clusters = Vec::new();
+    for i in 0..3 {
+        let c = SimCluster::start(&format!("cluster{i}"), Role::Managed)
+            .await
+            .unwrap();
+        agents.push(
+            Agent::start(&c, &hub.bootstrap_kubeconfig, Duration::ZERO, 1)
+                .await
+                .unwrap(),
+        );
+        clusters.push(c);
+    }
+    let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
+    let list = wait_for(
+        &api,
+        Duration::from_secs(20),
+        "3 joined and available clusters",
+        |l| {
+            l.len() == 3
+                && l.iter().all(|m| {
+                    status_of(m, "ManagedClusterJoined") == "True"
+                        && status_of(m, "ManagedClusterConditionAvailable") == "True"
+                })
+        },
+    )
+    .await;
+    for mc in &list {
+        assert!(mc.spec.hub_accepts_client);
+        assert_eq!(status_of(mc, "HubAcceptedManagedCluster"), "True");
+        let claims = mc.status.as_ref().unwrap().cluster_claims.clone().unwrap();
+        assert_eq!(claims[0].value.as_deref(), mc.metadata.name.as_deref());
+        let url = &mc.spec.managed_cluster_client_configs.as_ref().unwrap()[0].url;
+        assert!(url.starts_with("https://127.0.0.1:"));
+    }
+    // Every CSR was approved and issued.
+    let csrs: Api<CertificateSigningRequest> = Api::all(hub.cluster.admin.clone());
+    let csrs = csrs
+        .list(&ListParams::default().labels("open-cluster-management.io/cluster-name"))
+        .await
+        .unwrap();
+    assert_eq!(csrs.items.len(), 3);
+    assert!(csrs.items.iter().all(|c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.certificate.as_ref())
+            .is_some()
+    }));
+
+    // Stop cluster1's klusterlet: its lease goes stale, the hub marks it Unknown and taints it.
+    agents[1].stop();
+    let list = wait_for(
+        &api,
+        Duration::from_secs(20),
+        "cluster1 to go Unknown",
+        |l| {
+            l.iter().any(|m| {
+                m.metadata.name.as_deref() == Some("cluster1")
+                    && status_of(m, "ManagedClusterConditionAvailable") == "Unknown"
+            })
+        },
+    )
+    .await;
+    let c1 = list
+        .iter()
+        .find(|m| m.metadata.name.as_deref() == Some("cluster1"))
+        .unwrap();
+    assert!(
+        c1.spec
+            .taints
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|t| t.key == "cluster.open-cluster-management.io/unreachable")
+    );
+    for other in ["cluster0", "cluster2"] {
+        let m = list
+            .iter()
+            .find(|m| m.metadata.name.as_deref() == Some(other))
+            .unwrap();
+        assert_eq!(status_of(m, "ManagedClusterConditionAvailable"), "True");
+    }
+}
+
+#[tokio::test]
+async fn without_auto_approval_a_cluster_waits_for_the_hub_admin() {
+    let opts = HubOptions {
+        auto_approve: false,
+        ..fast()
+    };
+    let hub = Hub::start("hub1", opts).await.unwrap();
+    let c = SimCluster::start("cluster1", Role::Managed).await.unwrap();
+    let _agent = Agent::start(&c, &hub.bootstrap_kubeconfig, Duration::ZERO, 1)
+        .await
+        .unwrap();
+    let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
+    wait_for(&api, Duration::from_secs(20), "the pending cluster", |l| {
+        l.len() == 1 && !l[0].spec.hub_accepts_client
+    })
+    .await;
+    let csrs: Api<CertificateSigningRequest> = Api::all(hub.cluster.admin.clone());
+    let pending = loop {
+        let l = csrs.list(&ListParams::default()).await.unwrap().items;
+        if let Some(c) = l.into_iter().next() {
+            break c;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        pending
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_none(),
+        "nobody approved it"
+    );
+    // The hub admin approves and accepts (what `clusteradm accept` does).
+    let approval = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "ClusterAdminApproved", "message": "ok"}]}});
+    csrs.patch_approval(
+        pending.metadata.name.as_deref().unwrap(),
+        &PatchParams::default(),
+        &Patch::Merge(approval),
+    )
+    .await
+    .unwrap();
+    api.patch(
+        "cluster1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"hubAcceptsClient": true}})),
+    )
+    .await
+    .unwrap();
+    wait_for(&api, Duration::from_secs(20), "cluster1 available", |l| {
+        status_of(&l[0], "ManagedClusterJoined") == "True"
+            && status_of(&l[0], "ManagedClusterConditionAvailable") == "True"
+    })
+    .await;
+    // Denying it again revokes the agent's hub RBAC.
+    api.patch(
+        "cluster1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"hubAcceptsClient": false}})),
+    )
+    .await
+    .unwrap();
+    wait_for(&api, Duration::from_secs(20), "HubAccepted False", |l| {
+        status_of(&l[0], "HubAcceptedManagedCluster") == "False"
+    })
+    .await;
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> =
+        Api::all(hub.cluster.admin.clone());
+    assert!(
+        bindings
+            .get_opt("open-cluster-management:managedcluster:cluster1")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
