@@ -2,6 +2,7 @@
 //! instances, with the identities the real components have, and the fleet launcher.
 
 pub mod cluster;
+pub mod fleet;
 pub mod hub;
 pub mod klusterlet;
 pub mod names;

@@ -1,0 +1,168 @@
+//! A whole fleet on one machine: a global hub, hubs registered to it as managed clusters, and
+//! managed clusters registered to the hubs.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ListParams};
+use migration_api::common::condition_is_true;
+use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED};
+use migration_api::ocm::cluster::ManagedCluster;
+
+use crate::Error;
+use crate::cluster::{Role, SimCluster};
+use crate::hub::{Agent, Hub, HubOptions};
+use crate::registration::RegistrationOptions;
+
+/// Name of the global hub.
+pub const GLOBAL_HUB: &str = "global-hub";
+
+/// Shape and timing of a fleet.
+#[derive(Clone, Debug)]
+pub struct FleetOptions {
+    pub hubs: usize,
+    pub clusters_per_hub: usize,
+    /// Simulated time each klusterlet takes to join.
+    pub join_delay: Duration,
+    /// Lease duration of every klusterlet (the hub judges availability from it).
+    pub lease_duration_secs: i32,
+    /// How often hubs judge leases.
+    pub lease_check_interval: Duration,
+}
+
+impl Default for FleetOptions {
+    fn default() -> Self {
+        Self {
+            hubs: 2,
+            clusters_per_hub: 5,
+            join_delay: Duration::from_secs(2),
+            lease_duration_secs: 60,
+            lease_check_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A running fleet.
+#[derive(Debug)]
+pub struct Fleet {
+    pub global: Hub,
+    pub hubs: Vec<Hub>,
+    /// Each hub's klusterlet towards the global hub.
+    pub hub_agents: Vec<Agent>,
+    /// Managed clusters, with the index of the hub they start on.
+    pub clusters: Vec<(usize, SimCluster, Agent)>,
+}
+
+/// Name of the `i`th hub (1-based).
+pub fn hub_name(i: usize) -> String {
+    format!("hub{i}")
+}
+
+/// Name of the `k`th managed cluster of the fleet (1-based).
+pub fn cluster_name(k: usize) -> String {
+    format!("cluster{k}")
+}
+
+impl Fleet {
+    /// Starts every cluster and agent; does not wait for them to join.
+    pub async fn up(opts: &FleetOptions) -> Result<Self, Error> {
+        let hub_opts = HubOptions {
+            auto_approve: true,
+            registration: RegistrationOptions {
+                lease_check_interval: opts.lease_check_interval,
+            },
+        };
+        let global = Hub::start(GLOBAL_HUB, hub_opts.clone()).await?;
+        let mut hubs = Vec::new();
+        let mut hub_agents = Vec::new();
+        for i in 1..=opts.hubs {
+            let hub = Hub::start(&hub_name(i), hub_opts.clone()).await?;
+            hub_agents.push(
+                Agent::start(
+                    &hub.cluster,
+                    &global.bootstrap_kubeconfig,
+                    opts.join_delay,
+                    opts.lease_duration_secs,
+                )
+                .await?,
+            );
+            hubs.push(hub);
+        }
+        let mut clusters = Vec::new();
+        for (h, hub) in hubs.iter().enumerate() {
+            for j in 1..=opts.clusters_per_hub {
+                let name = cluster_name(h * opts.clusters_per_hub + j);
+                let c = SimCluster::start(&name, Role::Managed).await?;
+                let agent = Agent::start(
+                    &c,
+                    &hub.bootstrap_kubeconfig,
+                    opts.join_delay,
+                    opts.lease_duration_secs,
+                )
+                .await?;
+                clusters.push((h, c, agent));
+            }
+        }
+        Ok(Self {
+            global,
+            hubs,
+            hub_agents,
+            clusters,
+        })
+    }
+
+    /// Waits until every hub and cluster is Joined and Available where it registered.
+    pub async fn wait_ready(&self, deadline: Duration) -> Result<(), Error> {
+        let start = Instant::now();
+        let mut targets: Vec<(&Hub, usize)> = vec![(&self.global, self.hubs.len())];
+        for (h, hub) in self.hubs.iter().enumerate() {
+            targets.push((
+                hub,
+                self.clusters.iter().filter(|(i, _, _)| *i == h).count(),
+            ));
+        }
+        for (hub, want) in targets {
+            let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
+            loop {
+                let ready = api
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .iter()
+                    .filter(|m| {
+                        let c = m
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_deref())
+                            .unwrap_or(&[]);
+                        condition_is_true(c, JOINED) && condition_is_true(c, CLUSTER_AVAILABLE)
+                    })
+                    .count();
+                if ready >= want {
+                    break;
+                }
+                if start.elapsed() > deadline {
+                    return Err(Error::Setup(format!(
+                        "{}: {ready} of {want} clusters ready after {deadline:?}",
+                        hub.cluster.name
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `dir/kubeconfig/<name>.yaml` (admin, HTTPS) for the global hub and every hub.
+    pub fn write_kubeconfigs(&self, dir: &Path) -> Result<(), Error> {
+        let kdir = dir.join("kubeconfig");
+        std::fs::create_dir_all(&kdir)
+            .map_err(|e| Error::Setup(format!("{}: {e}", kdir.display())))?;
+        for hub in std::iter::once(&self.global).chain(self.hubs.iter()) {
+            let path = kdir.join(format!("{}.yaml", hub.cluster.name));
+            std::fs::write(&path, hub.cluster.api.kubeconfig())
+                .map_err(|e| Error::Setup(format!("{}: {e}", path.display())))?;
+        }
+        Ok(())
+    }
+}
