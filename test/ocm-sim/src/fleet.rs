@@ -11,7 +11,7 @@ use migration_api::ocm::cluster::ManagedCluster;
 
 use crate::Error;
 use crate::cluster::{Role, SimCluster};
-use crate::hub::{Agent, Hub, HubOptions};
+use crate::hub::{Agent, AgentOptions, Hub, HubOptions};
 use crate::registration::RegistrationOptions;
 
 /// Name of the global hub.
@@ -28,6 +28,8 @@ pub struct FleetOptions {
     pub lease_duration_secs: i32,
     /// How often hubs judge leases.
     pub lease_check_interval: Duration,
+    /// How often work agents re-read applied resources for feedback.
+    pub status_sync_interval: Duration,
 }
 
 impl Default for FleetOptions {
@@ -38,6 +40,7 @@ impl Default for FleetOptions {
             join_delay: Duration::from_secs(2),
             lease_duration_secs: 60,
             lease_check_interval: Duration::from_secs(2),
+            status_sync_interval: Duration::from_secs(2),
         }
     }
 }
@@ -72,20 +75,17 @@ impl Fleet {
                 lease_check_interval: opts.lease_check_interval,
             },
         };
+        let agent = AgentOptions {
+            join_delay: opts.join_delay,
+            lease_duration_secs: opts.lease_duration_secs,
+            status_sync_interval: opts.status_sync_interval,
+        };
         let global = Hub::start(GLOBAL_HUB, hub_opts.clone()).await?;
         let mut hubs = Vec::new();
         let mut hub_agents = Vec::new();
         for i in 1..=opts.hubs {
             let hub = Hub::start(&hub_name(i), hub_opts.clone()).await?;
-            hub_agents.push(
-                Agent::start(
-                    &hub.cluster,
-                    &global.bootstrap_kubeconfig,
-                    opts.join_delay,
-                    opts.lease_duration_secs,
-                )
-                .await?,
-            );
+            hub_agents.push(Agent::start(&hub.cluster, &global.bootstrap_kubeconfig, agent).await?);
             hubs.push(hub);
         }
         let mut clusters = Vec::new();
@@ -93,14 +93,8 @@ impl Fleet {
             for j in 1..=opts.clusters_per_hub {
                 let name = cluster_name(h * opts.clusters_per_hub + j);
                 let c = SimCluster::start(&name, Role::Managed).await?;
-                let agent = Agent::start(
-                    &c,
-                    &hub.bootstrap_kubeconfig,
-                    opts.join_delay,
-                    opts.lease_duration_secs,
-                )
-                .await?;
-                clusters.push((h, c, agent));
+                let klusterlet = Agent::start(&c, &hub.bootstrap_kubeconfig, agent).await?;
+                clusters.push((h, c, klusterlet));
             }
         }
         Ok(Self {

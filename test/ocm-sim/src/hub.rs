@@ -18,6 +18,7 @@ use crate::names::{
     AGENT_NAMESPACE, BOOTSTRAP_NAMESPACE, BOOTSTRAP_SA, HUB_NAMESPACE, bootstrap_user,
 };
 use crate::registration::{self, RegistrationOptions};
+use crate::work_agent::{self, WorkAgentOptions};
 
 const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -95,10 +96,30 @@ impl Drop for Hub {
     }
 }
 
-/// A klusterlet running for a cluster.
+/// Timing of a klusterlet.
+#[derive(Clone, Copy, Debug)]
+pub struct AgentOptions {
+    /// Simulated time to join.
+    pub join_delay: Duration,
+    pub lease_duration_secs: i32,
+    /// How often the work agent re-reads applied resources for status feedback.
+    pub status_sync_interval: Duration,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        Self {
+            join_delay: Duration::from_secs(2),
+            lease_duration_secs: 60,
+            status_sync_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A klusterlet (registration agent and work agent) running for a cluster.
 #[derive(Debug)]
 pub struct Agent {
-    task: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl Agent {
@@ -107,8 +128,7 @@ impl Agent {
     pub async fn start(
         cluster: &SimCluster,
         bootstrap_kubeconfig: &str,
-        join_delay: Duration,
-        lease_duration_secs: i32,
+        agent: AgentOptions,
     ) -> Result<Self, Error> {
         cluster.ensure_namespace(AGENT_NAMESPACE).await?;
         let secrets: Api<Secret> = Api::namespaced(cluster.admin.clone(), AGENT_NAMESPACE);
@@ -134,27 +154,42 @@ impl Agent {
             agent_name: format!("{}-agent", cluster.name),
             api_url: cluster.api.url(),
             api_ca_pem: cluster.api.ca_pem().to_owned(),
-            join_delay,
-            lease_duration_secs,
+            join_delay: agent.join_delay,
+            lease_duration_secs: agent.lease_duration_secs,
         };
         let managed = cluster.admin.clone();
         let name = cluster.name.clone();
-        let task = tokio::spawn(async move {
+        let registration = tokio::spawn(async move {
             if let Err(e) = klusterlet::run(managed, opts).await {
-                tracing::warn!(cluster = %name, error = %e, "klusterlet stopped");
+                tracing::warn!(cluster = %name, error = %e, "registration agent stopped");
             }
         });
-        Ok(Self { task })
+        let managed = cluster.admin.clone();
+        let name = cluster.name.clone();
+        let work_opts = WorkAgentOptions {
+            cluster_name: name.clone(),
+            status_sync_interval: agent.status_sync_interval,
+        };
+        let work = tokio::spawn(async move {
+            if let Err(e) = work_agent::run(managed, work_opts).await {
+                tracing::warn!(cluster = %name, error = %e, "work agent stopped");
+            }
+        });
+        Ok(Self {
+            tasks: vec![registration, work],
+        })
     }
 
-    /// Stops the klusterlet (its lease stops being renewed).
+    /// Stops the klusterlet (its lease stops being renewed, its works are no longer served).
     pub fn stop(&self) {
-        self.task.abort();
+        for t in &self.tasks {
+            t.abort();
+        }
     }
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop();
     }
 }

@@ -7,6 +7,7 @@ pub mod hub;
 pub mod klusterlet;
 pub mod names;
 pub mod registration;
+pub mod work_agent;
 
 /// Errors of the simulators.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use migration_api::common::find_condition;
 use migration_api::ocm::cluster::ManagedCluster;
 use ocm_sim::cluster::{Role, SimCluster};
-use ocm_sim::hub::{Agent, Hub, HubOptions};
+use ocm_sim::hub::{Agent, AgentOptions, Hub, HubOptions};
 use ocm_sim::registration::RegistrationOptions;
 use serde_json::json;
 
@@ -25,6 +25,14 @@ fn fast() -> HubOptions {
         registration: RegistrationOptions {
             lease_check_interval: Duration::from_millis(200),
         },
+    }
+}
+
+fn fast_agent() -> AgentOptions {
+    AgentOptions {
+        join_delay: Duration::ZERO,
+        lease_duration_secs: 1,
+        status_sync_interval: Duration::from_millis(200),
     }
 }
 
@@ -67,7 +75,7 @@ async fn clusters_join_become_available_and_go_unknown_when_their_lease_stops() 
             .await
             .unwrap();
         agents.push(
-            Agent::start(&c, &hub.bootstrap_kubeconfig, Duration::ZERO, 1)
+            Agent::start(&c, &hub.bootstrap_kubeconfig, fast_agent())
                 .await
                 .unwrap(),
         );
@@ -152,7 +160,7 @@ async fn without_auto_approval_a_cluster_waits_for_the_hub_admin() {
     };
     let hub = Hub::start("hub1", opts).await.unwrap();
     let c = SimCluster::start("cluster1", Role::Managed).await.unwrap();
-    let _agent = Agent::start(&c, &hub.bootstrap_kubeconfig, Duration::ZERO, 1)
+    let _agent = Agent::start(&c, &hub.bootstrap_kubeconfig, fast_agent())
         .await
         .unwrap();
     let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());

@@ -1,0 +1,260 @@
+//! ManifestWorks land their objects on the right cluster with Applied, Available and feedback;
+//! deleting a work removes what it applied (or leaves it, per its deleteOption).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use migration_api::common::condition_is_true;
+use migration_api::ocm::cluster::ManagedCluster;
+use migration_api::ocm::work::{AppliedManifestWork, ManifestWork};
+use ocm_sim::cluster::{Role, SimCluster};
+use ocm_sim::hub::{Agent, AgentOptions, Hub, HubOptions};
+use ocm_sim::registration::RegistrationOptions;
+
+fn logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+use serde_json::json;
+
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn joined_pair() -> (Hub, Vec<(SimCluster, Agent)>) {
+    logs();
+    let hub = Hub::start(
+        "hub1",
+        HubOptions {
+            auto_approve: true,
+            registration: RegistrationOptions {
+                lease_check_interval: Duration::from_millis(200),
+            },
+        },
+    )
+    .await
+    .unwrap();
+    let agent = AgentOptions {
+        join_delay: Duration::ZERO,
+        lease_duration_secs: 1,
+        status_sync_interval: Duration::from_millis(200),
+    };
+    let mut clusters = Vec::new();
+    for name in ["cluster1", "cluster2"] {
+        let c = SimCluster::start(name, Role::Managed).await.unwrap();
+        let a = Agent::start(&c, &hub.bootstrap_kubeconfig, agent)
+            .await
+            .unwrap();
+        clusters.push((c, a));
+    }
+    let mcs: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
+    eventually("both clusters joined", || {
+        let mcs = mcs.clone();
+        async move {
+            let l = mcs.list(&Default::default()).await.unwrap().items;
+            (l.len() == 2
+                && l.iter().all(|m| {
+                    condition_is_true(
+                        m.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_deref())
+                            .unwrap_or(&[]),
+                        "ManagedClusterJoined",
+                    )
+                }))
+            .then_some(())
+        }
+    })
+    .await;
+    (hub, clusters)
+}
+
+fn work(name: &str, delete_option: serde_json::Value) -> ManifestWork {
+    serde_json::from_value(json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": name, "namespace": "cluster1"},
+        "spec": {
+            "workload": {"manifests": [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}},
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "app"}, "data": {"mode": "blue", "replicas": "3"}}
+            ]},
+            "deleteOption": delete_option,
+            "manifestConfigs": [{
+                "resourceIdentifier": {"resource": "configmaps", "namespace": "app", "name": "settings"},
+                "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [{"name": "mode", "path": ".data.mode"}, {"name": "extra", "path": ".data.extra"}]}]
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
+    let (hub, clusters) = joined_pair().await;
+    let works: Api<ManifestWork> = Api::namespaced(hub.cluster.admin.clone(), "cluster1");
+    works
+        .create(
+            &PostParams::default(),
+            &work("app", json!({"propagationPolicy": "Foreground"})),
+        )
+        .await
+        .unwrap();
+    let c1_cms: Api<ConfigMap> = Api::namespaced(clusters[0].0.admin.clone(), "app");
+    let c2_cms: Api<ConfigMap> = Api::namespaced(clusters[1].0.admin.clone(), "app");
+    eventually("the ConfigMap on cluster1", || {
+        let c1 = c1_cms.clone();
+        async move { c1.get_opt("settings").await.unwrap() }
+    })
+    .await;
+    assert!(
+        c2_cms.get_opt("settings").await.unwrap().is_none(),
+        "cluster2 gets nothing"
+    );
+    let w = eventually("Applied, Available and the feedback value", || {
+        let works = works.clone();
+        async move {
+            let w = works.get("app").await.unwrap();
+            let st = w.status.clone()?;
+            let conds = st.conditions.clone().unwrap_or_default();
+            let fb = st
+                .resource_status
+                .as_ref()?
+                .manifests
+                .as_ref()?
+                .iter()
+                .find_map(|m| {
+                    m.status_feedback
+                        .as_ref()?
+                        .values
+                        .as_ref()?
+                        .iter()
+                        .find(|v| v.name == "mode")
+                        .and_then(|v| v.field_value.string.clone())
+                });
+            (condition_is_true(&conds, "Applied")
+                && condition_is_true(&conds, "Available")
+                && fb.as_deref() == Some("blue"))
+            .then_some(w)
+        }
+    })
+    .await;
+    assert_eq!(
+        w.finalizers(),
+        ["cluster.open-cluster-management.io/manifest-work-cleanup"]
+    );
+    // Feedback follows the object on the cluster; drift from the manifest is reverted.
+    c1_cms
+        .patch(
+            "settings",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"mode": "green", "extra": "seen"}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the feedback to follow and the drift to be reverted",
+        || {
+            let works = works.clone();
+            async move {
+                let w = works.get("app").await.unwrap();
+                let values = w
+                    .status?
+                    .resource_status?
+                    .manifests?
+                    .into_iter()
+                    .find_map(|m| m.status_feedback?.values)?;
+                let get = |n: &str| {
+                    values
+                        .iter()
+                        .find(|v| v.name == n)
+                        .and_then(|v| v.field_value.string.clone())
+                };
+                (get("extra").as_deref() == Some("seen") && get("mode").as_deref() == Some("blue"))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let amws: Api<AppliedManifestWork> = Api::all(clusters[0].0.admin.clone());
+    assert_eq!(amws.list(&Default::default()).await.unwrap().items.len(), 1);
+    works.delete("app", &DeleteParams::default()).await.unwrap();
+    eventually(
+        "the work, its objects and the AppliedManifestWork to go",
+        || {
+            let (works, c1, amws) = (works.clone(), c1_cms.clone(), amws.clone());
+            async move {
+                let w = works.get_opt("app").await.unwrap();
+                let a = amws.list(&Default::default()).await.unwrap().items;
+                (w.is_none() && c1.get_opt("settings").await.unwrap().is_none() && a.is_empty())
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn selectively_orphaned_objects_stay_the_rest_go() {
+    let (hub, clusters) = joined_pair().await;
+    clusters[0].0.ensure_namespace("app").await.unwrap();
+    let works: Api<ManifestWork> = Api::namespaced(hub.cluster.admin.clone(), "cluster1");
+    let w: ManifestWork = serde_json::from_value(json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": "two", "namespace": "cluster1"},
+        "spec": {
+            "workload": {"manifests": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "keep", "namespace": "app"}, "data": {"a": "1"}},
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "drop", "namespace": "app"}, "data": {"a": "1"}}
+            ]},
+            "deleteOption": {"propagationPolicy": "SelectivelyOrphan", "selectivelyOrphans": {"orphaningRules": [
+                {"resource": "configmaps", "namespace": "app", "name": "keep"}]}}
+        }
+    }))
+    .unwrap();
+    works.create(&PostParams::default(), &w).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(clusters[0].0.admin.clone(), "app");
+    eventually("both ConfigMaps", || {
+        let cms = cms.clone();
+        async move {
+            (cms.get_opt("keep").await.unwrap().is_some()
+                && cms.get_opt("drop").await.unwrap().is_some())
+            .then_some(())
+        }
+    })
+    .await;
+    works.delete("two", &DeleteParams::default()).await.unwrap();
+    eventually("the work and the non-orphaned ConfigMap to go", || {
+        let (works, cms) = (works.clone(), cms.clone());
+        async move {
+            (works.get_opt("two").await.unwrap().is_none()
+                && cms.get_opt("drop").await.unwrap().is_none())
+            .then_some(())
+        }
+    })
+    .await;
+    let kept = cms.get("keep").await.unwrap();
+    assert!(
+        kept.owner_references().is_empty(),
+        "the orphan no longer points at the AppliedManifestWork"
+    );
+}
