@@ -79,6 +79,7 @@ impl Fleet {
             join_delay: opts.join_delay,
             lease_duration_secs: opts.lease_duration_secs,
             status_sync_interval: opts.status_sync_interval,
+            addon_lease_period: Duration::from_secs(60),
         };
         let global = Hub::start(GLOBAL_HUB, hub_opts.clone()).await?;
         let mut hubs = Vec::new();

@@ -12,6 +12,7 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 
 use crate::Error;
+use crate::addon_agent::{self, AddonAgentOptions};
 use crate::cluster::{Role, SimCluster, all_rules};
 use crate::klusterlet::{self, KlusterletOptions};
 use crate::names::{
@@ -104,6 +105,8 @@ pub struct AgentOptions {
     pub lease_duration_secs: i32,
     /// How often the work agent re-reads applied resources for status feedback.
     pub status_sync_interval: Duration,
+    /// Addon lease period (addons go unavailable after five periods without renewal).
+    pub addon_lease_period: Duration,
 }
 
 impl Default for AgentOptions {
@@ -112,6 +115,7 @@ impl Default for AgentOptions {
             join_delay: Duration::from_secs(2),
             lease_duration_secs: 60,
             status_sync_interval: Duration::from_secs(10),
+            addon_lease_period: Duration::from_secs(60),
         }
     }
 }
@@ -175,8 +179,20 @@ impl Agent {
                 tracing::warn!(cluster = %name, error = %e, "work agent stopped");
             }
         });
+        let managed = cluster.admin.clone();
+        let name = cluster.name.clone();
+        let addon_opts = AddonAgentOptions {
+            cluster_name: name.clone(),
+            lease_period: agent.addon_lease_period,
+            resync: agent.status_sync_interval,
+        };
+        let addons = tokio::spawn(async move {
+            if let Err(e) = addon_agent::run(managed, addon_opts).await {
+                tracing::warn!(cluster = %name, error = %e, "addon agent stopped");
+            }
+        });
         Ok(Self {
-            tasks: vec![registration, work],
+            tasks: vec![registration, work, addons],
         })
     }
 

@@ -1,6 +1,7 @@
 //! ocm-sim: OCM's own components simulated as small kube-rs controllers against kube-sim
 //! instances, with the identities the real components have, and the fleet launcher.
 
+pub mod addon_agent;
 pub mod cluster;
 pub mod fleet;
 pub mod hub;

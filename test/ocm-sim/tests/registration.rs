@@ -33,6 +33,7 @@ fn fast_agent() -> AgentOptions {
         join_delay: Duration::ZERO,
         lease_duration_secs: 1,
         status_sync_interval: Duration::from_millis(200),
+        addon_lease_period: Duration::from_secs(1),
     }
 }
 

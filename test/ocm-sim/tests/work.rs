@@ -58,6 +58,7 @@ async fn joined_pair() -> (Hub, Vec<(SimCluster, Agent)>) {
         join_delay: Duration::ZERO,
         lease_duration_secs: 1,
         status_sync_interval: Duration::from_millis(200),
+        addon_lease_period: Duration::from_secs(1),
     };
     let mut clusters = Vec::new();
     for name in ["cluster1", "cluster2"] {
