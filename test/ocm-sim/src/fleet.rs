@@ -11,7 +11,7 @@ use migration_api::ocm::cluster::ManagedCluster;
 
 use crate::Error;
 use crate::cluster::{Role, SimCluster};
-use crate::hub::{Agent, AgentOptions, Hub, HubOptions};
+use crate::hub::{Agent, AgentOptions, Hub, HubOptions, start_managed_serviceaccount};
 use crate::registration::RegistrationOptions;
 
 /// Name of the global hub.
@@ -54,6 +54,16 @@ pub struct Fleet {
     pub hub_agents: Vec<Agent>,
     /// Managed clusters, with the index of the hub they start on.
     pub clusters: Vec<(usize, SimCluster, Agent)>,
+    /// The managed-serviceaccount addon of each hub (towards the global hub).
+    msa: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for t in &self.msa {
+            t.abort();
+        }
+    }
 }
 
 /// Name of the `i`th hub (1-based).
@@ -89,6 +99,13 @@ impl Fleet {
             hub_agents.push(Agent::start(&hub.cluster, &global.bootstrap_kubeconfig, agent).await?);
             hubs.push(hub);
         }
+        let mut msa = Vec::new();
+        for hub in &hubs {
+            msa.push(
+                start_managed_serviceaccount(&global, &hub.cluster, opts.status_sync_interval)
+                    .await?,
+            );
+        }
         let mut clusters = Vec::new();
         for (h, hub) in hubs.iter().enumerate() {
             for j in 1..=opts.clusters_per_hub {
@@ -103,6 +120,7 @@ impl Fleet {
             hubs,
             hub_agents,
             clusters,
+            msa,
         })
     }
 

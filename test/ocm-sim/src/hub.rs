@@ -89,6 +89,33 @@ impl Hub {
     }
 }
 
+/// Starts the managed-serviceaccount addon for `cluster`, a managed cluster of `hub`, with an
+/// identity of its own on the hub.
+pub async fn start_managed_serviceaccount(
+    hub: &Hub,
+    cluster: &SimCluster,
+    resync: Duration,
+) -> Result<JoinHandle<()>, Error> {
+    let rules = json!([
+        {"apiGroups": ["authentication.open-cluster-management.io"], "resources": ["managedserviceaccounts", "managedserviceaccounts/status"], "verbs": ["get", "list", "watch", "update", "patch"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}
+    ]);
+    let sa = format!("managed-serviceaccount-{}", cluster.name);
+    let token = hub
+        .cluster
+        .service_account("open-cluster-management-agent-addon", &sa, rules, YEAR)
+        .await?;
+    let client = hub.cluster.client_for_token(&token).await?;
+    let managed = cluster.admin.clone();
+    let name = cluster.name.clone();
+    let ca = cluster.api.ca_pem().to_owned();
+    Ok(tokio::spawn(async move {
+        if let Err(e) = crate::msa::run(client, managed, name.clone(), ca, resync).await {
+            tracing::warn!(cluster = %name, error = %e, "managed-serviceaccount addon stopped");
+        }
+    }))
+}
+
 impl Drop for Hub {
     fn drop(&mut self) {
         for t in &self.tasks {

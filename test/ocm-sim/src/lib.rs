@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod fleet;
 pub mod hub;
 pub mod klusterlet;
+pub mod msa;
 pub mod names;
 pub mod registration;
 pub mod work_agent;

@@ -1,0 +1,175 @@
+//! The managed-serviceaccount addon, for one managed cluster: for each ManagedServiceAccount in
+//! the cluster's namespace on its hub, a ServiceAccount on the cluster, a token with the
+//! requested validity projected into the hub secret of the same name (`token`, `ca.crt`),
+//! `tokenSecretRef`, `expirationTimestamp` and the SecretCreated/TokenReported conditions;
+//! rotation before expiry; and revocation (the ServiceAccount deleted) once the
+//! ManagedServiceAccount is gone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, Resource, ResourceExt};
+use migration_api::common::{Condition, set_condition};
+use migration_api::migration::parse_duration;
+use migration_api::ocm::msa::ManagedServiceAccount;
+use serde_json::json;
+
+use crate::Error;
+
+/// Namespace of the managed ServiceAccounts on the managed cluster.
+pub const MSA_NAMESPACE: &str = "open-cluster-management-managed-serviceaccount";
+/// Label on the ServiceAccounts this addon manages.
+pub const MSA_LABEL: &str = "authentication.open-cluster-management.io/is-managed-serviceaccount";
+const MANAGER: &str = "managed-serviceaccount-addon-agent";
+/// Upstream's default validity.
+const DEFAULT_VALIDITY: Duration = Duration::from_secs(8640 * 3600);
+
+/// Runs the addon for one cluster until aborted. `hub` is the addon's hub identity (it may
+/// read and write ManagedServiceAccounts and Secrets in the cluster's namespace).
+pub async fn run(
+    hub: Client,
+    managed: Client,
+    cluster: String,
+    managed_ca_pem: String,
+    resync: Duration,
+) -> Result<(), Error> {
+    let mut tick = tokio::time::interval(resync);
+    loop {
+        tick.tick().await;
+        if let Err(e) = sync(&hub, &managed, &cluster, &managed_ca_pem).await {
+            tracing::debug!(%cluster, error = %e, "managed-serviceaccount sync");
+        }
+    }
+}
+
+async fn sync(hub: &Client, managed: &Client, cluster: &str, ca_pem: &str) -> Result<(), Error> {
+    let msas: Api<ManagedServiceAccount> = Api::namespaced(hub.clone(), cluster);
+    let sas: Api<ServiceAccount> = Api::namespaced(managed.clone(), MSA_NAMESPACE);
+    let list = msas.list(&ListParams::default()).await?.items;
+    let wanted: BTreeSet<String> = list
+        .iter()
+        .filter(|m| m.meta().deletion_timestamp.is_none())
+        .map(|m| m.name_any())
+        .collect();
+    // Revoke: a managed ServiceAccount whose ManagedServiceAccount is gone is deleted.
+    for sa in sas.list(&ListParams::default().labels(MSA_LABEL)).await? {
+        if !wanted.contains(&sa.name_any()) {
+            sas.delete(&sa.name_any(), &DeleteParams::default()).await?;
+        }
+    }
+    if list.is_empty() {
+        return Ok(());
+    }
+    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(managed.clone());
+    ns_api
+        .patch(MSA_NAMESPACE, &PatchParams::apply(MANAGER), &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MSA_NAMESPACE}})))
+        .await?;
+    for msa in list.iter().filter(|m| wanted.contains(&m.name_any())) {
+        reconcile(hub, &sas, cluster, ca_pem, msa).await?;
+    }
+    Ok(())
+}
+
+async fn reconcile(
+    hub: &Client,
+    sas: &Api<ServiceAccount>,
+    cluster: &str,
+    ca_pem: &str,
+    msa: &ManagedServiceAccount,
+) -> Result<(), Error> {
+    let name = msa.name_any();
+    sas.patch(
+        &name,
+        &PatchParams::apply(MANAGER),
+        &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": MSA_NAMESPACE, "labels": {MSA_LABEL: "true"}}
+        })),
+    )
+    .await?;
+    let validity = msa
+        .spec
+        .rotation
+        .validity
+        .as_deref()
+        .and_then(parse_duration)
+        .unwrap_or(DEFAULT_VALIDITY);
+    let now = jiff::Timestamp::now();
+    let status = msa.status.clone().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), cluster);
+    let secret_exists = secrets.get_opt(&name).await?.is_some();
+    // Refresh when missing, or with less than a fifth of the validity left.
+    let fresh = status.expiration_timestamp.as_ref().is_some_and(|exp| {
+        let left = exp.0.as_second() - now.as_second();
+        left > i64::try_from(validity.as_secs() / 5).unwrap_or(i64::MAX)
+    });
+    if secret_exists && fresh {
+        return Ok(());
+    }
+    let tr: TokenRequest = serde_json::from_value(
+        json!({"spec": {"audiences": [], "expirationSeconds": validity.as_secs()}}),
+    )?;
+    let token = sas
+        .create_token_request(&name, &PostParams::default(), &tr)
+        .await?
+        .status
+        .ok_or_else(|| Error::Setup(format!("no token for {name}")))?;
+    let mut data = BTreeMap::new();
+    data.insert(
+        "token".to_owned(),
+        ByteString(token.token.as_bytes().to_vec()),
+    );
+    data.insert("ca.crt".to_owned(), ByteString(ca_pem.as_bytes().to_vec()));
+    let owner = msa.controller_owner_ref(&()).map(|o| vec![o]);
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(cluster.to_owned()),
+            owner_references: owner,
+            ..Default::default()
+        },
+        data: Some(data),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    };
+    secrets
+        .patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await?;
+    let mut conditions: Vec<Condition> = status.conditions.clone().unwrap_or_default();
+    set_condition(
+        &mut conditions,
+        "SecretCreated",
+        "True",
+        "SecretCreated",
+        "The token secret is created",
+        None,
+    );
+    set_condition(
+        &mut conditions,
+        "TokenReported",
+        "True",
+        "TokenReported",
+        "The token is reported",
+        None,
+    );
+    let msas: Api<ManagedServiceAccount> = Api::namespaced(hub.clone(), cluster);
+    msas.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "conditions": conditions,
+            "expirationTimestamp": token.expiration_timestamp,
+            "tokenSecretRef": {"name": name, "lastRefreshTimestamp": migration_api::common::now()}
+        }})),
+    )
+    .await?;
+    Ok(())
+}

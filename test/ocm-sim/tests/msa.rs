@@ -1,0 +1,134 @@
+//! A ManagedServiceAccount yields a token that authenticates on the managed hub, and is refused
+//! once the ManagedServiceAccount is deleted.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use migration_api::common::condition_is_true;
+use migration_api::ocm::msa::ManagedServiceAccount;
+use ocm_sim::fleet::{Fleet, FleetOptions};
+use serde_json::json;
+
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn managed_serviceaccount_token_works_until_revoked() {
+    let opts = FleetOptions {
+        hubs: 1,
+        clusters_per_hub: 0,
+        join_delay: Duration::ZERO,
+        lease_duration_secs: 1,
+        lease_check_interval: Duration::from_millis(200),
+        status_sync_interval: Duration::from_millis(200),
+    };
+    let fleet = Fleet::up(&opts).await.unwrap();
+    fleet.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let global = fleet.global.cluster.admin.clone();
+    let msas: Api<ManagedServiceAccount> = Api::namespaced(global.clone(), "hub1");
+    let msa: ManagedServiceAccount = serde_json::from_value(json!({
+        "apiVersion": "authentication.open-cluster-management.io/v1beta1", "kind": "ManagedServiceAccount",
+        "metadata": {"name": "migration-bootstrap", "namespace": "hub1"},
+        "spec": {"rotation": {"enabled": true, "validity": "1h"}}
+    }))
+    .unwrap();
+    msas.create(&PostParams::default(), &msa).await.unwrap();
+    let done = eventually("the token to be reported", || {
+        let msas = msas.clone();
+        async move {
+            let m = msas.get("migration-bootstrap").await.unwrap();
+            let st = m.status.clone()?;
+            (condition_is_true(st.conditions.as_deref().unwrap_or(&[]), "TokenReported")
+                && st.token_secret_ref.is_some())
+            .then_some(m)
+        }
+    })
+    .await;
+    let status = done.status.unwrap();
+    let expires = status.expiration_timestamp.unwrap().0;
+    let hours = (expires.as_second() - jiff::Timestamp::now().as_second()) as f64 / 3600.0;
+    assert!(
+        (0.9..=1.01).contains(&hours),
+        "validity honoured: {hours} h"
+    );
+    let secrets: Api<Secret> = Api::namespaced(global.clone(), "hub1");
+    let secret = secrets.get("migration-bootstrap").await.unwrap();
+    let data = secret.data.unwrap();
+    let token = String::from_utf8(data["token"].0.clone()).unwrap();
+    let hub1 = &fleet.hubs[0].cluster;
+    assert_eq!(
+        String::from_utf8(data["ca.crt"].0.clone()).unwrap(),
+        hub1.api.ca_pem()
+    );
+    // The token authenticates on hub1 as the managed ServiceAccount.
+    let client = hub1.client_for_token(&token).await.unwrap();
+    let ssar: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let review = serde_json::from_value(
+        json!({"spec": {"nonResourceAttributes": {"verb": "get", "path": "/version"}}}),
+    )
+    .unwrap();
+    assert!(
+        ssar.create(&PostParams::default(), &review)
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .allowed
+    );
+    match Api::<ConfigMap>::namespaced(client.clone(), "default").list(&ListParams::default()).await {
+        Err(kube::Error::Api(s)) => assert!(
+            s.code == 403 && s.message.contains("system:serviceaccount:open-cluster-management-managed-serviceaccount:migration-bootstrap"),
+            "{}",
+            s.message
+        ),
+        other => panic!("{other:?}"),
+    }
+    // Revocation: deleting the ManagedServiceAccount deletes the ServiceAccount; the token stops working.
+    msas.delete("migration-bootstrap", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the token to be refused", || {
+        let client = client.clone();
+        async move {
+            match Api::<ConfigMap>::namespaced(client, "default")
+                .list(&ListParams::default())
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 401 => Some(()),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    eventually("the hub secret to be collected", || {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .get_opt("migration-bootstrap")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
+}
