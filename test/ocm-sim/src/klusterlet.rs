@@ -9,6 +9,7 @@ use std::time::Duration;
 use base64::Engine;
 use futures::StreamExt;
 use k8s_openapi::ByteString;
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
@@ -20,6 +21,7 @@ use migration_api::common::{Condition, set_condition};
 use migration_api::names::BOOTSTRAP_HUB_KUBECONFIG;
 use migration_api::names::conditions::JOINED;
 use migration_api::ocm::cluster::{ClusterClaim, ManagedCluster};
+use migration_api::ocm::operator::Klusterlet;
 use serde_json::json;
 
 use crate::Error;
@@ -64,29 +66,111 @@ fn kubeconfig_server(text: &str) -> Option<(String, Option<String>)> {
     ))
 }
 
+/// The bootstrap kubeconfigs the agent may use, in order, and the hub connection timeout: the
+/// Klusterlet's `bootstrapKubeConfigs` (LocalSecrets) when the MultipleHubs feature gate is on,
+/// else `bootstrap-hub-kubeconfig` alone.
+async fn candidates(
+    managed: &Client,
+    secrets: &Api<Secret>,
+) -> Result<(Vec<String>, Duration), Error> {
+    let klusterlet = Api::<Klusterlet>::all(managed.clone())
+        .get_opt("klusterlet")
+        .await?;
+    let reg = klusterlet
+        .as_ref()
+        .and_then(|k| k.spec.registration_configuration.as_ref());
+    let multiple = reg.and_then(|r| r.feature_gates.as_ref()).is_some_and(|g| {
+        g.iter()
+            .any(|f| f.feature == "MultipleHubs" && f.mode.as_deref() == Some("Enable"))
+    });
+    let local = reg
+        .and_then(|r| r.bootstrap_kube_configs.as_ref())
+        .filter(|b| b.type_ == "LocalSecrets")
+        .and_then(|b| b.local_secrets_config.as_ref());
+    let (names, timeout) = match (multiple, local) {
+        (true, Some(l)) => (
+            l.kube_config_secrets
+                .iter()
+                .map(|s| s.name.clone())
+                .collect(),
+            Duration::from_secs(
+                u64::try_from(l.hub_connection_timeout_seconds.unwrap_or(600)).unwrap_or(600),
+            ),
+        ),
+        _ => (
+            vec![BOOTSTRAP_HUB_KUBECONFIG.to_owned()],
+            Duration::from_secs(600),
+        ),
+    };
+    let mut texts = Vec::new();
+    for name in names {
+        if let Some(text) = secrets
+            .get_opt(&name)
+            .await?
+            .and_then(|s| secret_text(&s, "kubeconfig"))
+        {
+            texts.push(text);
+        }
+    }
+    Ok((texts, timeout))
+}
+
+/// Whether a bootstrap kubeconfig is usable: its identity may create CSRs on that hub, and the
+/// hub, if it already has this cluster, accepts it.
+async fn usable(boot_text: &str, cluster: &str) -> bool {
+    let Ok(boot) = kube_sim::client_from_kubeconfig(boot_text).await else {
+        return false;
+    };
+    let ssar: Api<SelfSubjectAccessReview> = Api::all(boot.clone());
+    let review = json!({"spec": {"resourceAttributes": {"verb": "create", "group": "certificates.k8s.io", "resource": "certificatesigningrequests"}}});
+    let Ok(review) = serde_json::from_value(review) else {
+        return false;
+    };
+    let allowed = match ssar.create(&PostParams::default(), &review).await {
+        Ok(r) => r.status.is_some_and(|s| s.allowed),
+        Err(_) => false,
+    };
+    if !allowed {
+        return false;
+    }
+    match Api::<ManagedCluster>::all(boot).get_opt(cluster).await {
+        Ok(Some(mc)) => mc.spec.hub_accepts_client,
+        Ok(None) => true,
+        Err(_) => false,
+    }
+}
+
 /// Runs the agent until the task is aborted.
 pub async fn run(managed: Client, opts: KlusterletOptions) -> Result<(), Error> {
     let secrets: Api<Secret> = Api::namespaced(managed.clone(), AGENT_NAMESPACE);
+    // How long to wait before looking for a usable hub again.
+    let retry = Duration::from_secs(u64::try_from(opts.lease_duration_secs).unwrap_or(1).max(1));
     loop {
-        let bootstrap = await_condition(
+        await_condition(
             secrets.clone(),
             BOOTSTRAP_HUB_KUBECONFIG,
             |s: Option<&Secret>| s.and_then(|s| secret_text(s, "kubeconfig")).is_some(),
         )
         .await
         .map_err(|e| Error::Setup(format!("waiting for the bootstrap kubeconfig: {e}")))?;
-        let Some(boot_text) = bootstrap.and_then(|s| secret_text(&s, "kubeconfig")) else {
+        let (texts, timeout) = candidates(&managed, &secrets).await?;
+        let mut selected = None;
+        for text in texts {
+            if usable(&text, &opts.cluster_name).await {
+                selected = Some(text);
+                break;
+            }
+        }
+        let Some(boot_text) = selected else {
+            tracing::debug!(cluster = %opts.cluster_name, "no usable bootstrap kubeconfig");
+            tokio::time::sleep(retry).await;
             continue;
         };
-        match session(&managed, &secrets, &boot_text, &opts).await {
+        match session(&managed, &secrets, &boot_text, &opts, timeout).await {
             Ok(()) => tracing::info!(cluster = %opts.cluster_name, "restarting registration"),
             Err(e) => {
                 tracing::debug!(cluster = %opts.cluster_name, error = %e, "registration attempt failed");
-                // A failed attempt (hub unreachable, say) is retried after a lease period.
-                tokio::time::sleep(Duration::from_secs(
-                    u64::try_from(opts.lease_duration_secs).unwrap_or(1).max(1),
-                ))
-                .await;
+                tokio::time::sleep(retry).await;
             }
         }
     }
@@ -98,6 +182,7 @@ async fn session(
     secrets: &Api<Secret>,
     boot_text: &str,
     opts: &KlusterletOptions,
+    hub_timeout: Duration,
 ) -> Result<(), Error> {
     let (server, ca) = kubeconfig_server(boot_text)
         .ok_or_else(|| Error::Setup("bootstrap kubeconfig has no cluster".into()))?;
@@ -134,12 +219,20 @@ async fn session(
     let mut watch = std::pin::pin!(watcher(clusters, cfg));
     let period = Duration::from_secs(u64::try_from(opts.lease_duration_secs).unwrap_or(60).max(1));
     let mut tick = tokio::time::interval(period);
+    let mut last_contact = std::time::Instant::now();
     loop {
         tokio::select! {
             _ = tick.tick() => {
                 let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
-                if let Err(e) = leases.patch(CLUSTER_LEASE, &PatchParams::default(), &Patch::Merge(json!({"spec": {"renewTime": now}}))).await {
-                    tracing::debug!(cluster = %name, error = %e, "lease renewal failed");
+                match leases.patch(CLUSTER_LEASE, &PatchParams::default(), &Patch::Merge(json!({"spec": {"renewTime": now}}))).await {
+                    Ok(_) => last_contact = std::time::Instant::now(),
+                    Err(e) => {
+                        tracing::debug!(cluster = %name, error = %e, "lease renewal failed");
+                        if last_contact.elapsed() > hub_timeout {
+                            tracing::info!(cluster = %name, "hub unreachable past the connection timeout");
+                            return Ok(());
+                        }
+                    }
                 }
             }
             ev = watch.next() => match ev {

@@ -329,6 +329,55 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
         }
         statuses.push(s);
     }
+    // Resources the work no longer lists are deleted, as the real agent does.
+    let key = |v: &Value| {
+        ["group", "resource", "namespace", "name"].map(|k| {
+            v.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        })
+    };
+    let now_keys: Vec<_> = applied_resources.iter().map(key).collect();
+    let previous: Vec<Value> = amw
+        .status
+        .as_ref()
+        .and_then(|s| s.applied_resources.as_ref())
+        .map(|r| {
+            r.iter()
+                .filter_map(|x| serde_json::to_value(x).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    for stale in previous.iter().filter(|p| !now_keys.contains(&key(p))) {
+        let [group, resource, namespace, name] = key(stale);
+        let version = stale
+            .get("version")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let ar = ApiResource {
+            api_version: if group.is_empty() {
+                version.clone()
+            } else {
+                format!("{group}/{version}")
+            },
+            group,
+            version,
+            kind: String::new(),
+            plural: resource,
+        };
+        let api: Api<DynamicObject> = if namespace.is_empty() {
+            Api::all_with(ctx.managed.clone(), &ar)
+        } else {
+            Api::namespaced_with(ctx.managed.clone(), &namespace, &ar)
+        };
+        match api.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     amws.patch_status(
         &amw_name,
         &PatchParams::default(),

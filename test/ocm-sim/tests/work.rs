@@ -198,6 +198,45 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
     .await;
     let amws: Api<AppliedManifestWork> = Api::all(clusters[0].0.admin.clone());
     assert_eq!(amws.list(&Default::default()).await.unwrap().items.len(), 1);
+    // A manifest removed from the work is removed from the cluster.
+    let mut extra = works.get("app").await.unwrap();
+    let manifests = extra
+        .spec
+        .workload
+        .as_mut()
+        .unwrap()
+        .manifests
+        .as_mut()
+        .unwrap();
+    manifests.push(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "extra", "namespace": "app"}}));
+    works
+        .replace("app", &PostParams::default(), &extra)
+        .await
+        .unwrap();
+    eventually("the extra ConfigMap", || {
+        let c1 = c1_cms.clone();
+        async move { c1.get_opt("extra").await.unwrap() }
+    })
+    .await;
+    let mut fewer = works.get("app").await.unwrap();
+    fewer
+        .spec
+        .workload
+        .as_mut()
+        .unwrap()
+        .manifests
+        .as_mut()
+        .unwrap()
+        .pop();
+    works
+        .replace("app", &PostParams::default(), &fewer)
+        .await
+        .unwrap();
+    eventually("the extra ConfigMap to be pruned", || {
+        let c1 = c1_cms.clone();
+        async move { c1.get_opt("extra").await.unwrap().is_none().then_some(()) }
+    })
+    .await;
     works.delete("app", &DeleteParams::default()).await.unwrap();
     eventually(
         "the work, its objects and the AppliedManifestWork to go",

@@ -1,0 +1,186 @@
+//! Hub switching (MultipleHubs): a klusterlet given a second bootstrap kubeconfig moves when its
+//! hub stops accepting it, and does not move when the other hub's bootstrap identity lacks RBAC.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use migration_api::common::condition_is_true;
+use migration_api::ocm::cluster::ManagedCluster;
+use migration_api::ocm::operator::Klusterlet;
+use ocm_sim::cluster::{Role, SimCluster};
+use ocm_sim::hub::{Agent, AgentOptions, Hub, HubOptions};
+use ocm_sim::registration::RegistrationOptions;
+use serde_json::json;
+
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn hub_opts() -> HubOptions {
+    HubOptions {
+        auto_approve: true,
+        registration: RegistrationOptions {
+            lease_check_interval: Duration::from_millis(200),
+        },
+    }
+}
+
+fn agent_opts() -> AgentOptions {
+    AgentOptions {
+        join_delay: Duration::ZERO,
+        lease_duration_secs: 1,
+        status_sync_interval: Duration::from_millis(200),
+        addon_lease_period: Duration::from_secs(1),
+    }
+}
+
+async fn available_on(hub: &Hub, cluster: &str) -> bool {
+    let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
+    api.get_opt(cluster).await.unwrap().is_some_and(|m| {
+        let c = m
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or(&[]);
+        m.spec.hub_accepts_client
+            && condition_is_true(c, "ManagedClusterJoined")
+            && condition_is_true(c, "ManagedClusterConditionAvailable")
+    })
+}
+
+/// Gives the cluster a second bootstrap kubeconfig and turns MultipleHubs on (what the import
+/// controller delivers from a KlusterletConfig).
+async fn offer_second_hub(cluster: &SimCluster, kubeconfig: &str) {
+    let secrets: Api<Secret> =
+        Api::namespaced(cluster.admin.clone(), "open-cluster-management-agent");
+    secrets
+        .patch("hub2-bootstrap", &PatchParams::apply("import-controller").force(), &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hub2-bootstrap", "namespace": "open-cluster-management-agent"},
+            "stringData": {"kubeconfig": kubeconfig}
+        })))
+        .await
+        .unwrap();
+    Api::<Klusterlet>::all(cluster.admin.clone())
+        .patch("klusterlet", &PatchParams::apply("import-controller").force(), &Patch::Apply(json!({
+            "apiVersion": "operator.open-cluster-management.io/v1", "kind": "Klusterlet", "metadata": {"name": "klusterlet"},
+            "spec": {"registrationConfiguration": {
+                "featureGates": [{"feature": "MultipleHubs", "mode": "Enable"}],
+                "bootstrapKubeConfigs": {"type": "LocalSecrets", "localSecretsConfig": {
+                    "kubeConfigSecrets": [{"name": "bootstrap-hub-kubeconfig"}, {"name": "hub2-bootstrap"}],
+                    "hubConnectionTimeoutSeconds": 180}}}}
+        })))
+        .await
+        .unwrap();
+}
+
+fn hub_kubeconfig_server(secret: &Secret) -> String {
+    let text = String::from_utf8(secret.data.as_ref().unwrap()["kubeconfig"].0.clone()).unwrap();
+    let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+    kc.clusters[0]
+        .cluster
+        .as_ref()
+        .unwrap()
+        .server
+        .clone()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn switches_hubs_when_the_current_hub_stops_accepting() {
+    let hub1 = Hub::start("hub1", hub_opts()).await.unwrap();
+    let hub2 = Hub::start("hub2", hub_opts()).await.unwrap();
+    let cluster = SimCluster::start("cluster1", Role::Managed).await.unwrap();
+    let _agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, agent_opts())
+        .await
+        .unwrap();
+    eventually("cluster1 on hub1", || async {
+        available_on(&hub1, "cluster1").await.then_some(())
+    })
+    .await;
+    offer_second_hub(&cluster, &hub2.bootstrap_kubeconfig).await;
+    // Still on hub1: the first usable bootstrap kubeconfig wins.
+    assert!(available_on(&hub1, "cluster1").await);
+    let api1: Api<ManagedCluster> = Api::all(hub1.cluster.admin.clone());
+    api1.patch(
+        "cluster1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"hubAcceptsClient": false}})),
+    )
+    .await
+    .unwrap();
+    eventually("cluster1 on hub2", || async {
+        available_on(&hub2, "cluster1").await.then_some(())
+    })
+    .await;
+    let secrets: Api<Secret> =
+        Api::namespaced(cluster.admin.clone(), "open-cluster-management-agent");
+    let secret = secrets.get("hub-kubeconfig-secret").await.unwrap();
+    assert_eq!(hub_kubeconfig_server(&secret), hub2.cluster.api.url());
+}
+
+#[tokio::test]
+async fn does_not_switch_when_the_bootstrap_identity_lacks_rbac() {
+    let hub1 = Hub::start("hub1", hub_opts()).await.unwrap();
+    let hub2 = Hub::start("hub2", hub_opts()).await.unwrap();
+    let cluster = SimCluster::start("cluster1", Role::Managed).await.unwrap();
+    let _agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, agent_opts())
+        .await
+        .unwrap();
+    eventually("cluster1 on hub1", || async {
+        available_on(&hub1, "cluster1").await.then_some(())
+    })
+    .await;
+    // A hub2 identity with no bootstrap permissions.
+    let token = hub2
+        .cluster
+        .service_account(
+            "open-cluster-management",
+            "powerless",
+            json!([]),
+            Duration::from_secs(3600),
+        )
+        .await
+        .unwrap();
+    offer_second_hub(&cluster, &hub2.cluster.api.kubeconfig_for_token(&token)).await;
+    let api1: Api<ManagedCluster> = Api::all(hub1.cluster.admin.clone());
+    api1.patch(
+        "cluster1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"hubAcceptsClient": false}})),
+    )
+    .await
+    .unwrap();
+    // Give it several selection rounds: nothing may appear on hub2.
+    let api2: Api<ManagedCluster> = Api::all(hub2.cluster.admin.clone());
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(4) {
+        assert!(
+            api2.get_opt("cluster1").await.unwrap().is_none(),
+            "cluster1 must not register on hub2"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let secrets: Api<Secret> =
+        Api::namespaced(cluster.admin.clone(), "open-cluster-management-agent");
+    assert_eq!(
+        hub_kubeconfig_server(&secrets.get("hub-kubeconfig-secret").await.unwrap()),
+        hub1.cluster.api.url()
+    );
+}
