@@ -80,7 +80,21 @@ impl Hub {
             .service_account(HUB_NAMESPACE, "registration-controller", all_rules(), YEAR)
             .await?;
         let client = cluster.client_for_token(&controller_token).await?;
-        let tasks = registration::spawn(client, opts.registration);
+        let mut tasks = registration::spawn(client, opts.registration);
+        cluster
+            .ensure_namespace(crate::import::BOOTSTRAP_SECRETS_NAMESPACE)
+            .await?;
+        let import_token = cluster
+            .service_account(
+                HUB_NAMESPACE,
+                "managedcluster-import-controller",
+                all_rules(),
+                YEAR,
+            )
+            .await?;
+        tasks.push(tokio::spawn(crate::import::run(
+            cluster.client_for_token(&import_token).await?,
+        )));
         Ok(Self {
             cluster,
             bootstrap_kubeconfig,

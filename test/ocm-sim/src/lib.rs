@@ -5,6 +5,7 @@ pub mod addon_agent;
 pub mod cluster;
 pub mod fleet;
 pub mod hub;
+pub mod import;
 pub mod klusterlet;
 pub mod msa;
 pub mod names;

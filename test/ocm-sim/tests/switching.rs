@@ -184,3 +184,119 @@ async fn does_not_switch_when_the_bootstrap_identity_lacks_rbac() {
         hub1.cluster.api.url()
     );
 }
+
+#[tokio::test]
+async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches() {
+    use migration_api::ocm::config::KlusterletConfig;
+    let hub1 = Hub::start("hub1", hub_opts()).await.unwrap();
+    let hub2 = Hub::start("hub2", hub_opts()).await.unwrap();
+    let cluster = SimCluster::start("cluster1", Role::Managed).await.unwrap();
+    let _agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, agent_opts())
+        .await
+        .unwrap();
+    eventually("cluster1 on hub1", || async {
+        available_on(&hub1, "cluster1").await.then_some(())
+    })
+    .await;
+    // What a migration puts on the source hub: the target's bootstrap secret and a KlusterletConfig.
+    let admin = hub1.cluster.admin.clone();
+    Api::<Secret>::namespaced(admin.clone(), "multicluster-engine")
+        .patch("bootstrap-hub2", &PatchParams::apply("test").force(), &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bootstrap-hub2", "namespace": "multicluster-engine"},
+            "stringData": {"kubeconfig": hub2.bootstrap_kubeconfig}
+        })))
+        .await
+        .unwrap();
+    Api::<KlusterletConfig>::all(admin.clone())
+        .patch("migration-hub2", &PatchParams::apply("test").force(), &Patch::Apply(json!({
+            "apiVersion": "config.open-cluster-management.io/v1alpha1", "kind": "KlusterletConfig",
+            "metadata": {"name": "migration-hub2"},
+            "spec": {"multipleHubsConfig": {"genBootstrapKubeConfigStrategy": "IncludeCurrentHub",
+                "bootstrapKubeConfigs": {"type": "LocalSecrets", "localSecretsConfig": {
+                    "kubeConfigSecrets": [{"name": "bootstrap-hub2"}], "hubConnectionTimeoutSeconds": 180}}}}
+        })))
+        .await
+        .unwrap();
+    let mcs: Api<ManagedCluster> = Api::all(admin.clone());
+    let annotate = |v: serde_json::Value| {
+        Patch::Merge(
+            json!({"metadata": {"annotations": {"agent.open-cluster-management.io/klusterlet-config": v}}}),
+        )
+    };
+    mcs.patch(
+        "cluster1",
+        &PatchParams::default(),
+        &annotate(json!("migration-hub2")),
+    )
+    .await
+    .unwrap();
+    let secrets: Api<Secret> =
+        Api::namespaced(cluster.admin.clone(), "open-cluster-management-agent");
+    let klusterlets: Api<Klusterlet> = Api::all(cluster.admin.clone());
+    eventually(
+        "the bootstrap secret and MultipleHubs on the cluster",
+        || {
+            let (secrets, klusterlets) = (secrets.clone(), klusterlets.clone());
+            async move {
+                let k = klusterlets.get_opt("klusterlet").await.unwrap()?;
+                let names: Vec<String> = k
+                    .spec
+                    .registration_configuration?
+                    .bootstrap_kube_configs?
+                    .local_secrets_config?
+                    .kube_config_secrets
+                    .into_iter()
+                    .map(|s| s.name)
+                    .collect();
+                (names == ["bootstrap-hub-kubeconfig", "bootstrap-hub2"]
+                    && secrets.get_opt("bootstrap-hub2").await.unwrap().is_some())
+                .then_some(())
+            }
+        },
+    )
+    .await;
+    // Removing the annotation takes the extra bootstrap kubeconfig away again.
+    mcs.patch(
+        "cluster1",
+        &PatchParams::default(),
+        &annotate(serde_json::Value::Null),
+    )
+    .await
+    .unwrap();
+    eventually("the extra secret to be removed", || {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .get_opt("bootstrap-hub2")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
+    // Annotate again, then the source stops accepting: the cluster moves to hub2.
+    mcs.patch(
+        "cluster1",
+        &PatchParams::default(),
+        &annotate(json!("migration-hub2")),
+    )
+    .await
+    .unwrap();
+    eventually("the secret back", || {
+        let secrets = secrets.clone();
+        async move { secrets.get_opt("bootstrap-hub2").await.unwrap().map(|_| ()) }
+    })
+    .await;
+    mcs.patch(
+        "cluster1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"hubAcceptsClient": false}})),
+    )
+    .await
+    .unwrap();
+    eventually("cluster1 on hub2", || async {
+        available_on(&hub2, "cluster1").await.then_some(())
+    })
+    .await;
+}
