@@ -66,12 +66,15 @@ async fn addon_gets_its_hub_identity_and_its_health_follows_its_lease() {
     let mcs: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
     eventually("cluster1 accepted", || {
         let mcs = mcs.clone();
+        // HubAcceptedManagedCluster comes after the cluster namespace and RBAC exist.
         async move {
-            mcs.get_opt("cluster1")
-                .await
-                .unwrap()
-                .filter(|m| m.spec.hub_accepts_client)
-                .map(|_| ())
+            let m = mcs.get_opt("cluster1").await.unwrap()?;
+            let c = m
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_deref())
+                .unwrap_or(&[]);
+            migration_api::common::condition_is_true(c, "HubAcceptedManagedCluster").then_some(())
         }
     })
     .await;
