@@ -95,6 +95,12 @@ impl Hub {
         tasks.push(tokio::spawn(crate::import::run(
             cluster.client_for_token(&import_token).await?,
         )));
+        let placement_token = cluster
+            .service_account(HUB_NAMESPACE, "placement-controller", all_rules(), YEAR)
+            .await?;
+        tasks.push(tokio::spawn(crate::placement::run(
+            cluster.client_for_token(&placement_token).await?,
+        )));
         Ok(Self {
             cluster,
             bootstrap_kubeconfig,

@@ -9,6 +9,7 @@ pub mod import;
 pub mod klusterlet;
 pub mod msa;
 pub mod names;
+pub mod placement;
 pub mod registration;
 pub mod work_agent;
 

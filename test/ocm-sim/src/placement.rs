@@ -1,0 +1,396 @@
+//! The placement controller of a hub: selects ManagedClusters from the cluster sets bound to a
+//! Placement's namespace, filters them by predicates (labels and claims) and taints
+//! (tolerations), scores them (AddOn scores from AddOnPlacementScore, expired or missing
+//! counting 0; the Steady built-in), keeps `numberOfClusters`, splits the decisions into
+//! decision groups, and writes PlacementDecisions and the Placement's status.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Client, ResourceExt};
+use migration_api::common::{Condition, set_condition};
+use migration_api::names::labels::{
+    CLUSTER_SET, DECISION_GROUP_INDEX, DECISION_GROUP_NAME, PLACEMENT,
+};
+use migration_api::ocm::cluster::{
+    AddOnPlacementScore, ClusterSelector, ManagedCluster, ManagedClusterSet,
+    ManagedClusterSetBinding, Placement, PlacementDecision,
+};
+use serde_json::json;
+
+const MANAGER: &str = "placement-controller";
+
+struct Ctx {
+    client: Client,
+}
+
+/// Runs until aborted.
+pub async fn run(client: Client) {
+    let placements: Api<Placement> = Api::all(client.clone());
+    let controller = Controller::new(placements, watcher::Config::default());
+    let store = controller.store();
+    let all = move || {
+        store
+            .state()
+            .into_iter()
+            .map(|p| ObjectRef::from_obj(&*p))
+            .collect::<Vec<_>>()
+    };
+    let (a1, a2, a3, a4) = (all.clone(), all.clone(), all.clone(), all);
+    controller
+        .watches(
+            Api::<ManagedCluster>::all(client.clone()),
+            watcher::Config::default(),
+            move |_| a1(),
+        )
+        .watches(
+            Api::<AddOnPlacementScore>::all(client.clone()),
+            watcher::Config::default(),
+            move |_| a2(),
+        )
+        .watches(
+            Api::<ManagedClusterSetBinding>::all(client.clone()),
+            watcher::Config::default(),
+            move |_| a3(),
+        )
+        .watches(
+            Api::<ManagedClusterSet>::all(client.clone()),
+            watcher::Config::default(),
+            move |_| a4(),
+        )
+        .run(
+            reconcile,
+            |_, e: &kube::Error, _| {
+                tracing::debug!(error = %e, "placement reconcile failed");
+                Action::requeue(Duration::from_millis(500))
+            },
+            Arc::new(Ctx { client }),
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
+fn requirement_matches(r: &LabelSelectorRequirement, value: Option<&String>) -> bool {
+    let values = r.values.clone().unwrap_or_default();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        _ => false,
+    }
+}
+
+/// Whether labels satisfy a LabelSelector (an empty selector matches everything).
+pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    sel.match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v))
+        && sel
+            .match_expressions
+            .iter()
+            .flatten()
+            .all(|r| requirement_matches(r, labels.get(&r.key)))
+}
+
+fn cluster_selector_matches(sel: &ClusterSelector, mc: &ManagedCluster) -> bool {
+    let labels: BTreeMap<String, String> = mc.labels().clone();
+    let claims: BTreeMap<String, String> = mc
+        .status
+        .as_ref()
+        .and_then(|s| s.cluster_claims.as_ref())
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| Some((c.name.clone()?, c.value.clone().unwrap_or_default())))
+                .collect()
+        })
+        .unwrap_or_default();
+    sel.label_selector
+        .as_ref()
+        .is_none_or(|l| selector_matches(l, &labels))
+        && sel
+            .claim_selector
+            .as_ref()
+            .and_then(|c| c.match_expressions.as_ref())
+            .is_none_or(|rs| {
+                rs.iter()
+                    .all(|r| requirement_matches(r, claims.get(&r.key)))
+            })
+}
+
+fn set_members<'a>(
+    set: &ManagedClusterSet,
+    clusters: &'a [ManagedCluster],
+) -> Vec<&'a ManagedCluster> {
+    let name = set.name_any();
+    let selector = set.spec.cluster_selector.clone().unwrap_or_default();
+    clusters
+        .iter()
+        .filter(|mc| match selector.selector_type.as_str() {
+            "LabelSelector" => selector
+                .label_selector
+                .as_ref()
+                .is_none_or(|l| selector_matches(l, mc.labels())),
+            _ => mc.labels().get(CLUSTER_SET) == Some(&name),
+        })
+        .collect()
+}
+
+fn tolerated(placement: &Placement, mc: &ManagedCluster) -> bool {
+    let tolerations = placement.spec.tolerations.clone().unwrap_or_default();
+    mc.spec
+        .taints
+        .iter()
+        .flatten()
+        .filter(|t| t.effect == "NoSelect" || t.effect == "NoSelectIfNew")
+        .all(|t| {
+            tolerations.iter().any(|tol| {
+                let key_ok = tol.key.as_deref().is_none_or(|k| k == t.key);
+                let op_ok = match tol.operator.as_deref().unwrap_or("Equal") {
+                    "Exists" => true,
+                    _ => tol.value.as_deref().unwrap_or("") == t.value.as_deref().unwrap_or(""),
+                };
+                let effect_ok = tol.effect.as_deref().is_none_or(|e| e == t.effect);
+                key_ok && op_ok && effect_ok
+            })
+        })
+}
+
+async fn reconcile(placement: Arc<Placement>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+    let ns = placement.namespace().unwrap_or_default();
+    let name = placement.name_any();
+    let client = &ctx.client;
+    let clusters = Api::<ManagedCluster>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let bound: BTreeSet<String> = Api::<ManagedClusterSetBinding>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+        .into_iter()
+        .filter_map(|b| b.spec.cluster_set)
+        .collect();
+    let wanted_sets: BTreeSet<String> = match &placement.spec.cluster_sets {
+        Some(sets) if !sets.is_empty() => sets
+            .iter()
+            .filter(|s| bound.contains(*s))
+            .cloned()
+            .collect(),
+        _ => bound,
+    };
+    let sets = Api::<ManagedClusterSet>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let mut candidates: BTreeMap<String, &ManagedCluster> = BTreeMap::new();
+    for set in sets.iter().filter(|s| wanted_sets.contains(&s.name_any())) {
+        for mc in set_members(set, &clusters) {
+            candidates.insert(mc.name_any(), mc);
+        }
+    }
+    let predicates = placement.spec.predicates.clone().unwrap_or_default();
+    candidates.retain(|_, mc| {
+        (predicates.is_empty()
+            || predicates.iter().any(|p| {
+                p.required_cluster_selector
+                    .as_ref()
+                    .is_none_or(|s| cluster_selector_matches(s, mc))
+            }))
+            && tolerated(&placement, mc)
+    });
+    // Scores.
+    let previous: BTreeSet<String> = Api::<PlacementDecision>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{PLACEMENT}={name}")))
+        .await?
+        .into_iter()
+        .flat_map(|d| d.status.map(|s| s.decisions).unwrap_or_default())
+        .map(|d| d.cluster_name)
+        .collect();
+    let now = jiff::Timestamp::now();
+    let configs = placement
+        .spec
+        .prioritizer_policy
+        .as_ref()
+        .and_then(|p| p.configurations.clone())
+        .unwrap_or_default();
+    let mut scored: Vec<(i64, String)> = Vec::new();
+    for cluster in candidates.keys() {
+        let mut total = 0i64;
+        for cfg in &configs {
+            let weight = i64::from(cfg.weight.unwrap_or(1));
+            let c = &cfg.score_coordinate;
+            let score = match (c.type_.as_str(), &c.add_on, c.built_in.as_deref()) {
+                ("AddOn", Some(addon), _) => {
+                    let s = Api::<AddOnPlacementScore>::namespaced(client.clone(), cluster)
+                        .get_opt(&addon.resource_name)
+                        .await?;
+                    s.and_then(|s| s.status)
+                        .filter(|st| st.valid_until.as_ref().is_none_or(|v| v.0 > now))
+                        .and_then(|st| st.scores)
+                        .and_then(|ss| ss.into_iter().find(|x| x.name == addon.score_name))
+                        .map(|x| i64::from(x.value))
+                        .unwrap_or(0)
+                }
+                (_, _, Some("Steady")) => {
+                    if previous.contains(cluster) {
+                        100
+                    } else {
+                        0
+                    }
+                }
+                _ => 0,
+            };
+            total += weight * score;
+        }
+        scored.push((total, cluster.clone()));
+    }
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    if let Some(n) = placement.spec.number_of_clusters {
+        scored.truncate(usize::try_from(n).unwrap_or(0));
+    }
+    let chosen: Vec<String> = scored.into_iter().map(|(_, c)| c).collect();
+    write_decisions(client, &placement, &chosen, &candidates).await?;
+    Ok(Action::await_change())
+}
+
+async fn write_decisions(
+    client: &Client,
+    placement: &Placement,
+    chosen: &[String],
+    candidates: &BTreeMap<String, &ManagedCluster>,
+) -> Result<(), kube::Error> {
+    let ns = placement.namespace().unwrap_or_default();
+    let name = placement.name_any();
+    // Decision groups: each named group takes the chosen clusters its selector matches; the
+    // rest form one unnamed group. Groups are split by clustersPerDecisionGroup.
+    let strategy = placement
+        .spec
+        .decision_strategy
+        .as_ref()
+        .and_then(|d| d.group_strategy.clone())
+        .unwrap_or_default();
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    let mut left: Vec<String> = chosen.to_vec();
+    for g in strategy.decision_groups.iter().flatten() {
+        let members: Vec<String> = left
+            .iter()
+            .filter(|c| {
+                candidates
+                    .get(*c)
+                    .is_some_and(|mc| cluster_selector_matches(&g.group_cluster_selector, mc))
+            })
+            .cloned()
+            .collect();
+        left.retain(|c| !members.contains(c));
+        groups.push((g.group_name.clone(), members));
+    }
+    if !left.is_empty() || groups.is_empty() {
+        groups.push((String::new(), left));
+    }
+    let per_group = match &strategy.clusters_per_decision_group {
+        Some(serde_json::Value::Number(n)) => n.as_u64().map(|n| n as usize),
+        Some(serde_json::Value::String(s)) => s
+            .strip_suffix('%')
+            .and_then(|p| p.parse::<f64>().ok())
+            .map(|p| ((chosen.len() as f64 * p / 100.0).ceil() as usize).max(1)),
+        _ => None,
+    };
+    let mut split: Vec<(String, Vec<String>)> = Vec::new();
+    for (gname, members) in groups {
+        match per_group {
+            Some(n) if n > 0 && members.len() > n => {
+                for chunk in members.chunks(n) {
+                    split.push((gname.clone(), chunk.to_vec()));
+                }
+            }
+            _ => split.push((gname, members)),
+        }
+    }
+    let decisions: Api<PlacementDecision> = Api::namespaced(client.clone(), &ns);
+    let mut status_groups = Vec::new();
+    let mut written = BTreeSet::new();
+    for (index, (gname, members)) in split.iter().enumerate() {
+        let pd_name = format!("{name}-decision-{}", index + 1);
+        written.insert(pd_name.clone());
+        decisions
+            .patch(&pd_name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(json!({
+                "apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "PlacementDecision",
+                "metadata": {"name": pd_name, "namespace": ns, "labels": {PLACEMENT: name, DECISION_GROUP_INDEX: index.to_string(), DECISION_GROUP_NAME: gname},
+                             "ownerReferences": [{"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
+                                                  "name": name, "uid": placement.uid().unwrap_or_default(), "controller": true, "blockOwnerDeletion": true}]}
+            })))
+            .await?;
+        let ds: Vec<_> = members
+            .iter()
+            .map(|c| json!({"clusterName": c, "reason": ""}))
+            .collect();
+        decisions
+            .patch_status(&pd_name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(json!({
+                "apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "PlacementDecision",
+                "metadata": {"name": pd_name, "namespace": ns}, "status": {"decisions": ds}
+            })))
+            .await?;
+        status_groups.push(json!({"decisionGroupIndex": index, "decisionGroupName": gname, "decisions": [pd_name], "clusterCount": members.len()}));
+    }
+    for stale in decisions
+        .list(&ListParams::default().labels(&format!("{PLACEMENT}={name}")))
+        .await?
+    {
+        if !written.contains(&stale.name_any()) {
+            decisions
+                .delete(&stale.name_any(), &DeleteParams::default())
+                .await?;
+        }
+    }
+    let satisfied = match placement.spec.number_of_clusters {
+        Some(n) => chosen.len() == usize::try_from(n).unwrap_or(0),
+        None => !chosen.is_empty(),
+    };
+    let mut conditions: Vec<Condition> = placement
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    if satisfied {
+        set_condition(
+            &mut conditions,
+            "PlacementSatisfied",
+            "True",
+            "AllDecisionsScheduled",
+            "All cluster decisions scheduled",
+            None,
+        );
+    } else if chosen.is_empty() {
+        set_condition(
+            &mut conditions,
+            "PlacementSatisfied",
+            "False",
+            "NoManagedClusterMatched",
+            "No valid ManagedClusterSetBindings found in placement namespace or no managed cluster matched",
+            None,
+        );
+    } else {
+        set_condition(
+            &mut conditions,
+            "PlacementSatisfied",
+            "False",
+            "NotAllDecisionsScheduled",
+            "Not all cluster decisions scheduled",
+            None,
+        );
+    }
+    Api::<Placement>::namespaced(client.clone(), &ns)
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": {
+            "numberOfSelectedClusters": chosen.len(), "decisionGroups": status_groups, "conditions": conditions
+        }})))
+        .await?;
+    Ok(())
+}
