@@ -239,13 +239,7 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Ctx>) -> Result<Action, k
                         .map(|x| i64::from(x.value))
                         .unwrap_or(0)
                 }
-                (_, _, Some("Steady")) => {
-                    if previous.contains(cluster) {
-                        100
-                    } else {
-                        0
-                    }
-                }
+                (_, _, Some("Steady")) if previous.contains(cluster) => 100,
                 _ => 0,
             };
             total += weight * score;
