@@ -7,6 +7,7 @@ pub mod fleet;
 pub mod hub;
 pub mod import;
 pub mod klusterlet;
+pub mod kubelet;
 pub mod msa;
 pub mod names;
 pub mod placement;

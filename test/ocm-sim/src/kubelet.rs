@@ -1,0 +1,364 @@
+//! A kubelet for one cluster, reduced to what the addon needs: for each Deployment whose
+//! container image is the addon agent's, it runs the real `addon-agent` binary as a child
+//! process with the container's args and env, the Deployment's ServiceAccount identity (a
+//! kubeconfig from a token request) and its secret volumes written to files (container paths in
+//! args and env are mapped to those files). Deployment status follows the process: Available
+//! once the agent's `/readyz` answers, unavailable while it is not. The image tag is the version:
+//! a tag the kubelet does not know never starts (an image pull failure). A changed pod template
+//! restarts the process; a deleted Deployment stops it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::{Controller, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+/// Settings of a kubelet.
+#[derive(Clone, Debug)]
+pub struct KubeletOptions {
+    /// The `addon-agent` executable.
+    pub agent_binary: PathBuf,
+    /// Image repository of the addon agent (`<repository>:<tag>`).
+    pub image_repository: String,
+    /// Tags that exist (any other tag fails to pull).
+    pub known_tags: Vec<String>,
+    /// Where pod files and logs go.
+    pub work_dir: PathBuf,
+    /// URL and CA of this cluster's API (for the pods' kubeconfig).
+    pub api_url: String,
+    pub api_ca_pem: String,
+}
+
+struct Pod {
+    child: tokio::process::Child,
+    template_hash: u64,
+    health_port: u16,
+}
+
+struct Ctx {
+    client: Client,
+    opts: KubeletOptions,
+    pods: Mutex<HashMap<(String, String), Pod>>,
+}
+
+/// Runs until aborted; child processes are killed when the kubelet stops.
+pub async fn run(client: Client, opts: KubeletOptions) {
+    let deployments: Api<Deployment> = Api::all(client.clone());
+    let ctx = Arc::new(Ctx {
+        client,
+        opts,
+        pods: Mutex::new(HashMap::new()),
+    });
+    Controller::new(deployments, watcher::Config::default())
+        .run(
+            reconcile,
+            |_, e: &kube::Error, _| {
+                tracing::debug!(error = %e, "kubelet reconcile failed");
+                Action::requeue(Duration::from_millis(500))
+            },
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
+fn template_hash(d: &Deployment) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&d.spec.as_ref().map(|s| &s.template))
+        .unwrap_or_default()
+        .hash(&mut h);
+    h.finish()
+}
+
+async fn set_status(
+    api: &Api<Deployment>,
+    d: &Deployment,
+    ready: bool,
+    reason: &str,
+    message: &str,
+) -> Result<(), kube::Error> {
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let n = i32::from(ready);
+    let status = json!({"status": {
+        "observedGeneration": d.metadata.generation,
+        "replicas": 1, "updatedReplicas": 1, "readyReplicas": n, "availableReplicas": n, "unavailableReplicas": 1 - n,
+        "conditions": [
+            {"type": "Available", "status": if ready { "True" } else { "False" },
+             "reason": if ready { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" },
+             "message": message, "lastUpdateTime": now, "lastTransitionTime": now},
+            {"type": "Progressing", "status": "True", "reason": reason, "message": message, "lastUpdateTime": now, "lastTransitionTime": now}
+        ]
+    }});
+    let current = d
+        .status
+        .as_ref()
+        .map(|s| (s.available_replicas, s.observed_generation));
+    if current == Some((Some(n), d.metadata.generation))
+        && d.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.reason.as_deref() == Some(reason)))
+    {
+        return Ok(());
+    }
+    api.patch_status(
+        &d.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(status),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+    let ns = d.namespace().unwrap_or_default();
+    let name = d.name_any();
+    let key = (ns.clone(), name.clone());
+    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(current) = api.get_opt(&name).await? else {
+        stop(&ctx, &key).await;
+        return Ok(Action::await_change());
+    };
+    let Some(container) = current
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers.first())
+        .cloned()
+    else {
+        return Ok(Action::await_change());
+    };
+    let image = container.image.clone().unwrap_or_default();
+    let Some(tag) = image.strip_prefix(&format!("{}:", ctx.opts.image_repository)) else {
+        // Not ours: this kubelet only runs the addon agent.
+        return Ok(Action::await_change());
+    };
+    if current.metadata.deletion_timestamp.is_some()
+        || current.spec.as_ref().and_then(|s| s.replicas) == Some(0)
+    {
+        stop(&ctx, &key).await;
+        return Ok(Action::await_change());
+    }
+    if !ctx.opts.known_tags.iter().any(|t| t == tag) {
+        stop(&ctx, &key).await;
+        set_status(
+            &api,
+            &current,
+            false,
+            "ImagePullBackOff",
+            &format!("Back-off pulling image \"{image}\": tag {tag} not found"),
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
+    let hash = template_hash(&current);
+    let mut pods = ctx.pods.lock().await;
+    let alive = match pods.get_mut(&key) {
+        Some(p) if p.template_hash == hash => p.child.try_wait().ok().flatten().is_none(),
+        _ => false,
+    };
+    if !alive {
+        if let Some(mut old) = pods.remove(&key) {
+            let _ = old.child.kill().await;
+        }
+        match start(&ctx, &current, &container).await {
+            Ok((child, port)) => {
+                pods.insert(
+                    key.clone(),
+                    Pod {
+                        child,
+                        template_hash: hash,
+                        health_port: port,
+                    },
+                );
+            }
+            Err(e) => {
+                drop(pods);
+                set_status(&api, &current, false, "CreateContainerError", &e).await?;
+                return Ok(Action::requeue(Duration::from_secs(2)));
+            }
+        }
+    }
+    let port = pods.get(&key).map(|p| p.health_port).unwrap_or(0);
+    drop(pods);
+    let ready = probe(port).await;
+    set_status(
+        &api,
+        &current,
+        ready,
+        if ready {
+            "NewReplicaSetAvailable"
+        } else {
+            "ReplicaSetUpdated"
+        },
+        if ready {
+            "the agent is ready"
+        } else {
+            "waiting for the agent to be ready"
+        },
+    )
+    .await?;
+    // The kubelet keeps probing, as the real one does.
+    Ok(Action::requeue(Duration::from_millis(500)))
+}
+
+async fn stop(ctx: &Ctx, key: &(String, String)) {
+    if let Some(mut p) = ctx.pods.lock().await.remove(key) {
+        let _ = p.child.kill().await;
+    }
+}
+
+async fn probe(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return false;
+    };
+    if s.write_all(b"GET /readyz HTTP/1.1\r\nHost: pod\r\nConnection: close\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf).await;
+    buf.starts_with("HTTP/1.1 200")
+}
+
+fn map_path(value: &str, mounts: &[(String, PathBuf)]) -> String {
+    let mut out = value.to_owned();
+    for (mount, local) in mounts {
+        if out.contains(mount.as_str()) {
+            out = out.replace(mount.as_str(), &local.to_string_lossy());
+        }
+    }
+    out
+}
+
+/// Prepares the pod's files and identity and spawns the agent; returns the child and its port.
+async fn start(
+    ctx: &Ctx,
+    d: &Deployment,
+    container: &k8s_openapi::api::core::v1::Container,
+) -> Result<(tokio::process::Child, u16), String> {
+    let ns = d.namespace().unwrap_or_default();
+    let name = d.name_any();
+    let pod_spec = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+        .unwrap_or_default();
+    let dir = ctx.opts.work_dir.join(format!("{ns}-{name}"));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // Secret volumes, written where their mounts point.
+    let mut mounts: Vec<(String, PathBuf)> = Vec::new();
+    let volumes: BTreeMap<String, Value> = pod_spec
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| {
+            (
+                v.name.clone(),
+                serde_json::to_value(v).unwrap_or(Value::Null),
+            )
+        })
+        .collect();
+    for m in container.volume_mounts.iter().flatten() {
+        let Some(secret_name) = volumes
+            .get(&m.name)
+            .and_then(|v| v.pointer("/secret/secretName"))
+            .and_then(Value::as_str)
+        else {
+            continue;
+        };
+        let local = dir.join(&m.name);
+        std::fs::create_dir_all(&local).map_err(|e| format!("{}: {e}", local.display()))?;
+        let secret = Api::<Secret>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(secret_name)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("secret \"{secret_name}\" not found"))?;
+        for (k, v) in secret.data.unwrap_or_default() {
+            std::fs::write(local.join(&k), &v.0).map_err(|e| format!("{k}: {e}"))?;
+        }
+        mounts.push((m.mount_path.clone(), local));
+    }
+    // The pod's identity: its ServiceAccount's token, as a kubeconfig.
+    let sa = pod_spec
+        .service_account_name
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let sas: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &ns);
+    let tr = serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 86400}}))
+        .map_err(|e| e.to_string())?;
+    let token = sas
+        .create_token_request(&sa, &PostParams::default(), &tr)
+        .await
+        .map_err(|e| format!("serviceaccount \"{sa}\": {e}"))?
+        .status
+        .map(|s| s.token)
+        .unwrap_or_default();
+    let b64 = |s: &str| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, s);
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: pod\n  user:\n    token: {token}\ncontexts:\n- name: local\n  context:\n    cluster: local\n    user: pod\n    namespace: {ns}\ncurrent-context: local\n",
+        ctx.opts.api_url,
+        b64(&ctx.opts.api_ca_pem)
+    );
+    let kubeconfig_path = dir.join("in-cluster.kubeconfig");
+    std::fs::write(&kubeconfig_path, kubeconfig).map_err(|e| e.to_string())?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let log = std::fs::File::create(dir.join("agent.log")).map_err(|e| e.to_string())?;
+    let log2 = log.try_clone().map_err(|e| e.to_string())?;
+    let mut cmd = tokio::process::Command::new(&ctx.opts.agent_binary);
+    for a in container.args.iter().flatten() {
+        cmd.arg(map_path(a, &mounts));
+    }
+    cmd.env_clear();
+    if let Ok(path) = std::env::var("PATH") {
+        cmd.env("PATH", path);
+    }
+    for e in container.env.iter().flatten() {
+        if let Some(v) = &e.value {
+            cmd.env(&e.name, map_path(v, &mounts));
+        }
+    }
+    cmd.env("KUBECONFIG", &kubeconfig_path)
+        .env("HEALTH_ADDR", format!("127.0.0.1:{port}"))
+        .env("POD_NAMESPACE", &ns)
+        .stdout(log)
+        .stderr(log2)
+        .kill_on_drop(true);
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", ctx.opts.agent_binary.display()))?;
+    Ok((child, port))
+}
+
+/// Where the workspace's `addon-agent` binary is, next to the running test or program
+/// (`target/<profile>/addon-agent`).
+pub fn find_agent_binary() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let mut dir: &Path = exe.parent()?;
+    for _ in 0..3 {
+        let candidate = dir.join("addon-agent");
+        if candidate.is_file() {
+            return Some(candidate);
+        }
+        dir = dir.parent()?;
+    }
+    None
+}
