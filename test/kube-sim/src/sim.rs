@@ -101,6 +101,8 @@ pub struct Options {
     pub crd_dirs: Vec<PathBuf>,
     /// How many changes watches can replay.
     pub event_log_capacity: usize,
+    /// How far a watcher may fall behind before it gets a 410 and must relist.
+    pub watch_buffer: usize,
     /// How often a watch that allows bookmarks gets one.
     pub bookmark_interval: Duration,
     /// Shortest ServiceAccount token lifetime accepted (the real server: 600 s).
@@ -114,6 +116,7 @@ impl Default for Options {
             insecure_http: false,
             crd_dirs: Vec::new(),
             event_log_capacity: 100_000,
+            watch_buffer: 4096,
             bookmark_interval: Duration::from_secs(5),
             min_token_expiration_secs: 600,
         }
@@ -200,7 +203,11 @@ impl Sim {
     /// A new instance with the built-in kinds and the bootstrap RBAC.
     pub fn new(opts: Options) -> Result<Self, crate::StartError> {
         let pki = Pki::new(&opts.name).map_err(|e| crate::StartError::Pki(e.to_string()))?;
-        let store = Store::new(opts.event_log_capacity, Registry::with_builtins());
+        let store = Store::new(
+            opts.event_log_capacity,
+            opts.watch_buffer,
+            Registry::with_builtins(),
+        );
         let sim = Self {
             inner: Arc::new(Inner {
                 store: Mutex::new(store),

@@ -71,9 +71,10 @@ fn owner_uids(obj: &Value) -> Vec<String> {
 }
 
 impl Store {
-    /// An empty store keeping the last `capacity` events for watch replay.
-    pub fn new(capacity: usize, registry: Registry) -> Self {
-        let (tx, _) = broadcast::channel(65_536);
+    /// An empty store keeping the last `capacity` events for watch replay; a watcher that
+    /// falls more than `watch_buffer` events behind gets a 410 and relists.
+    pub fn new(capacity: usize, watch_buffer: usize, registry: Registry) -> Self {
+        let (tx, _) = broadcast::channel(watch_buffer.max(16));
         Self {
             rv: 1,
             data: HashMap::new(),
@@ -257,7 +258,7 @@ mod tests {
 
     #[test]
     fn log_replays_and_expires() {
-        let mut s = Store::new(16, Registry::default());
+        let mut s = Store::new(16, 64, Registry::default());
         for i in 0..40 {
             let rv = s.next_rv();
             s.put("cm", "ns", &format!("o{i}"), rv, json!({"i": i}));

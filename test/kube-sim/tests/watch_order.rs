@@ -18,8 +18,11 @@ const WRITES_PER_WRITER: usize = 1250;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_write_arrives_once_and_in_order() {
+    // A buffer that covers every write: this test is about loss and order, not about a slow
+    // reader being cut off (which the server does with a 410, tested elsewhere).
     let sim = KubeSim::start(Options {
         insecure_http: true,
+        watch_buffer: 65_536,
         ..Default::default()
     })
     .await

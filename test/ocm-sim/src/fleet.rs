@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use kube::api::{Api, ListParams};
 use migration_api::common::condition_is_true;
 use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED};
@@ -106,15 +107,35 @@ impl Fleet {
                     .await?,
             );
         }
-        let mut clusters = Vec::new();
-        for (h, hub) in hubs.iter().enumerate() {
-            for j in 1..=opts.clusters_per_hub {
-                let name = cluster_name(h * opts.clusters_per_hub + j);
-                let c = SimCluster::start(&name, Role::Managed).await?;
-                let klusterlet = Agent::start(&c, &hub.bootstrap_kubeconfig, agent).await?;
-                clusters.push((h, c, klusterlet));
-            }
+        // Clusters start a few at a time: each is its own API server and klusterlet.
+        let specs: Vec<(usize, String, String)> = hubs
+            .iter()
+            .enumerate()
+            .flat_map(|(h, hub)| {
+                (1..=opts.clusters_per_hub).map(move |j| {
+                    (
+                        h,
+                        cluster_name(h * opts.clusters_per_hub + j),
+                        hub.bootstrap_kubeconfig.clone(),
+                    )
+                })
+            })
+            .collect();
+        let mut started: Vec<Result<(usize, SimCluster, Agent), Error>> =
+            futures::stream::iter(specs)
+                .map(|(h, name, bootstrap)| async move {
+                    let c = SimCluster::start(&name, Role::Managed).await?;
+                    let klusterlet = Agent::start(&c, &bootstrap, agent).await?;
+                    Ok((h, c, klusterlet))
+                })
+                .buffer_unordered(16)
+                .collect()
+                .await;
+        let mut clusters = Vec::with_capacity(started.len());
+        for r in started.drain(..) {
+            clusters.push(r?);
         }
+        clusters.sort_by(|a, b| a.1.name.cmp(&b.1.name));
         Ok(Self {
             global,
             hubs,
