@@ -197,7 +197,16 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
     )
     .await;
     let amws: Api<AppliedManifestWork> = Api::all(clusters[0].0.admin.clone());
-    assert_eq!(amws.list(&Default::default()).await.unwrap().items.len(), 1);
+    // One AppliedManifestWork for this work (the import controller's klusterlet work has its own).
+    let for_app = |l: Vec<AppliedManifestWork>| {
+        l.into_iter()
+            .filter(|a| a.spec.manifest_work_name == "app")
+            .count()
+    };
+    assert_eq!(
+        for_app(amws.list(&Default::default()).await.unwrap().items),
+        1
+    );
     // A manifest removed from the work is removed from the cluster.
     let mut extra = works.get("app").await.unwrap();
     let manifests = extra
@@ -244,7 +253,14 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
             let (works, c1, amws) = (works.clone(), c1_cms.clone(), amws.clone());
             async move {
                 let w = works.get_opt("app").await.unwrap();
-                let a = amws.list(&Default::default()).await.unwrap().items;
+                let a: Vec<AppliedManifestWork> = amws
+                    .list(&Default::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .into_iter()
+                    .filter(|a| a.spec.manifest_work_name == "app")
+                    .collect();
                 (w.is_none() && c1.get_opt("settings").await.unwrap().is_none() && a.is_empty())
                     .then_some(())
             }
