@@ -10,6 +10,12 @@ use std::time::{Duration, Instant};
 
 use ocm_sim::fleet::{Fleet, FleetOptions};
 
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
 fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -58,8 +64,9 @@ async fn main() {
             .expect("fleet ready");
         let ready = start.elapsed();
         println!(
-            "  {n:>5} clusters: API servers and agents started in {started:.1?}, all Joined and Available in {ready:.1?}, peak RSS {:.0} MiB",
-            peak_rss_mib()
+            "  {n:>5} clusters: API servers and agents started in {started:.1?}, all Joined and Available in {ready:.1?}, peak RSS {:.0} MiB, {} open files",
+            peak_rss_mib(),
+            open_fds()
         );
         drop(fleet);
     }

@@ -56,10 +56,13 @@ type Pending = HashMap<String, (String, String)>;
 /// Runs until aborted.
 pub async fn run(managed: Client, opts: AddonAgentOptions) -> Result<(), Error> {
     let mut pending: Pending = HashMap::new();
+    // The hub client is kept while the hub kubeconfig stays the same (one connection pool,
+    // not one per round).
+    let mut hub: Option<(String, Client)> = None;
     let mut tick = tokio::time::interval(opts.resync);
     loop {
         tick.tick().await;
-        if let Err(e) = sync(&managed, &opts, &mut pending).await {
+        if let Err(e) = sync(&managed, &opts, &mut pending, &mut hub).await {
             tracing::debug!(cluster = %opts.cluster_name, error = %e, "addon sync");
         }
     }
@@ -69,6 +72,7 @@ async fn sync(
     managed: &Client,
     opts: &AddonAgentOptions,
     pending: &mut Pending,
+    cached: &mut Option<(String, Client)>,
 ) -> Result<(), Error> {
     let secrets: Api<Secret> = Api::namespaced(managed.clone(), AGENT_NAMESPACE);
     let Some(hub_text) = secrets
@@ -78,7 +82,14 @@ async fn sync(
     else {
         return Ok(());
     };
-    let hub = kube_sim::client_from_kubeconfig(&hub_text).await?;
+    let hub = match cached {
+        Some((text, client)) if *text == hub_text => client.clone(),
+        _ => {
+            let client = kube_sim::client_from_kubeconfig(&hub_text).await?;
+            *cached = Some((hub_text.clone(), client.clone()));
+            client
+        }
+    };
     let addons: Api<ManagedClusterAddOn> = Api::namespaced(hub.clone(), &opts.cluster_name);
     for addon in addons.list(&ListParams::default()).await? {
         let ns = addon
