@@ -3,7 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+mod common;
+
+use common::eventually;
+
+/// How long each wait here may take.
+const LIMIT: Duration = Duration::from_secs(30);
+
+use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -16,24 +23,6 @@ use ocm_sim::cluster::{Role, SimCluster};
 use ocm_sim::hub::{Agent, AgentOptions, Hub, HubOptions};
 use ocm_sim::registration::RegistrationOptions;
 use serde_json::json;
-
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 fn available(a: &ManagedClusterAddOn) -> Option<(String, String)> {
     let c = find_condition(a.status.as_ref()?.conditions.as_deref()?, "Available")?;
@@ -64,7 +53,7 @@ async fn addon_gets_its_hub_identity_and_its_health_follows_its_lease() {
         .await
         .unwrap();
     let mcs: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
-    eventually("cluster1 accepted", || {
+    eventually(LIMIT, "cluster1 accepted", || {
         let mcs = mcs.clone();
         // HubAcceptedManagedCluster comes after the cluster namespace and RBAC exist.
         async move {
@@ -98,7 +87,7 @@ async fn addon_gets_its_hub_identity_and_its_health_follows_its_lease() {
         .unwrap();
     // The agent asks for the addon's certificate; the addon's manager (here: the test) approves.
     let csrs: Api<CertificateSigningRequest> = Api::all(hub.cluster.admin.clone());
-    let csr = eventually("the addon CSR", || {
+    let csr = eventually(LIMIT, "the addon CSR", || {
         let csrs = csrs.clone();
         async move {
             csrs.list(&ListParams::default().labels("open-cluster-management.io/addon-name=demo"))
@@ -124,7 +113,7 @@ async fn addon_gets_its_hub_identity_and_its_health_follows_its_lease() {
     .await
     .unwrap();
     let secrets: Api<Secret> = Api::namespaced(cluster.admin.clone(), "demo-ns");
-    let secret = eventually("demo-hub-kubeconfig", || {
+    let secret = eventually(LIMIT, "demo-hub-kubeconfig", || {
         let secrets = secrets.clone();
         async move { secrets.get_opt("demo-hub-kubeconfig").await.unwrap() }
     })
@@ -156,7 +145,12 @@ async fn addon_gets_its_hub_identity_and_its_health_follows_its_lease() {
             }
         }
     };
-    eventually("LeaseNotFound", with("ManagedClusterAddOnLeaseNotFound")).await;
+    eventually(
+        LIMIT,
+        "LeaseNotFound",
+        with("ManagedClusterAddOnLeaseNotFound"),
+    )
+    .await;
     let leases: Api<Lease> = Api::namespaced(cluster.admin.clone(), "demo-ns");
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
@@ -168,9 +162,15 @@ async fn addon_gets_its_hub_identity_and_its_health_follows_its_lease() {
         })))
         .await
         .unwrap();
-    let (status, _) = eventually("LeaseUpdated", with("ManagedClusterAddOnLeaseUpdated")).await;
+    let (status, _) = eventually(
+        LIMIT,
+        "LeaseUpdated",
+        with("ManagedClusterAddOnLeaseUpdated"),
+    )
+    .await;
     assert_eq!(status, "True");
     let (status, _) = eventually(
+        LIMIT,
         "LeaseUpdateStopped",
         with("ManagedClusterAddOnLeaseUpdateStopped"),
     )
@@ -181,6 +181,7 @@ async fn addon_gets_its_hub_identity_and_its_health_follows_its_lease() {
         .await
         .unwrap();
     let (status, _) = eventually(
+        LIMIT,
         "LeaseNotFound again",
         with("ManagedClusterAddOnLeaseNotFound"),
     )

@@ -3,7 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+mod common;
+
+use common::eventually;
+
+/// How long each wait here may take.
+const LIMIT: Duration = Duration::from_secs(30);
+
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
@@ -14,24 +21,6 @@ use serde_json::json;
 
 const REPO: &str = "quay.io/cluster-migration-addon/addon-agent";
 const NS: &str = "open-cluster-management-agent-addon";
-
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 fn available(d: &Deployment) -> i32 {
     d.status
@@ -116,7 +105,7 @@ async fn runs_the_agent_for_its_deployment() {
             }
         }
     };
-    eventually("the agent to be available", ready(1)).await;
+    eventually(LIMIT, "the agent to be available", ready(1)).await;
     let log = std::fs::read_to_string(
         work.path()
             .join(format!("{NS}-cluster-migration-agent/agent.log")),
@@ -140,7 +129,7 @@ async fn runs_the_agent_for_its_deployment() {
         )
         .await
         .unwrap();
-    let d = eventually("the bad tag to be unavailable", ready(0)).await;
+    let d = eventually(LIMIT, "the bad tag to be unavailable", ready(0)).await;
     assert_eq!(progressing_reason(&d), "ImagePullBackOff");
     deployments
         .patch(
@@ -150,6 +139,6 @@ async fn runs_the_agent_for_its_deployment() {
         )
         .await
         .unwrap();
-    eventually("recovery", ready(1)).await;
+    eventually(LIMIT, "recovery", ready(1)).await;
     kubelet.abort();
 }

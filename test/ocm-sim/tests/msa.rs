@@ -3,7 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+mod common;
+
+use common::eventually;
+
+/// How long each wait here may take.
+const LIMIT: Duration = Duration::from_secs(30);
+
+use std::time::Duration;
 
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -12,24 +19,6 @@ use migration_api::common::condition_is_true;
 use migration_api::ocm::msa::ManagedServiceAccount;
 use ocm_sim::fleet::{Fleet, FleetOptions};
 use serde_json::json;
-
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test]
 async fn managed_serviceaccount_token_works_until_revoked() {
@@ -52,7 +41,7 @@ async fn managed_serviceaccount_token_works_until_revoked() {
     }))
     .unwrap();
     msas.create(&PostParams::default(), &msa).await.unwrap();
-    let done = eventually("the token to be reported", || {
+    let done = eventually(LIMIT, "the token to be reported", || {
         let msas = msas.clone();
         async move {
             let m = msas.get("migration-bootstrap").await.unwrap();
@@ -106,7 +95,7 @@ async fn managed_serviceaccount_token_works_until_revoked() {
     msas.delete("migration-bootstrap", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the token to be refused", || {
+    eventually(LIMIT, "the token to be refused", || {
         let client = client.clone();
         async move {
             match Api::<ConfigMap>::namespaced(client, "default")
@@ -119,7 +108,7 @@ async fn managed_serviceaccount_token_works_until_revoked() {
         }
     })
     .await;
-    eventually("the hub secret to be collected", || {
+    eventually(LIMIT, "the hub secret to be collected", || {
         let secrets = secrets.clone();
         async move {
             secrets

@@ -3,7 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+mod common;
+
+use common::eventually;
+
+/// How long each wait here may take.
+const LIMIT: Duration = Duration::from_secs(20);
+
+use std::time::Duration;
 
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use migration_api::ocm::cluster::{
@@ -11,24 +18,6 @@ use migration_api::ocm::cluster::{
 };
 use ocm_sim::hub::{Hub, HubOptions};
 use serde_json::json;
-
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 async fn decided(api: &Api<PlacementDecision>) -> Vec<String> {
     let mut names: Vec<String> = api
@@ -107,7 +96,7 @@ async fn addon_score_prioritizer_picks_the_best_cluster() {
         .await
         .unwrap();
     let pds: Api<PlacementDecision> = Api::namespaced(admin.clone(), "default");
-    eventually("c2 chosen", || {
+    eventually(LIMIT, "c2 chosen", || {
         let pds = pds.clone();
         async move { (decided(&pds).await == ["c2"]).then_some(()) }
     })
@@ -127,7 +116,7 @@ async fn addon_score_prioritizer_picks_the_best_cluster() {
         })))
         .await
         .unwrap();
-    eventually("c3 chosen", || {
+    eventually(LIMIT, "c3 chosen", || {
         let pds = pds.clone();
         async move { (decided(&pds).await == ["c3"]).then_some(()) }
     })

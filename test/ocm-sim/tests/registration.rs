@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -11,31 +13,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use migration_api::common::find_condition;
 use migration_api::ocm::cluster::ManagedCluster;
 use ocm_sim::cluster::{Role, SimCluster};
-use ocm_sim::hub::{Agent, AgentOptions, Hub, HubOptions};
-use ocm_sim::registration::RegistrationOptions;
+use ocm_sim::hub::{Agent, Hub, HubOptions};
 use serde_json::json;
-
-fn fast() -> HubOptions {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    HubOptions {
-        auto_approve: true,
-        registration: RegistrationOptions {
-            lease_check_interval: Duration::from_millis(200),
-        },
-    }
-}
-
-fn fast_agent() -> AgentOptions {
-    AgentOptions {
-        join_delay: Duration::ZERO,
-        lease_duration_secs: 1,
-        status_sync_interval: Duration::from_millis(200),
-        addon_lease_period: Duration::from_secs(1),
-    }
-}
 
 fn status_of(mc: &ManagedCluster, t: &str) -> String {
     mc.status
@@ -68,7 +47,7 @@ async fn wait_for<F: Fn(&[ManagedCluster]) -> bool>(
 
 #[tokio::test]
 async fn clusters_join_become_available_and_go_unknown_when_their_lease_stops() {
-    let hub = Hub::start("hub1", fast()).await.unwrap();
+    let hub = Hub::start("hub1", common::fast_hub()).await.unwrap();
     let mut agents = Vec::new();
     let mut clusters = Vec::new();
     for i in 0..3 {
@@ -76,7 +55,7 @@ async fn clusters_join_become_available_and_go_unknown_when_their_lease_stops() 
             .await
             .unwrap();
         agents.push(
-            Agent::start(&c, &hub.bootstrap_kubeconfig, fast_agent())
+            Agent::start(&c, &hub.bootstrap_kubeconfig, common::fast_agent())
                 .await
                 .unwrap(),
         );
@@ -157,11 +136,11 @@ async fn clusters_join_become_available_and_go_unknown_when_their_lease_stops() 
 async fn without_auto_approval_a_cluster_waits_for_the_hub_admin() {
     let opts = HubOptions {
         auto_approve: false,
-        ..fast()
+        ..common::fast_hub()
     };
     let hub = Hub::start("hub1", opts).await.unwrap();
     let c = SimCluster::start("cluster1", Role::Managed).await.unwrap();
-    let _agent = Agent::start(&c, &hub.bootstrap_kubeconfig, fast_agent())
+    let _agent = Agent::start(&c, &hub.bootstrap_kubeconfig, common::fast_agent())
         .await
         .unwrap();
     let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());

@@ -3,6 +3,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::eventually;
+
+/// How long each wait here may take.
+const LIMIT: Duration = Duration::from_secs(30);
+
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
@@ -11,45 +18,8 @@ use migration_api::common::condition_is_true;
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::operator::Klusterlet;
 use ocm_sim::cluster::{Role, SimCluster};
-use ocm_sim::hub::{Agent, AgentOptions, Hub, HubOptions};
-use ocm_sim::registration::RegistrationOptions;
+use ocm_sim::hub::{Agent, Hub};
 use serde_json::json;
-
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn hub_opts() -> HubOptions {
-    HubOptions {
-        auto_approve: true,
-        registration: RegistrationOptions {
-            lease_check_interval: Duration::from_millis(200),
-        },
-    }
-}
-
-fn agent_opts() -> AgentOptions {
-    AgentOptions {
-        join_delay: Duration::ZERO,
-        lease_duration_secs: 1,
-        status_sync_interval: Duration::from_millis(200),
-        addon_lease_period: Duration::from_secs(1),
-    }
-}
 
 async fn available_on(hub: &Hub, cluster: &str) -> bool {
     let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
@@ -104,13 +74,13 @@ fn hub_kubeconfig_server(secret: &Secret) -> String {
 
 #[tokio::test]
 async fn switches_hubs_when_the_current_hub_stops_accepting() {
-    let hub1 = Hub::start("hub1", hub_opts()).await.unwrap();
-    let hub2 = Hub::start("hub2", hub_opts()).await.unwrap();
+    let hub1 = Hub::start("hub1", common::fast_hub()).await.unwrap();
+    let hub2 = Hub::start("hub2", common::fast_hub()).await.unwrap();
     let cluster = SimCluster::start("cluster1", Role::Managed).await.unwrap();
-    let _agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, agent_opts())
+    let _agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, common::fast_agent())
         .await
         .unwrap();
-    eventually("cluster1 on hub1", || async {
+    eventually(LIMIT, "cluster1 on hub1", || async {
         available_on(&hub1, "cluster1").await.then_some(())
     })
     .await;
@@ -125,7 +95,7 @@ async fn switches_hubs_when_the_current_hub_stops_accepting() {
     )
     .await
     .unwrap();
-    eventually("cluster1 on hub2", || async {
+    eventually(LIMIT, "cluster1 on hub2", || async {
         available_on(&hub2, "cluster1").await.then_some(())
     })
     .await;
@@ -137,13 +107,13 @@ async fn switches_hubs_when_the_current_hub_stops_accepting() {
 
 #[tokio::test]
 async fn does_not_switch_when_the_bootstrap_identity_lacks_rbac() {
-    let hub1 = Hub::start("hub1", hub_opts()).await.unwrap();
-    let hub2 = Hub::start("hub2", hub_opts()).await.unwrap();
+    let hub1 = Hub::start("hub1", common::fast_hub()).await.unwrap();
+    let hub2 = Hub::start("hub2", common::fast_hub()).await.unwrap();
     let cluster = SimCluster::start("cluster1", Role::Managed).await.unwrap();
-    let _agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, agent_opts())
+    let _agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, common::fast_agent())
         .await
         .unwrap();
-    eventually("cluster1 on hub1", || async {
+    eventually(LIMIT, "cluster1 on hub1", || async {
         available_on(&hub1, "cluster1").await.then_some(())
     })
     .await;
@@ -188,13 +158,13 @@ async fn does_not_switch_when_the_bootstrap_identity_lacks_rbac() {
 #[tokio::test]
 async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches() {
     use migration_api::ocm::config::KlusterletConfig;
-    let hub1 = Hub::start("hub1", hub_opts()).await.unwrap();
-    let hub2 = Hub::start("hub2", hub_opts()).await.unwrap();
+    let hub1 = Hub::start("hub1", common::fast_hub()).await.unwrap();
+    let hub2 = Hub::start("hub2", common::fast_hub()).await.unwrap();
     let cluster = SimCluster::start("cluster1", Role::Managed).await.unwrap();
-    let _agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, agent_opts())
+    let _agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, common::fast_agent())
         .await
         .unwrap();
-    eventually("cluster1 on hub1", || async {
+    eventually(LIMIT, "cluster1 on hub1", || async {
         available_on(&hub1, "cluster1").await.then_some(())
     })
     .await;
@@ -234,6 +204,7 @@ async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches
         Api::namespaced(cluster.admin.clone(), "open-cluster-management-agent");
     let klusterlets: Api<Klusterlet> = Api::all(cluster.admin.clone());
     eventually(
+        LIMIT,
         "the bootstrap secret and MultipleHubs on the cluster",
         || {
             let (secrets, klusterlets) = (secrets.clone(), klusterlets.clone());
@@ -263,7 +234,7 @@ async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches
     )
     .await
     .unwrap();
-    eventually("the extra secret to be removed", || {
+    eventually(LIMIT, "the extra secret to be removed", || {
         let secrets = secrets.clone();
         async move {
             secrets
@@ -283,7 +254,7 @@ async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches
     )
     .await
     .unwrap();
-    eventually("the secret back", || {
+    eventually(LIMIT, "the secret back", || {
         let secrets = secrets.clone();
         async move { secrets.get_opt("bootstrap-hub2").await.unwrap().map(|_| ()) }
     })
@@ -295,7 +266,7 @@ async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches
     )
     .await
     .unwrap();
-    eventually("cluster1 on hub2", || async {
+    eventually(LIMIT, "cluster1 on hub2", || async {
         available_on(&hub2, "cluster1").await.then_some(())
     })
     .await;

@@ -3,7 +3,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+mod common;
+
+use common::eventually;
+
+/// How long each wait here may take.
+const LIMIT: Duration = Duration::from_secs(20);
+
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
@@ -15,34 +22,10 @@ use ocm_sim::cluster::{Role, SimCluster};
 use ocm_sim::hub::{Agent, AgentOptions, Hub, HubOptions};
 use ocm_sim::registration::RegistrationOptions;
 
-fn logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
 use serde_json::json;
 
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn joined_pair() -> (Hub, Vec<(SimCluster, Agent)>) {
-    logs();
+    common::logs();
     let hub = Hub::start(
         "hub1",
         HubOptions {
@@ -69,7 +52,7 @@ async fn joined_pair() -> (Hub, Vec<(SimCluster, Agent)>) {
         clusters.push((c, a));
     }
     let mcs: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
-    eventually("both clusters joined", || {
+    eventually(LIMIT, "both clusters joined", || {
         let mcs = mcs.clone();
         async move {
             let l = mcs.list(&Default::default()).await.unwrap().items;
@@ -122,7 +105,7 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         .unwrap();
     let c1_cms: Api<ConfigMap> = Api::namespaced(clusters[0].0.admin.clone(), "app");
     let c2_cms: Api<ConfigMap> = Api::namespaced(clusters[1].0.admin.clone(), "app");
-    eventually("the ConfigMap on cluster1", || {
+    eventually(LIMIT, "the ConfigMap on cluster1", || {
         let c1 = c1_cms.clone();
         async move { c1.get_opt("settings").await.unwrap() }
     })
@@ -131,7 +114,7 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         c2_cms.get_opt("settings").await.unwrap().is_none(),
         "cluster2 gets nothing"
     );
-    let w = eventually("Applied, Available and the feedback value", || {
+    let w = eventually(LIMIT, "Applied, Available and the feedback value", || {
         let works = works.clone();
         async move {
             let w = works.get("app").await.unwrap();
@@ -173,6 +156,7 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         .await
         .unwrap();
     eventually(
+        LIMIT,
         "the feedback to follow and the drift to be reverted",
         || {
             let works = works.clone();
@@ -222,7 +206,7 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         .replace("app", &PostParams::default(), &extra)
         .await
         .unwrap();
-    eventually("the extra ConfigMap", || {
+    eventually(LIMIT, "the extra ConfigMap", || {
         let c1 = c1_cms.clone();
         async move { c1.get_opt("extra").await.unwrap() }
     })
@@ -241,13 +225,14 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         .replace("app", &PostParams::default(), &fewer)
         .await
         .unwrap();
-    eventually("the extra ConfigMap to be pruned", || {
+    eventually(LIMIT, "the extra ConfigMap to be pruned", || {
         let c1 = c1_cms.clone();
         async move { c1.get_opt("extra").await.unwrap().is_none().then_some(()) }
     })
     .await;
     works.delete("app", &DeleteParams::default()).await.unwrap();
     eventually(
+        LIMIT,
         "the work, its objects and the AppliedManifestWork to go",
         || {
             let (works, c1, amws) = (works.clone(), c1_cms.clone(), amws.clone());
@@ -289,7 +274,7 @@ async fn selectively_orphaned_objects_stay_the_rest_go() {
     .unwrap();
     works.create(&PostParams::default(), &w).await.unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(clusters[0].0.admin.clone(), "app");
-    eventually("both ConfigMaps", || {
+    eventually(LIMIT, "both ConfigMaps", || {
         let cms = cms.clone();
         async move {
             (cms.get_opt("keep").await.unwrap().is_some()
@@ -299,14 +284,18 @@ async fn selectively_orphaned_objects_stay_the_rest_go() {
     })
     .await;
     works.delete("two", &DeleteParams::default()).await.unwrap();
-    eventually("the work and the non-orphaned ConfigMap to go", || {
-        let (works, cms) = (works.clone(), cms.clone());
-        async move {
-            (works.get_opt("two").await.unwrap().is_none()
-                && cms.get_opt("drop").await.unwrap().is_none())
-            .then_some(())
-        }
-    })
+    eventually(
+        LIMIT,
+        "the work and the non-orphaned ConfigMap to go",
+        || {
+            let (works, cms) = (works.clone(), cms.clone());
+            async move {
+                (works.get_opt("two").await.unwrap().is_none()
+                    && cms.get_opt("drop").await.unwrap().is_none())
+                .then_some(())
+            }
+        },
+    )
     .await;
     let kept = cms.get("keep").await.unwrap();
     assert!(

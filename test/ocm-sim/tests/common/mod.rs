@@ -1,0 +1,55 @@
+//! Helpers shared by the ocm-sim tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use ocm_sim::hub::{AgentOptions, HubOptions};
+use ocm_sim::registration::RegistrationOptions;
+
+/// Polls `f` until it returns `Some`, failing after `deadline`.
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A hub that auto-approves its bootstrap identity and judges leases quickly.
+pub fn fast_hub() -> HubOptions {
+    HubOptions {
+        auto_approve: true,
+        registration: RegistrationOptions {
+            lease_check_interval: Duration::from_millis(200),
+        },
+    }
+}
+
+/// A klusterlet with no join delay and one-second leases.
+pub fn fast_agent() -> AgentOptions {
+    AgentOptions {
+        join_delay: Duration::ZERO,
+        lease_duration_secs: 1,
+        status_sync_interval: Duration::from_millis(200),
+        addon_lease_period: Duration::from_secs(1),
+    }
+}
+
+/// Logs to the test output at the level RUST_LOG asks for.
+pub fn logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
