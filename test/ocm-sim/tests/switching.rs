@@ -72,29 +72,40 @@ fn hub_kubeconfig_server(secret: &Secret) -> String {
         .unwrap()
 }
 
-#[tokio::test]
-async fn switches_hubs_when_the_current_hub_stops_accepting() {
+/// Two hubs, and cluster1 joined and available on hub1.
+async fn cluster_on_hub1_of_two() -> (Hub, Hub, SimCluster, Agent) {
     let hub1 = Hub::start("hub1", common::fast_hub()).await.unwrap();
     let hub2 = Hub::start("hub2", common::fast_hub()).await.unwrap();
     let cluster = SimCluster::start("cluster1", Role::Managed).await.unwrap();
-    let _agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, common::fast_agent())
+    let agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, common::fast_agent())
         .await
         .unwrap();
     eventually(LIMIT, "cluster1 on hub1", || async {
         available_on(&hub1, "cluster1").await.then_some(())
     })
     .await;
+    (hub1, hub2, cluster, agent)
+}
+
+/// The hub admin stops accepting a cluster.
+async fn stop_accepting(hub: &Hub, cluster: &str) {
+    Api::<ManagedCluster>::all(hub.cluster.admin.clone())
+        .patch(
+            cluster,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hubAcceptsClient": false}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn switches_hubs_when_the_current_hub_stops_accepting() {
+    let (hub1, hub2, cluster, _agent) = cluster_on_hub1_of_two().await;
     offer_second_hub(&cluster, &hub2.bootstrap_kubeconfig).await;
     // Still on hub1: the first usable bootstrap kubeconfig wins.
     assert!(available_on(&hub1, "cluster1").await);
-    let api1: Api<ManagedCluster> = Api::all(hub1.cluster.admin.clone());
-    api1.patch(
-        "cluster1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"hubAcceptsClient": false}})),
-    )
-    .await
-    .unwrap();
+    stop_accepting(&hub1, "cluster1").await;
     eventually(LIMIT, "cluster1 on hub2", || async {
         available_on(&hub2, "cluster1").await.then_some(())
     })
@@ -107,16 +118,7 @@ async fn switches_hubs_when_the_current_hub_stops_accepting() {
 
 #[tokio::test]
 async fn does_not_switch_when_the_bootstrap_identity_lacks_rbac() {
-    let hub1 = Hub::start("hub1", common::fast_hub()).await.unwrap();
-    let hub2 = Hub::start("hub2", common::fast_hub()).await.unwrap();
-    let cluster = SimCluster::start("cluster1", Role::Managed).await.unwrap();
-    let _agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, common::fast_agent())
-        .await
-        .unwrap();
-    eventually(LIMIT, "cluster1 on hub1", || async {
-        available_on(&hub1, "cluster1").await.then_some(())
-    })
-    .await;
+    let (hub1, hub2, cluster, _agent) = cluster_on_hub1_of_two().await;
     // A hub2 identity with no bootstrap permissions.
     let token = hub2
         .cluster
@@ -129,14 +131,7 @@ async fn does_not_switch_when_the_bootstrap_identity_lacks_rbac() {
         .await
         .unwrap();
     offer_second_hub(&cluster, &hub2.cluster.api.kubeconfig_for_token(&token)).await;
-    let api1: Api<ManagedCluster> = Api::all(hub1.cluster.admin.clone());
-    api1.patch(
-        "cluster1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"hubAcceptsClient": false}})),
-    )
-    .await
-    .unwrap();
+    stop_accepting(&hub1, "cluster1").await;
     // Give it several selection rounds: nothing may appear on hub2.
     let api2: Api<ManagedCluster> = Api::all(hub2.cluster.admin.clone());
     let start = Instant::now();
@@ -158,16 +153,7 @@ async fn does_not_switch_when_the_bootstrap_identity_lacks_rbac() {
 #[tokio::test]
 async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches() {
     use migration_api::ocm::config::KlusterletConfig;
-    let hub1 = Hub::start("hub1", common::fast_hub()).await.unwrap();
-    let hub2 = Hub::start("hub2", common::fast_hub()).await.unwrap();
-    let cluster = SimCluster::start("cluster1", Role::Managed).await.unwrap();
-    let _agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, common::fast_agent())
-        .await
-        .unwrap();
-    eventually(LIMIT, "cluster1 on hub1", || async {
-        available_on(&hub1, "cluster1").await.then_some(())
-    })
-    .await;
+    let (hub1, hub2, cluster, _agent) = cluster_on_hub1_of_two().await;
     // What a migration puts on the source hub: the target's bootstrap secret and a KlusterletConfig.
     let admin = hub1.cluster.admin.clone();
     Api::<Secret>::namespaced(admin.clone(), "multicluster-engine")
@@ -259,13 +245,7 @@ async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches
         async move { secrets.get_opt("bootstrap-hub2").await.unwrap().map(|_| ()) }
     })
     .await;
-    mcs.patch(
-        "cluster1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"hubAcceptsClient": false}})),
-    )
-    .await
-    .unwrap();
+    stop_accepting(&hub1, "cluster1").await;
     eventually(LIMIT, "cluster1 on hub2", || async {
         available_on(&hub2, "cluster1").await.then_some(())
     })
