@@ -500,16 +500,21 @@ async fn apply_manifest(
     Ok(live.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)))
 }
 
-fn field_value(v: &Value) -> Value {
-    match v {
+/// The feedback value of a field; `None` for raw JSON over the API's 1024-byte limit, which
+/// the real agent leaves out rather than truncating into invalid JSON.
+fn field_value(v: &Value) -> Option<Value> {
+    Some(match v {
         Value::Number(n) if n.is_i64() => json!({"type": "Integer", "integer": n.as_i64()}),
         Value::Bool(b) => json!({"type": "Boolean", "boolean": b}),
         Value::String(s) => json!({"type": "String", "string": s}),
         other => {
             let raw = other.to_string();
-            json!({"type": "JsonRaw", "jsonRaw": if raw.len() > 1024 { raw[..1024].to_owned() } else { raw }})
+            if raw.len() > 1024 {
+                return None;
+            }
+            json!({"type": "JsonRaw", "jsonRaw": raw})
         }
-    }
+    })
 }
 
 fn feedback_values(cfg: &ManifestConfigOption, obj: &Value, ar: &ApiResource) -> Vec<Value> {
@@ -523,16 +528,19 @@ fn feedback_values(cfg: &ManifestConfigOption, obj: &Value, ar: &ApiResource) ->
                     ("AvailableReplicas", "/status/availableReplicas"),
                     ("ObservedGeneration", "/status/observedGeneration"),
                 ] {
-                    if let Some(v) = obj.pointer(path) {
-                        values.push(json!({"name": name, "fieldValue": field_value(v)}));
+                    if let Some(v) = obj.pointer(path).and_then(field_value) {
+                        values.push(json!({"name": name, "fieldValue": v}));
                     }
                 }
             }
             FeedbackType::WellKnownStatus => {}
             FeedbackType::JSONPaths => {
                 for jp in rule.json_paths.iter().flatten() {
-                    if let Some(v) = kube_sim::jsonpath::find(obj, &jp.path).first() {
-                        values.push(json!({"name": jp.name, "fieldValue": field_value(v)}));
+                    if let Some(v) = kube_sim::jsonpath::find(obj, &jp.path)
+                        .first()
+                        .and_then(|v| field_value(v))
+                    {
+                        values.push(json!({"name": jp.name, "fieldValue": v}));
                     }
                 }
             }
@@ -649,4 +657,22 @@ async fn cleanup_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkErro
         Err(e) => return Err(e.into()),
     }
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feedback_values_by_type_and_the_raw_limit() {
+        assert_eq!(field_value(&json!(3)).unwrap()["integer"], 3);
+        assert_eq!(field_value(&json!("x")).unwrap()["type"], "String");
+        assert_eq!(
+            field_value(&json!({"a": 1})).unwrap()["jsonRaw"],
+            "{\"a\":1}"
+        );
+        // Multi-byte characters past the limit: no panic, no truncated JSON.
+        let big = json!({"s": "é".repeat(600)});
+        assert_eq!(field_value(&big), None);
+    }
 }
