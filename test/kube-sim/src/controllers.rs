@@ -10,7 +10,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::auth::{IssuedToken, UserInfo};
+use crate::auth::IssuedToken;
 use crate::meta::{self, meta_str};
 use crate::resources::ResourceType;
 use crate::sim::{DeleteOpts, Sim, WriteOpts, mint_token};
@@ -217,7 +217,7 @@ fn modify(sim: &Sim, key: &Key, sub: &str, f: impl FnOnce(&mut Value)) {
         return;
     };
     f(&mut obj);
-    if let Err(e) = sim.update(&UserInfo::system(), &rt, ns, name, sub, obj, &opts()) {
+    if let Err(e) = sim.update(&rt, ns, name, sub, obj, &opts()) {
         tracing::debug!(%storage, %ns, %name, error = %e, "controller update did not apply");
     }
 }

@@ -285,7 +285,7 @@ pub fn load_crds(sim: &Sim, dir: &Path) -> Result<usize, StartError> {
                     let mut v = v;
                     v["metadata"]["resourceVersion"] =
                         existing["metadata"]["resourceVersion"].clone();
-                    sim.update(&UserInfo::system(), &rt, "", &name, "", v, &opts)
+                    sim.update(&rt, "", &name, "", v, &opts)
                 }
                 Err(_) => sim.create(&UserInfo::system(), &rt, "", v, &opts),
             };

@@ -572,7 +572,6 @@ fn serve_resource(
         "update" => {
             let obj = parse_body(content_type, body)?;
             let w = sim.update(
-                user,
                 rt,
                 ns,
                 &rr.name,
@@ -600,7 +599,7 @@ fn serve_resource(
         }
         "delete" => {
             let opts = delete_opts(params, content_type, body)?;
-            let (v, gone) = sim.delete(user, rt, ns, &rr.name, &opts)?;
+            let (v, gone) = sim.delete(rt, ns, &rr.name, &opts)?;
             Ok(json_response(if gone { 200 } else { 202 }, &v))
         }
         "deletecollection" => {
@@ -615,7 +614,7 @@ fn serve_resource(
                 let item_ns = crate::meta::meta_str(&item, "namespace")
                     .unwrap_or_default()
                     .to_owned();
-                if let Ok((_, _)) = sim.delete(user, rt, &item_ns, &name, &opts) {
+                if let Ok((_, _)) = sim.delete(rt, &item_ns, &name, &opts) {
                     items.push(item);
                 }
             }

@@ -354,7 +354,6 @@ impl Sim {
     /// Prunes unknown fields (returning their paths) and collects schema violations.
     fn normalize(
         &self,
-        store: &Store,
         rt: &ResourceType,
         obj: &mut Value,
     ) -> (Vec<String>, Vec<(String, String)>) {
@@ -390,7 +389,7 @@ impl Sim {
                     unknown.push(format!("metadata.{k}"));
                 }
             }
-            errors.extend(builtin_validation(store, rt, obj));
+            errors.extend(builtin_validation(rt, obj));
         }
         (unknown, errors)
     }
@@ -419,13 +418,12 @@ impl Sim {
     /// Normalises and validates the content of a write; returns warnings.
     fn validate(
         &self,
-        store: &Store,
         rt: &ResourceType,
         obj: &mut Value,
         fv: FieldValidation,
     ) -> ApiResult<Vec<String>> {
         let name = meta_str(obj, "name").unwrap_or_default().to_owned();
-        let (unknown, mut errors) = self.normalize(store, rt, obj);
+        let (unknown, mut errors) = self.normalize(rt, obj);
         if let Err(msg) = meta::validate_name(&name, rt.name_rule) {
             errors.push((
                 "metadata.name".into(),
@@ -514,8 +512,8 @@ impl Sim {
         {
             m.remove("status");
         }
-        admit_create(self, store, user, rt, &mut obj)?;
-        let warnings = self.validate(store, rt, &mut obj, opts.field_validation)?;
+        admit_create(user, rt, &mut obj)?;
+        let warnings = self.validate(rt, &mut obj, opts.field_validation)?;
         let now = meta::now();
         set_meta(&mut obj, "uid", json!(meta::uid()));
         set_meta(&mut obj, "creationTimestamp", json!(now));
@@ -556,10 +554,8 @@ impl Sim {
     }
 
     /// Replaces an object (PUT), on the main resource or a subresource.
-    #[allow(clippy::too_many_arguments)]
     pub fn update(
         &self,
-        user: &UserInfo,
         rt: &Arc<ResourceType>,
         ns: &str,
         name: &str,
@@ -574,7 +570,7 @@ impl Sim {
             .ok_or_else(|| ApiError::not_found(&rt.plural, &rt.group, name))?;
         let old = present(rt, &old);
         check_resource_version(rt, name, &body, &old)?;
-        self.commit_update(&mut store, user, rt, ns, name, sub, &old, body, opts, false)
+        self.commit_update(&mut store, rt, ns, name, sub, &old, body, opts, false)
     }
 
     /// Patches an object (JSON, merge, strategic merge or apply).
@@ -604,7 +600,7 @@ impl Sim {
                 .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
             self.check_body(rt, &mut config, ns, Some(name))?;
             // Unknown fields are judged on the configuration; validity on the merged object.
-            let (unknown, _) = self.normalize(&store, rt, &mut config);
+            let (unknown, _) = self.normalize(rt, &mut config);
             let warnings = Self::unknown_fields_verdict(&unknown, opts.field_validation)?;
             let scope = match sub {
                 "status" => Scope::StatusOnly,
@@ -644,9 +640,7 @@ impl Sim {
                         "resourceVersion",
                         json!(meta_str(&old, "resourceVersion")),
                     );
-                    self.commit_update(
-                        &mut store, user, rt, ns, name, sub, &old, merged, opts, true,
-                    )?
+                    self.commit_update(&mut store, rt, ns, name, sub, &old, merged, opts, true)?
                 }
             };
             result.warnings.extend(warnings);
@@ -671,9 +665,7 @@ impl Sim {
         let mut patched = patched;
         self.check_body(rt, &mut patched, ns, Some(name))?;
         check_resource_version(rt, name, &patched, &old)?;
-        self.commit_update(
-            &mut store, user, rt, ns, name, sub, &old, patched, opts, false,
-        )
+        self.commit_update(&mut store, rt, ns, name, sub, &old, patched, opts, false)
     }
 
     /// The common tail of update and patch: subresource rules, immutable metadata, admission,
@@ -682,7 +674,6 @@ impl Sim {
     fn commit_update(
         &self,
         store: &mut Store,
-        user: &UserInfo,
         rt: &Arc<ResourceType>,
         ns: &str,
         name: &str,
@@ -780,8 +771,8 @@ impl Sim {
                 ));
             }
         }
-        admit_update(self, store, user, rt, old, &mut new)?;
-        let warnings = self.validate(store, rt, &mut new, opts.field_validation)?;
+        admit_update(rt, old, &mut new)?;
+        let warnings = self.validate(rt, &mut new, opts.field_validation)?;
         if rt.tracks_generation
             && spec_part(&new, rt.has_status()) != spec_part(old, rt.has_status())
         {
@@ -851,13 +842,11 @@ impl Sim {
     /// Deletes an object; returns the response body and whether the object is gone.
     pub fn delete(
         &self,
-        user: &UserInfo,
         rt: &Arc<ResourceType>,
         ns: &str,
         name: &str,
         opts: &DeleteOpts,
     ) -> ApiResult<(Value, bool)> {
-        let _ = user;
         let mut store = self.store();
         self.delete_locked(&mut store, rt, ns, name, opts)
     }
@@ -1163,8 +1152,7 @@ fn validate_metadata(obj: &Value, errors: &mut Vec<(String, String)>) {
 }
 
 /// Per-kind validation of built-in kinds (the fields our components rely on).
-fn builtin_validation(store: &Store, rt: &ResourceType, obj: &Value) -> Vec<(String, String)> {
-    let _ = store;
+fn builtin_validation(rt: &ResourceType, obj: &Value) -> Vec<(String, String)> {
     let mut errors = Vec::new();
     let missing = |errors: &mut Vec<(String, String)>, path: &str| {
         let ptr = format!("/{}", path.replace('.', "/"));
@@ -1210,14 +1198,7 @@ fn builtin_validation(store: &Store, rt: &ResourceType, obj: &Value) -> Vec<(Str
 }
 
 /// Built-in behaviour on create.
-fn admit_create(
-    sim: &Sim,
-    store: &Store,
-    user: &UserInfo,
-    rt: &ResourceType,
-    obj: &mut Value,
-) -> ApiResult<()> {
-    let _ = (sim, store);
+fn admit_create(user: &UserInfo, rt: &ResourceType, obj: &mut Value) -> ApiResult<()> {
     match rt.builtin {
         Some(Builtin::Namespace) => {
             obj["spec"] = json!({"finalizers": ["kubernetes"]});
@@ -1286,15 +1267,7 @@ fn admit_create(
 }
 
 /// Built-in behaviour on update.
-fn admit_update(
-    sim: &Sim,
-    store: &Store,
-    user: &UserInfo,
-    rt: &ResourceType,
-    old: &Value,
-    new: &mut Value,
-) -> ApiResult<()> {
-    let _ = (sim, store, user);
+fn admit_update(rt: &ResourceType, old: &Value, new: &mut Value) -> ApiResult<()> {
     match rt.builtin {
         Some(Builtin::Secret) => fold_string_data(new),
         Some(Builtin::CertificateSigningRequest) => {
