@@ -238,6 +238,16 @@ impl Drop for KubeSim {
     }
 }
 
+/// Waits for SIGTERM or Ctrl-C (what the `kube-sim` and `fleet` binaries run until).
+pub async fn until_terminated() -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        r = tokio::signal::ctrl_c() => r?,
+    }
+    Ok(())
+}
+
 /// A kube-rs client from kubeconfig text.
 pub async fn client_from_kubeconfig(text: &str) -> Result<kube::Client, StartError> {
     let kc =

@@ -77,16 +77,9 @@ async fn main() -> ExitCode {
         sim.url(),
         kubeconfig_out.display()
     );
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("kube-sim: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+    if let Err(e) = kube_sim::until_terminated().await {
+        eprintln!("kube-sim: waiting for SIGTERM: {e}");
+        return ExitCode::FAILURE;
     }
     sim.shutdown();
     ExitCode::SUCCESS

@@ -95,16 +95,9 @@ async fn main() -> ExitCode {
         hubs * clusters_per_hub,
         dir.join("kubeconfig").display()
     );
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("fleet: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+    if let Err(e) = kube_sim::until_terminated().await {
+        eprintln!("fleet: waiting for SIGTERM: {e}");
+        return ExitCode::FAILURE;
     }
     drop(fleet);
     ExitCode::SUCCESS
