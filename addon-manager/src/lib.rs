@@ -2,6 +2,8 @@
 //! and drives migrations through ManifestWorks. Controllers arrive with their issues; this crate
 //! holds the command line and the start-up they plug into.
 
+pub mod render;
+
 use clap::Parser;
 use migration_api::names::ADDON_NAME;
 use migration_api::runtime::{self, CommonArgs, Process};

@@ -1,0 +1,933 @@
+//! Rendering of the addon agent's install: pure functions from an AddOnDeploymentConfig (and
+//! the manager's defaults) to the objects that go into the deploy ManifestWorks and the agent's
+//! hub-side RBAC. Templates live in `templates/` (handlebars; every value goes through the
+//! `json` helper, so it is quoted and escaped).
+
+use std::collections::BTreeMap;
+
+use handlebars::Handlebars;
+use migration_api::names::{self, labels};
+use migration_api::ocm::addon::{AddOnDeploymentConfigSpec, ContainerResourceRequirements};
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// Customized variable naming the agent version to run.
+pub const AGENT_VERSION_VAR: &str = "AGENT_VERSION";
+/// Customized variable setting the agent's log level.
+pub const LOG_LEVEL_VAR: &str = "LOG_LEVEL";
+/// Customized variable setting the agent's health lease duration in seconds.
+pub const LEASE_DURATION_VAR: &str = "LEASE_DURATION_SECONDS";
+/// Customized variable setting how many managed clusters the hub is meant to hold (scores).
+pub const CAPACITY_VAR: &str = "MANAGED_CLUSTER_CAPACITY";
+/// Every customized variable the agent's templates read.
+pub const KNOWN_VARIABLES: [&str; 4] = [
+    AGENT_VERSION_VAR,
+    LOG_LEVEL_VAR,
+    LEASE_DURATION_VAR,
+    CAPACITY_VAR,
+];
+
+/// Name of the agent's Deployment, ServiceAccount and lease role on the hub.
+pub const AGENT_NAME: &str = "cluster-migration-agent";
+/// Name of the agent's container.
+pub const CONTAINER_NAME: &str = "addon-agent";
+/// Where the agent's hub kubeconfig secret is mounted.
+pub const HUB_KUBECONFIG_MOUNT: &str = "/var/run/secrets/open-cluster-management/hub";
+/// Where the proxy CA is mounted when the config has one.
+pub const PROXY_CA_MOUNT: &str = "/etc/cluster-migration/proxy-ca";
+/// Name of the pre-delete Job.
+pub const CLEANUP_JOB: &str = "cluster-migration-cleanup";
+/// Upper bound of one ManifestWork's manifests (the API server's object limit is ~1.5 MiB; OCM
+/// splits near 400 KiB).
+pub const WORK_SIZE_LIMIT: usize = 400 * 1024;
+
+const INSTALL: &str = include_str!("../../templates/agent-install.yaml.hbs");
+const RBAC: &str = include_str!("../../templates/agent-rbac.yaml.hbs");
+const HUB_RBAC: &str = include_str!("../../templates/agent-hub-rbac.yaml.hbs");
+const PRE_DELETE: &str = include_str!("../../templates/agent-pre-delete.yaml.hbs");
+const MIGRATION_TASK_CRD: &str =
+    include_str!("../../manifests/crds/migration.open-cluster-management.io_migrationtasks.yaml");
+
+/// What goes wrong while rendering.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("template {0}: {1}")]
+    Template(&'static str, String),
+    #[error("template {0} produced invalid YAML: {1}")]
+    Yaml(&'static str, String),
+    #[error("invalid config: {0}")]
+    Config(String),
+}
+
+/// The manager's side of the values: what holds when no config says otherwise.
+#[derive(Clone, Debug)]
+pub struct Defaults {
+    pub addon_name: String,
+    /// Agent image repository; the tag is the version.
+    pub image_repository: String,
+    /// Version deployed when no config names one.
+    pub version: String,
+    pub log_level: String,
+    pub lease_duration_secs: u32,
+    pub capacity: u32,
+}
+
+/// Every value the agent's templates see.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentValues {
+    pub addon_name: String,
+    pub cluster_name: String,
+    pub namespace: String,
+    pub version: String,
+    pub image: String,
+    pub log_level: String,
+    pub lease_duration_secs: u32,
+    pub capacity: u32,
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Value>,
+    pub resources: Option<Value>,
+    pub http_proxy: Option<String>,
+    pub https_proxy: Option<String>,
+    pub no_proxy: Option<String>,
+    /// PEM of the proxy's CA (decoded from the config's base64).
+    pub proxy_ca_bundle: Option<String>,
+}
+
+/// A customized variable's value, if the config sets it.
+pub fn variable<'a>(config: Option<&'a AddOnDeploymentConfigSpec>, name: &str) -> Option<&'a str> {
+    config?
+        .customized_variables
+        .as_ref()?
+        .iter()
+        .find(|v| v.name == name)
+        .and_then(|v| v.value.as_deref())
+        .filter(|v| !v.is_empty())
+}
+
+/// The version a config asks for (the default when it names none).
+pub fn desired_version(defaults: &Defaults, config: Option<&AddOnDeploymentConfigSpec>) -> String {
+    variable(config, AGENT_VERSION_VAR)
+        .unwrap_or(&defaults.version)
+        .to_owned()
+}
+
+/// Applies the first registry mirror whose source is a prefix of the image.
+pub fn mirror_image(image: &str, config: Option<&AddOnDeploymentConfigSpec>) -> String {
+    for m in config
+        .and_then(|c| c.registries.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        match m.source.as_deref() {
+            Some(source) if !source.is_empty() => {
+                if let Some(rest) = image.strip_prefix(source) {
+                    return format!("{}{rest}", m.mirror);
+                }
+            }
+            // No source: the mirror replaces the registry host of every image.
+            _ => {
+                let rest = image.split_once('/').map(|(_, r)| r).unwrap_or(image);
+                return format!("{}/{rest}", m.mirror.trim_end_matches('/'));
+            }
+        }
+    }
+    image.to_owned()
+}
+
+/// The resource requirements for our container: among the entries whose
+/// `containerID` (`<resource>:<name>:<container>`, `*` matches anything) matches, the most
+/// specific one wins (fewest wildcards; on a tie, the later entry).
+pub fn container_resources(entries: &[ContainerResourceRequirements]) -> Option<Value> {
+    let ours = ["deployments", AGENT_NAME, CONTAINER_NAME];
+    entries
+        .iter()
+        .filter_map(|e| {
+            let parts: Vec<&str> = e.container_id.split(':').collect();
+            if parts.len() != 3 {
+                return None;
+            }
+            let matches = parts.iter().zip(ours).all(|(p, o)| *p == "*" || *p == o);
+            let specific = parts.iter().filter(|p| **p != "*").count();
+            matches.then_some((specific, e))
+        })
+        .max_by_key(|(specific, _)| *specific)
+        .and_then(|(_, e)| serde_json::to_value(&e.resources).ok())
+}
+
+fn parse_u32(
+    config: Option<&AddOnDeploymentConfigSpec>,
+    name: &str,
+    default: u32,
+) -> Result<u32, RenderError> {
+    match variable(config, name) {
+        None => Ok(default),
+        Some(v) => v.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            RenderError::Config(format!("{name} must be a positive integer, not \"{v}\""))
+        }),
+    }
+}
+
+impl AgentValues {
+    /// Values for the agent on `cluster`, from the config (if any) over the defaults.
+    pub fn new(
+        defaults: &Defaults,
+        cluster: &str,
+        config: Option<&AddOnDeploymentConfigSpec>,
+        version: &str,
+    ) -> Result<Self, RenderError> {
+        let namespace = config
+            .and_then(|c| c.agent_install_namespace.clone())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| names::DEFAULT_ADDON_INSTALL_NAMESPACE.to_owned());
+        let image = mirror_image(&format!("{}:{version}", defaults.image_repository), config);
+        let placement = config.and_then(|c| c.node_placement.as_ref());
+        let proxy = config.and_then(|c| c.proxy_config.as_ref());
+        let proxy_ca_bundle = match proxy
+            .and_then(|p| p.ca_bundle.as_deref())
+            .filter(|s| !s.is_empty())
+        {
+            None => None,
+            Some(b64) => {
+                let bytes =
+                    base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64.trim())
+                        .map_err(|e| {
+                            RenderError::Config(format!("proxyConfig.caBundle is not base64: {e}"))
+                        })?;
+                Some(String::from_utf8(bytes).map_err(|_| {
+                    RenderError::Config("proxyConfig.caBundle is not a PEM bundle".into())
+                })?)
+            }
+        };
+        let non_empty = |s: Option<&String>| s.filter(|s| !s.is_empty()).cloned();
+        Ok(Self {
+            addon_name: defaults.addon_name.clone(),
+            cluster_name: cluster.to_owned(),
+            namespace,
+            version: version.to_owned(),
+            image,
+            log_level: variable(config, LOG_LEVEL_VAR)
+                .unwrap_or(&defaults.log_level)
+                .to_owned(),
+            lease_duration_secs: parse_u32(
+                config,
+                LEASE_DURATION_VAR,
+                defaults.lease_duration_secs,
+            )?,
+            capacity: parse_u32(config, CAPACITY_VAR, defaults.capacity)?,
+            node_selector: placement
+                .and_then(|p| p.node_selector.clone())
+                .unwrap_or_default(),
+            tolerations: placement
+                .and_then(|p| p.tolerations.as_ref())
+                .map(|t| {
+                    t.iter()
+                        .filter_map(|t| serde_json::to_value(t).ok())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            resources: config
+                .and_then(|c| c.resource_requirements.as_deref())
+                .and_then(container_resources),
+            http_proxy: non_empty(proxy.and_then(|p| p.http_proxy.as_ref())),
+            https_proxy: non_empty(proxy.and_then(|p| p.https_proxy.as_ref())),
+            no_proxy: non_empty(proxy.and_then(|p| p.no_proxy.as_ref())),
+            proxy_ca_bundle,
+        })
+    }
+
+    fn labels(&self) -> Value {
+        json!({
+            labels::ADDON_NAME: self.addon_name,
+            labels::MANAGED_BY: labels::MANAGED_BY_VALUE,
+        })
+    }
+
+    fn env(&self) -> Vec<Value> {
+        let mut env = vec![
+            json!({"name": "AGENT_VERSION", "value": self.version}),
+            json!({"name": "LEASE_DURATION_SECONDS", "value": self.lease_duration_secs.to_string()}),
+            json!({"name": "MANAGED_CLUSTER_CAPACITY", "value": self.capacity.to_string()}),
+            json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
+        ];
+        for (names, value) in [
+            (["HTTP_PROXY", "http_proxy"], &self.http_proxy),
+            (["HTTPS_PROXY", "https_proxy"], &self.https_proxy),
+            (["NO_PROXY", "no_proxy"], &self.no_proxy),
+        ] {
+            if let Some(v) = value {
+                for n in names {
+                    env.push(json!({"name": n, "value": v}));
+                }
+            }
+        }
+        if self.proxy_ca_bundle.is_some() {
+            env.push(
+                json!({"name": "PROXY_CA_BUNDLE", "value": format!("{PROXY_CA_MOUNT}/ca.crt")}),
+            );
+        }
+        env
+    }
+
+    fn volumes(&self) -> (Vec<Value>, Vec<Value>) {
+        let mut volumes = vec![
+            json!({"name": "hub-kubeconfig", "secret": {"secretName": names::hub_kubeconfig_secret(&self.addon_name)}}),
+        ];
+        let mut mounts = vec![
+            json!({"name": "hub-kubeconfig", "mountPath": HUB_KUBECONFIG_MOUNT, "readOnly": true}),
+        ];
+        if self.proxy_ca_bundle.is_some() {
+            volumes.push(json!({"name": "proxy-ca", "secret": {"secretName": proxy_ca_secret(&self.addon_name)}}));
+            mounts.push(json!({"name": "proxy-ca", "mountPath": PROXY_CA_MOUNT, "readOnly": true}));
+        }
+        (volumes, mounts)
+    }
+
+    fn common_args(&self) -> Vec<String> {
+        vec![
+            format!("--cluster-name={}", self.cluster_name),
+            format!("--addon-name={}", self.addon_name),
+            format!("--hub-kubeconfig={HUB_KUBECONFIG_MOUNT}/kubeconfig"),
+            format!("--log-level={}", self.log_level),
+        ]
+    }
+
+    /// Everything the templates see.
+    fn context(&self) -> Value {
+        let (volumes, mounts) = self.volumes();
+        let mut cleanup_args = vec!["cleanup".to_owned()];
+        cleanup_args.extend(self.common_args());
+        json!({
+            "addonName": self.addon_name,
+            "clusterName": self.cluster_name,
+            "namespace": self.namespace,
+            "agentName": AGENT_NAME,
+            "containerName": CONTAINER_NAME,
+            "clusterRoleName": format!("open-cluster-management:{}:agent", self.addon_name),
+            "labels": self.labels(),
+            "image": self.image,
+            "args": self.common_args(),
+            "cleanupArgs": cleanup_args,
+            "env": self.env(),
+            "volumes": volumes,
+            "volumeMounts": mounts,
+            "nodeSelector": if self.node_selector.is_empty() { Value::Null } else { json!(self.node_selector) },
+            "tolerations": if self.tolerations.is_empty() { Value::Null } else { json!(self.tolerations) },
+            "resources": self.resources,
+            "proxyCaBundle": self.proxy_ca_bundle,
+            "proxyCaSecret": proxy_ca_secret(&self.addon_name),
+            "jobName": CLEANUP_JOB,
+        })
+    }
+}
+
+/// Name of the secret holding the proxy CA on the hub.
+pub fn proxy_ca_secret(addon: &str) -> String {
+    format!("{addon}-proxy-ca")
+}
+
+fn engine() -> Handlebars<'static> {
+    let mut h = Handlebars::new();
+    h.set_strict_mode(true);
+    h.register_escape_fn(handlebars::no_escape);
+    h.register_helper(
+        "json",
+        Box::new(
+            |helper: &handlebars::Helper,
+             _: &Handlebars,
+             _: &handlebars::Context,
+             _: &mut handlebars::RenderContext,
+             out: &mut dyn handlebars::Output|
+             -> handlebars::HelperResult {
+                let value = helper
+                    .param(0)
+                    .map(|p| p.value().clone())
+                    .unwrap_or(Value::Null);
+                let text = serde_json::to_string(&value)
+                    .map_err(|e| handlebars::RenderErrorReason::Other(e.to_string()))?;
+                out.write(&text)?;
+                Ok(())
+            },
+        ),
+    );
+    h
+}
+
+/// Renders one template into its objects (one per YAML document; empty documents skipped).
+fn render_template(
+    name: &'static str,
+    template: &str,
+    ctx: &Value,
+) -> Result<Vec<Value>, RenderError> {
+    let text = engine()
+        .render_template(template, ctx)
+        .map_err(|e| RenderError::Template(name, e.to_string()))?;
+    parse_documents(name, &text)
+}
+
+fn parse_documents(name: &'static str, text: &str) -> Result<Vec<Value>, RenderError> {
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let v: Value = serde::Deserialize::deserialize(doc)
+            .map_err(|e| RenderError::Yaml(name, e.to_string()))?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// The objects of the agent's install on its hub, in apply order: namespace, service account,
+/// RBAC, the MigrationTask CRD, then the Deployment.
+pub fn agent_manifests(values: &AgentValues) -> Result<Vec<Value>, RenderError> {
+    let ctx = values.context();
+    let mut install = render_template("agent-install.yaml.hbs", INSTALL, &ctx)?;
+    let deployment = install.pop();
+    let mut out = install;
+    out.extend(render_template("agent-rbac.yaml.hbs", RBAC, &ctx)?);
+    out.extend(parse_documents("migrationtasks CRD", MIGRATION_TASK_CRD)?);
+    out.extend(deployment);
+    Ok(out)
+}
+
+/// The pre-delete hook's objects (the cleanup Job).
+pub fn pre_delete_manifests(values: &AgentValues) -> Result<Vec<Value>, RenderError> {
+    render_template("agent-pre-delete.yaml.hbs", PRE_DELETE, &values.context())
+}
+
+/// Name of the agent's Role and RoleBinding on the global hub.
+pub fn hub_role_name(addon: &str) -> String {
+    format!("open-cluster-management:{addon}:agent")
+}
+
+/// The agent's RBAC on the global hub, in its cluster namespace.
+pub fn hub_rbac(addon: &str, cluster: &str) -> Result<Vec<Value>, RenderError> {
+    let groups = names::addon_agent_groups(cluster, addon);
+    let ctx = json!({
+        "addonName": addon,
+        "clusterName": cluster,
+        "roleName": hub_role_name(addon),
+        "group": groups.first(),
+        "labels": {labels::ADDON_NAME: addon, labels::MANAGED_BY: labels::MANAGED_BY_VALUE},
+    });
+    render_template("agent-hub-rbac.yaml.hbs", HUB_RBAC, &ctx)
+}
+
+/// SHA-256 (hex) of a value's canonical JSON (serde_json keeps object keys sorted).
+pub fn spec_hash(value: &impl Serialize) -> String {
+    let text = serde_json::to_vec(value).unwrap_or_default();
+    let digest = Sha256::digest(&text);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Splits manifests into groups whose serialized size stays under `limit` (a manifest larger
+/// than the limit gets a group of its own). Order is kept.
+pub fn split_manifests(manifests: Vec<Value>, limit: usize) -> Vec<Vec<Value>> {
+    let mut groups: Vec<Vec<Value>> = Vec::new();
+    let mut size = 0;
+    for m in manifests {
+        let len = serde_json::to_vec(&m).map(|v| v.len()).unwrap_or(0);
+        match groups.last_mut() {
+            Some(g) if size + len <= limit => {
+                g.push(m);
+                size += len;
+            }
+            _ => {
+                groups.push(vec![m]);
+                size = len;
+            }
+        }
+    }
+    groups
+}
+
+/// Status feedback the manager reads from the agent's Deployment.
+pub fn deployment_feedback() -> Value {
+    json!({
+        "resourceIdentifier": {"group": "apps", "resource": "deployments", "name": AGENT_NAME},
+        "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [
+            {"name": "image", "path": ".spec.template.spec.containers[0].image"},
+            {"name": "generation", "path": ".metadata.generation"},
+            {"name": "observedGeneration", "path": ".status.observedGeneration"},
+            {"name": "availableReplicas", "path": ".status.availableReplicas"}
+        ]}]
+    })
+}
+
+/// Status feedback the manager reads from the cleanup Job.
+pub fn job_feedback() -> Value {
+    json!({
+        "resourceIdentifier": {"group": "batch", "resource": "jobs", "name": CLEANUP_JOB},
+        "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [
+            {"name": "succeeded", "path": ".status.succeeded"},
+            {"name": "failed", "path": ".status.failed"}
+        ]}]
+    })
+}
+
+/// The deploy ManifestWorks `addon-<addon>-deploy-<i>` for a cluster: the manifests split by
+/// size, each work annotated with the config spec hashes and owned by the ManagedClusterAddOn.
+pub fn deploy_works(
+    addon: &str,
+    cluster: &str,
+    manifests: Vec<Value>,
+    config_hashes: &BTreeMap<String, String>,
+    owner: &Value,
+    limit: usize,
+) -> Vec<Value> {
+    let hashes = serde_json::to_string(config_hashes).unwrap_or_default();
+    split_manifests(manifests, limit)
+        .into_iter()
+        .enumerate()
+        .map(|(i, group)| {
+            let mut configs = Vec::new();
+            if group.iter().any(|m| m["kind"] == "Deployment") {
+                configs.push(deployment_feedback());
+            }
+            work(
+                &names::addon_deploy_work(addon, i),
+                addon,
+                cluster,
+                group,
+                configs,
+                &hashes,
+                owner,
+            )
+        })
+        .collect()
+}
+
+/// The pre-delete ManifestWork `addon-<addon>-pre-delete`.
+pub fn pre_delete_work(addon: &str, cluster: &str, manifests: Vec<Value>, owner: &Value) -> Value {
+    work(
+        &names::addon_pre_delete_work(addon),
+        addon,
+        cluster,
+        manifests,
+        vec![job_feedback()],
+        "{}",
+        owner,
+    )
+}
+
+fn work(
+    name: &str,
+    addon: &str,
+    cluster: &str,
+    manifests: Vec<Value>,
+    manifest_configs: Vec<Value>,
+    hashes: &str,
+    owner: &Value,
+) -> Value {
+    json!({
+        "apiVersion": "work.open-cluster-management.io/v1",
+        "kind": "ManifestWork",
+        "metadata": {
+            "name": name,
+            "namespace": cluster,
+            "labels": {labels::ADDON_NAME: addon, labels::MANAGED_BY: labels::MANAGED_BY_VALUE},
+            "annotations": {migration_api::names::annotations::CONFIG_SPEC_HASH: hashes},
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            "workload": {"manifests": manifests},
+            "manifestConfigs": manifest_configs,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use migration_api::ocm::addon::{CustomizedVariable, ProxyConfig, ResourceRequirements};
+
+    use super::*;
+
+    fn defaults() -> Defaults {
+        Defaults {
+            addon_name: "cluster-migration".into(),
+            image_repository: "quay.io/cluster-migration-addon/addon-agent".into(),
+            version: "0.1.0".into(),
+            log_level: "info".into(),
+            lease_duration_secs: 60,
+            capacity: 500,
+        }
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> AddOnDeploymentConfigSpec {
+        AddOnDeploymentConfigSpec {
+            customized_variables: Some(
+                pairs
+                    .iter()
+                    .map(|(n, v)| CustomizedVariable {
+                        name: (*n).into(),
+                        value: Some((*v).into()),
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn render(config: Option<&AddOnDeploymentConfigSpec>) -> Vec<Value> {
+        let d = defaults();
+        let v = AgentValues::new(&d, "hub1", config, &desired_version(&d, config)).unwrap();
+        agent_manifests(&v).unwrap()
+    }
+
+    fn deployment(objs: &[Value]) -> &Value {
+        objs.iter().find(|o| o["kind"] == "Deployment").unwrap()
+    }
+
+    fn container(objs: &[Value]) -> &Value {
+        &deployment(objs)["spec"]["template"]["spec"]["containers"][0]
+    }
+
+    fn env(objs: &[Value], name: &str) -> Option<String> {
+        container(objs)["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .and_then(|e| e["value"].as_str().map(str::to_owned))
+    }
+
+    #[test]
+    fn default_install_has_every_object_in_apply_order() {
+        let objs = render(None);
+        let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "Namespace",
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding",
+                "CustomResourceDefinition",
+                "Deployment"
+            ]
+        );
+        assert_eq!(
+            objs[0]["metadata"]["name"],
+            names::DEFAULT_ADDON_INSTALL_NAMESPACE
+        );
+        assert_eq!(
+            container(&objs)["image"],
+            "quay.io/cluster-migration-addon/addon-agent:0.1.0"
+        );
+        assert_eq!(env(&objs, "AGENT_VERSION").as_deref(), Some("0.1.0"));
+        assert!(container(&objs).get("resources").is_none());
+        assert!(
+            deployment(&objs)["spec"]["template"]["spec"]
+                .get("nodeSelector")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn agent_version_sets_image_tag_and_env() {
+        let c = vars(&[(AGENT_VERSION_VAR, "0.2.0")]);
+        let objs = render(Some(&c));
+        assert_eq!(
+            container(&objs)["image"],
+            "quay.io/cluster-migration-addon/addon-agent:0.2.0"
+        );
+        assert_eq!(env(&objs, "AGENT_VERSION").as_deref(), Some("0.2.0"));
+    }
+
+    #[test]
+    fn variables_set_log_level_lease_and_capacity() {
+        let c = vars(&[
+            (LOG_LEVEL_VAR, "debug"),
+            (LEASE_DURATION_VAR, "5"),
+            (CAPACITY_VAR, "40"),
+        ]);
+        let objs = render(Some(&c));
+        let args = container(&objs)["args"].as_array().unwrap().clone();
+        assert!(args.contains(&json!("--log-level=debug")), "{args:?}");
+        assert_eq!(env(&objs, "LEASE_DURATION_SECONDS").as_deref(), Some("5"));
+        assert_eq!(
+            env(&objs, "MANAGED_CLUSTER_CAPACITY").as_deref(),
+            Some("40")
+        );
+    }
+
+    #[test]
+    fn a_bad_number_is_a_config_error() {
+        let d = defaults();
+        for bad in ["0", "-1", "ten"] {
+            let c = vars(&[(LEASE_DURATION_VAR, bad)]);
+            let err = AgentValues::new(&d, "hub1", Some(&c), "0.1.0").unwrap_err();
+            assert!(err.to_string().contains("LEASE_DURATION_SECONDS"), "{err}");
+        }
+    }
+
+    #[test]
+    fn install_namespace_from_config() {
+        let c = AddOnDeploymentConfigSpec {
+            agent_install_namespace: Some("migration-agent".into()),
+            ..Default::default()
+        };
+        let objs = render(Some(&c));
+        for o in &objs {
+            let kind = o["kind"].as_str().unwrap();
+            match kind {
+                "Namespace" => assert_eq!(o["metadata"]["name"], "migration-agent"),
+                "ClusterRole" | "CustomResourceDefinition" => {}
+                "ClusterRoleBinding" => {
+                    assert_eq!(o["subjects"][0]["namespace"], "migration-agent")
+                }
+                _ => assert_eq!(o["metadata"]["namespace"], "migration-agent", "{kind}"),
+            }
+        }
+    }
+
+    #[test]
+    fn node_placement_sets_selector_and_tolerations() {
+        let c: AddOnDeploymentConfigSpec = serde_json::from_value(json!({
+            "nodePlacement": {"nodeSelector": {"node-role.kubernetes.io/infra": ""},
+                              "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}]}
+        }))
+        .unwrap();
+        let objs = render(Some(&c));
+        let pod = &deployment(&objs)["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["nodeSelector"],
+            json!({"node-role.kubernetes.io/infra": ""})
+        );
+        assert_eq!(
+            pod["tolerations"],
+            json!([{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}])
+        );
+    }
+
+    #[test]
+    fn registries_mirror_the_image() {
+        let with = |mirror: &str, source: Option<&str>| {
+            let c: AddOnDeploymentConfigSpec = serde_json::from_value(
+                json!({"registries": [{"mirror": mirror, "source": source}]}),
+            )
+            .unwrap();
+            render(Some(&c))
+        };
+        let objs = with(
+            "registry.local/mirror/addon-agent",
+            Some("quay.io/cluster-migration-addon/addon-agent"),
+        );
+        assert_eq!(
+            container(&objs)["image"],
+            "registry.local/mirror/addon-agent:0.1.0"
+        );
+        let objs = with("registry.local", None);
+        assert_eq!(
+            container(&objs)["image"],
+            "registry.local/cluster-migration-addon/addon-agent:0.1.0"
+        );
+        let objs = with("registry.local/x", Some("docker.io/other"));
+        assert_eq!(
+            container(&objs)["image"],
+            "quay.io/cluster-migration-addon/addon-agent:0.1.0"
+        );
+    }
+
+    #[test]
+    fn proxy_config_sets_env_and_mounts_the_ca() {
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let c = AddOnDeploymentConfigSpec {
+            proxy_config: Some(ProxyConfig {
+                http_proxy: Some("http://proxy:3128".into()),
+                https_proxy: Some("https://proxy:3129".into()),
+                no_proxy: Some(".svc,10.0.0.0/8".into()),
+                ca_bundle: Some(base64::Engine::encode(
+                    &base64::engine::general_purpose::STANDARD,
+                    pem,
+                )),
+            }),
+            ..Default::default()
+        };
+        let objs = render(Some(&c));
+        assert_eq!(
+            env(&objs, "HTTP_PROXY").as_deref(),
+            Some("http://proxy:3128")
+        );
+        assert_eq!(
+            env(&objs, "https_proxy").as_deref(),
+            Some("https://proxy:3129")
+        );
+        assert_eq!(env(&objs, "NO_PROXY").as_deref(), Some(".svc,10.0.0.0/8"));
+        let secret = objs.iter().find(|o| o["kind"] == "Secret").unwrap();
+        assert_eq!(secret["stringData"]["ca.crt"], pem);
+        let mounts = container(&objs)["volumeMounts"].as_array().unwrap();
+        assert!(mounts.iter().any(|m| m["mountPath"] == PROXY_CA_MOUNT));
+        let bad = AddOnDeploymentConfigSpec {
+            proxy_config: Some(ProxyConfig {
+                ca_bundle: Some("%%%".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(AgentValues::new(&defaults(), "hub1", Some(&bad), "0.1.0").is_err());
+        let none = render(None);
+        assert!(env(&none, "HTTP_PROXY").is_none());
+        assert!(!none.iter().any(|o| o["kind"] == "Secret"));
+    }
+
+    #[test]
+    fn resource_requirements_most_specific_match_wins() {
+        let req = |cpu: &str| ResourceRequirements {
+            requests: Some(
+                [(
+                    "cpu".to_owned(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(cpu.into()),
+                )]
+                .into(),
+            ),
+            limits: None,
+        };
+        let entry = |id: &str, cpu: &str| ContainerResourceRequirements {
+            container_id: id.into(),
+            resources: req(cpu),
+        };
+        let c = AddOnDeploymentConfigSpec {
+            resource_requirements: Some(vec![
+                entry("deployments:cluster-migration-agent:addon-agent", "300m"),
+                entry("*:*:*", "100m"),
+                entry("deployments:other:addon-agent", "900m"),
+            ]),
+            ..Default::default()
+        };
+        let objs = render(Some(&c));
+        assert_eq!(
+            container(&objs)["resources"],
+            json!({"requests": {"cpu": "300m"}})
+        );
+        let only_wild = AddOnDeploymentConfigSpec {
+            resource_requirements: Some(vec![entry("*:*:*", "100m")]),
+            ..Default::default()
+        };
+        assert_eq!(
+            container(&render(Some(&only_wild)))["resources"],
+            json!({"requests": {"cpu": "100m"}})
+        );
+    }
+
+    #[test]
+    fn values_cannot_inject_yaml() {
+        let c = vars(&[(LOG_LEVEL_VAR, "info\n  hostNetwork: true\"")]);
+        let objs = render(Some(&c));
+        assert!(
+            deployment(&objs)["spec"]["template"]["spec"]
+                .get("hostNetwork")
+                .is_none()
+        );
+        let args = container(&objs)["args"].as_array().unwrap();
+        assert!(args.contains(&json!("--log-level=info\n  hostNetwork: true\"")));
+    }
+
+    #[test]
+    fn works_split_by_size_and_keep_order() {
+        let ms: Vec<Value> = (0..10)
+            .map(|i| json!({"kind": "ConfigMap", "i": i, "pad": "x".repeat(100)}))
+            .collect();
+        let groups = split_manifests(ms.clone(), 300);
+        assert!(groups.len() > 1);
+        for g in &groups {
+            assert!(g.len() == 1 || serde_json::to_vec(g).unwrap().len() <= 300 + g.len() + 2);
+        }
+        let flat: Vec<Value> = groups.into_iter().flatten().collect();
+        assert_eq!(flat, ms);
+        assert_eq!(split_manifests(ms, WORK_SIZE_LIMIT).len(), 1);
+    }
+
+    #[test]
+    fn deploy_works_are_named_labelled_owned_and_hashed() {
+        let owner = json!({"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn", "name": "cluster-migration", "uid": "u1"});
+        let hashes = BTreeMap::from([(
+            "addondeploymentconfigs.addon.open-cluster-management.io/ns/cfg".to_owned(),
+            "abc".to_owned(),
+        )]);
+        let works = deploy_works(
+            "cluster-migration",
+            "hub1",
+            render(None),
+            &hashes,
+            &owner,
+            4096,
+        );
+        assert!(works.len() > 1, "the CRD alone is larger than 4 KiB");
+        for (i, w) in works.iter().enumerate() {
+            assert_eq!(
+                w["metadata"]["name"],
+                format!("addon-cluster-migration-deploy-{i}")
+            );
+            assert_eq!(w["metadata"]["namespace"], "hub1");
+            assert_eq!(
+                w["metadata"]["labels"][labels::ADDON_NAME],
+                "cluster-migration"
+            );
+            assert_eq!(w["metadata"]["ownerReferences"][0]["uid"], "u1");
+            let h: BTreeMap<String, String> = serde_json::from_str(
+                w["metadata"]["annotations"][migration_api::names::annotations::CONFIG_SPEC_HASH]
+                    .as_str()
+                    .unwrap(),
+            )
+            .unwrap();
+            assert_eq!(h, hashes);
+        }
+        let last = works.last().unwrap();
+        assert_eq!(
+            last["spec"]["manifestConfigs"][0]["resourceIdentifier"]["name"],
+            AGENT_NAME
+        );
+    }
+
+    #[test]
+    fn hub_rbac_is_confined_to_the_cluster_namespace_and_group() {
+        let objs = hub_rbac("cluster-migration", "hub1").unwrap();
+        assert_eq!(objs.len(), 2);
+        for o in &objs {
+            assert_eq!(o["metadata"]["namespace"], "hub1");
+        }
+        let role = &objs[0];
+        for rule in role["rules"].as_array().unwrap() {
+            assert!(!rule["verbs"].as_array().unwrap().contains(&json!("*")));
+            assert!(!rule["resources"].as_array().unwrap().contains(&json!("*")));
+        }
+        assert_eq!(
+            objs[1]["subjects"][0]["name"],
+            "system:open-cluster-management:cluster:hub1:addon:cluster-migration"
+        );
+    }
+
+    #[test]
+    fn pre_delete_job_runs_cleanup_with_the_agent_identity() {
+        let d = defaults();
+        let v = AgentValues::new(&d, "hub1", None, "0.1.0").unwrap();
+        let objs = pre_delete_manifests(&v).unwrap();
+        assert_eq!(objs.len(), 1);
+        let job = &objs[0];
+        assert_eq!(job["kind"], "Job");
+        assert!(
+            job["metadata"]["annotations"]
+                .get(migration_api::names::annotations::ADDON_PRE_DELETE)
+                .is_some()
+        );
+        let c = &job["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["args"][0], "cleanup");
+        assert_eq!(
+            c["image"],
+            "quay.io/cluster-migration-addon/addon-agent:0.1.0"
+        );
+    }
+
+    #[test]
+    fn spec_hash_is_stable_and_sensitive() {
+        let a = vars(&[(AGENT_VERSION_VAR, "0.1.0")]);
+        let b = vars(&[(AGENT_VERSION_VAR, "0.2.0")]);
+        assert_eq!(spec_hash(&a), spec_hash(&a.clone()));
+        assert_ne!(spec_hash(&a), spec_hash(&b));
+        assert_eq!(spec_hash(&a).len(), 64);
+    }
+}
