@@ -1,14 +1,22 @@
 //! The cluster-migration addon agent: runs on each managed hub, renews its health lease,
-//! reports to the global hub and carries out the hub's part of migrations. Controllers arrive
-//! with their issues; this crate holds the command line and the start-up they plug into.
+//! reports to the global hub (a condition on its ManagedClusterAddOn and an
+//! AddOnPlacementScore) and carries out the hub's part of migrations. `cleanup` is the
+//! pre-delete hook: it removes what the agent created.
+
+pub mod lease;
+pub mod report;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DeleteParams};
 use migration_api::names::{ADDON_NAME, DEFAULT_ADDON_INSTALL_NAMESPACE};
+use migration_api::ocm::cluster::AddOnPlacementScore;
 use migration_api::runtime::{self, CommonArgs, Process};
 
-/// This binary's version, reported to the global hub.
+/// This binary's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Command line of the addon agent.
@@ -40,23 +48,108 @@ pub struct Args {
     /// Namespace the agent is installed in on this hub (where its lease lives).
     #[arg(long, env = "POD_NAMESPACE", default_value = DEFAULT_ADDON_INSTALL_NAMESPACE)]
     pub install_namespace: String,
+
+    /// The version this agent reports: its image tag, set by the manager's templates
+    /// (defaults to the binary's own version).
+    #[arg(long, env = "AGENT_VERSION", default_value = VERSION)]
+    pub agent_version: String,
+
+    /// Duration of the health lease in seconds; it is renewed once per duration.
+    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 60)]
+    pub lease_duration_seconds: u32,
+
+    /// How many managed clusters this hub is meant to hold (for the capacity scores).
+    #[arg(long, env = "MANAGED_CLUSTER_CAPACITY", default_value_t = 500)]
+    pub managed_cluster_capacity: u32,
+
+    /// Scores and the status condition are rewritten at least this often (seconds).
+    #[arg(long, env = "SCORE_REFRESH_SECONDS", default_value_t = 60)]
+    pub score_refresh_seconds: u64,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
 }
 
-/// Starts the agent and runs it until SIGTERM.
+/// What to do (the default is to run the agent).
+#[derive(Clone, Debug, Subcommand)]
+pub enum Command {
+    /// The pre-delete hook: remove the agent's AddOnPlacementScore on the global hub and its
+    /// lease on this hub, then exit.
+    Cleanup,
+}
+
+/// Runs the agent until SIGTERM, or the `cleanup` command to completion.
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    if matches!(args.command, Some(Command::Cleanup)) {
+        return cleanup(&args).await;
+    }
     let process = Process::start("addon-agent", VERSION, args.common.health_addr).await?;
-    let _local = runtime::client(args.common.kubeconfig.as_ref()).await?;
-    let _hub = runtime::client(Some(&args.hub_kubeconfig)).await?;
+    let local = runtime::client(args.common.kubeconfig.as_ref()).await?;
+    let hub = runtime::client(Some(&args.hub_kubeconfig)).await?;
+    let tasks = [
+        tokio::spawn(lease::run(
+            local.clone(),
+            args.install_namespace.clone(),
+            args.addon_name.clone(),
+            format!("{}-agent", args.addon_name),
+            args.lease_duration_seconds,
+        )),
+        tokio::spawn(report::run(
+            local,
+            hub,
+            report::ReportOptions {
+                cluster_name: args.cluster_name.clone(),
+                addon_name: args.addon_name.clone(),
+                version: args.agent_version.clone(),
+                build: VERSION.to_owned(),
+                capacity: args.managed_cluster_capacity,
+                refresh: Duration::from_secs(args.score_refresh_seconds.max(1)),
+            },
+        )),
+    ];
     process.health().set_ready(true);
     tracing::info!(
         cluster = %args.cluster_name,
         addon = %args.addon_name,
         namespace = %args.install_namespace,
-        version = VERSION,
+        version = %args.agent_version,
         "addon-agent started"
     );
     process.wait_for_shutdown().await;
+    for t in tasks {
+        t.abort();
+    }
     tracing::info!("addon-agent stopped");
+    Ok(())
+}
+
+fn gone_is_fine(r: Result<(), kube::Error>) -> Result<(), kube::Error> {
+    match r {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other,
+    }
+}
+
+/// Removes what the agent created: its score on the global hub and its lease here.
+async fn cleanup(args: &Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let local = runtime::client(args.common.kubeconfig.as_ref()).await?;
+    let hub = runtime::client(Some(&args.hub_kubeconfig)).await?;
+    let dp = DeleteParams::default();
+    let scores: Api<AddOnPlacementScore> = Api::namespaced(hub, &args.cluster_name);
+    gone_is_fine(scores.delete(&args.addon_name, &dp).await.map(|_| ())).map_err(|e| {
+        format!(
+            "deleting AddOnPlacementScore {}/{}: {e}",
+            args.cluster_name, args.addon_name
+        )
+    })?;
+    let leases: Api<Lease> = Api::namespaced(local, &args.install_namespace);
+    gone_is_fine(leases.delete(&args.addon_name, &dp).await.map(|_| ())).map_err(|e| {
+        format!(
+            "deleting Lease {}/{}: {e}",
+            args.install_namespace, args.addon_name
+        )
+    })?;
+    tracing::info!(cluster = %args.cluster_name, "cleanup done");
     Ok(())
 }
 
@@ -73,5 +166,17 @@ mod tests {
             runtime::undocumented_flags(&Args::command()),
             Vec::<String>::new()
         );
+    }
+
+    #[test]
+    fn cleanup_is_a_subcommand() {
+        let a = Args::try_parse_from([
+            "addon-agent",
+            "--cluster-name=hub1",
+            "--hub-kubeconfig=/k",
+            "cleanup",
+        ])
+        .unwrap();
+        assert!(matches!(a.command, Some(Command::Cleanup)));
     }
 }

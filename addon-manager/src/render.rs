@@ -296,8 +296,8 @@ impl AgentValues {
     /// Everything the templates see.
     fn context(&self) -> Value {
         let (volumes, mounts) = self.volumes();
-        let mut cleanup_args = vec!["cleanup".to_owned()];
-        cleanup_args.extend(self.common_args());
+        let mut cleanup_args = self.common_args();
+        cleanup_args.push("cleanup".to_owned());
         json!({
             "addonName": self.addon_name,
             "clusterName": self.cluster_name,
@@ -915,7 +915,7 @@ mod tests {
                 .is_some()
         );
         let c = &job["spec"]["template"]["spec"]["containers"][0];
-        assert_eq!(c["args"][0], "cleanup");
+        assert_eq!(c["args"].as_array().unwrap().last().unwrap(), "cleanup");
         assert_eq!(
             c["image"],
             "quay.io/cluster-migration-addon/addon-agent:0.1.0"

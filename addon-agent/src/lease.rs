@@ -1,0 +1,77 @@
+//! The health lease: Lease `<addon>` in the install namespace, renewed every lease duration.
+//! When the local hub's API cannot be reached the renewal fails and the lease goes stale, so the
+//! hub's judge turns the addon's Available condition False for a real reason.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// `renewTime` format (MicroTime).
+pub fn micro_time(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// Creates or renews the lease once.
+pub async fn renew(
+    api: &Api<Lease>,
+    name: &str,
+    holder: &str,
+    duration_secs: u32,
+) -> Result<(), kube::Error> {
+    let now = micro_time(jiff::Timestamp::now());
+    if api.get_opt(name).await?.is_none() {
+        let lease: Lease = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_secs,
+                     "acquireTime": now, "renewTime": now}
+        }))
+        .map_err(kube::Error::SerdeError)?;
+        match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => return Ok(()),
+            // Someone else (a previous run) created it in between: renew it below.
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_secs, "renewTime": now}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Renews the lease every `duration_secs` until aborted.
+pub async fn run(
+    local: Client,
+    namespace: String,
+    name: String,
+    holder: String,
+    duration_secs: u32,
+) {
+    let api: Api<Lease> = Api::namespaced(local, &namespace);
+    let mut tick = tokio::time::interval(Duration::from_secs(u64::from(duration_secs.max(1))));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tick.tick().await;
+        match renew(&api, &name, &holder, duration_secs).await {
+            Ok(()) => {
+                if failing {
+                    tracing::info!(lease = %name, "health lease renewed again");
+                }
+                failing = false;
+            }
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(lease = %name, error = %e, "cannot renew the health lease");
+                }
+                failing = true;
+            }
+        }
+    }
+}
