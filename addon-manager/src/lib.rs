@@ -2,7 +2,12 @@
 //! and drives migrations through ManifestWorks. Controllers arrive with their issues; this crate
 //! holds the command line and the start-up they plug into.
 
+pub mod addon;
+pub mod csr;
 pub mod render;
+pub mod rollout;
+
+use std::time::Duration;
 
 use clap::Parser;
 use migration_api::names::ADDON_NAME;
@@ -26,15 +31,90 @@ pub struct Args {
     /// Name of the addon this manager owns (its ClusterManagementAddOn and ManagedClusterAddOns).
     #[arg(long, env = "ADDON_NAME", default_value = ADDON_NAME)]
     pub addon_name: String,
+
+    /// Image repository of the addon agent; the tag is the agent version.
+    #[arg(long, env = "AGENT_IMAGE", default_value = DEFAULT_AGENT_IMAGE)]
+    pub agent_image: String,
+
+    /// Agent versions this manager may deploy (comma-separated); the first is the default
+    /// when no AddOnDeploymentConfig sets AGENT_VERSION.
+    #[arg(long, env = "AGENT_VERSIONS", value_delimiter = ',', default_value = VERSION)]
+    pub agent_versions: Vec<String>,
+
+    /// How long a new agent version may take to become Available before the hub is rolled
+    /// back, unless the install placement's rolloutStrategy sets progressDeadline.
+    #[arg(long, env = "PROGRESS_DEADLINE", default_value = "10m", value_parser = parse_duration)]
+    pub progress_deadline: Duration,
+}
+
+/// Default image repository of the addon agent.
+pub const DEFAULT_AGENT_IMAGE: &str = "quay.io/cluster-migration-addon/addon-agent";
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    migration_api::migration::parse_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration such as 30s, 5m or 1h"))
+}
+
+impl Args {
+    /// The addon controller's settings.
+    pub fn addon_config(&self) -> addon::Config {
+        addon::Config {
+            defaults: render::Defaults {
+                addon_name: self.addon_name.clone(),
+                image_repository: self.agent_image.clone(),
+                version: self
+                    .agent_versions
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| VERSION.to_owned()),
+                log_level: "info".into(),
+                lease_duration_secs: 60,
+                capacity: 500,
+            },
+            supported_versions: self.agent_versions.clone(),
+            progress_deadline: self.progress_deadline,
+            work_size_limit: render::WORK_SIZE_LIMIT,
+        }
+    }
 }
 
 /// Starts the manager and runs it until SIGTERM.
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let process = Process::start("addon-manager", VERSION, args.common.health_addr).await?;
-    let _client = runtime::client(args.common.kubeconfig.as_ref()).await?;
+    let client = runtime::client(args.common.kubeconfig.as_ref()).await?;
+    let stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let approver = tokio::spawn(csr::run(
+        client.clone(),
+        args.addon_name.clone(),
+        stop(process.stopping()),
+    ));
+    let controller = tokio::spawn(addon::run(
+        client,
+        args.addon_config(),
+        stop(process.stopping()),
+    ));
     process.health().set_ready(true);
-    tracing::info!(addon = %args.addon_name, version = VERSION, "addon-manager started");
+    tracing::info!(addon = %args.addon_name, version = VERSION, agent_versions = ?args.agent_versions, "addon-manager started");
     process.wait_for_shutdown().await;
+    // Reconciles in flight get a moment to finish; all progress is in the API, so whatever
+    // is cut short is picked up by the next manager.
+    let grace = Duration::from_secs(5);
+    let approver_abort = approver.abort_handle();
+    if tokio::time::timeout(grace, approver).await.is_err() {
+        approver_abort.abort();
+    }
+    let controller_abort = controller.abort_handle();
+    match tokio::time::timeout(grace, controller).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => return Err(e.into()),
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => {
+            controller_abort.abort();
+            tracing::info!("stopped the addon controller mid-reconcile");
+        }
+    }
     tracing::info!("addon-manager stopped");
     Ok(())
 }

@@ -92,6 +92,30 @@ pub mod annotations {
     pub const BLOCK_MOVE: &str = "migration.open-cluster-management.io/block-move";
     /// ManagedCluster being migrated; the value names the migration.
     pub const MIGRATING: &str = "migration.open-cluster-management.io/migrating";
+    /// ManagedClusterAddOn: the agent version rendered into the deploy work now.
+    pub const AGENT_VERSION: &str = "migration.open-cluster-management.io/agent-version";
+    /// ManagedClusterAddOn: the agent version its config asks for.
+    pub const AGENT_DESIRED_VERSION: &str =
+        "migration.open-cluster-management.io/agent-desired-version";
+    /// ManagedClusterAddOn: the last agent version that became Available on this hub.
+    pub const AGENT_LAST_GOOD_VERSION: &str =
+        "migration.open-cluster-management.io/agent-last-good-version";
+    /// ManagedClusterAddOn: the version running before the current rollout started.
+    pub const AGENT_PREVIOUS_VERSION: &str =
+        "migration.open-cluster-management.io/agent-previous-version";
+    /// ManagedClusterAddOn: a version that failed on this hub and was rolled back.
+    pub const AGENT_FAILED_VERSION: &str =
+        "migration.open-cluster-management.io/agent-failed-version";
+    /// ManagedClusterAddOn: when the current version was first rendered (RFC 3339).
+    pub const AGENT_ROLLOUT_STARTED: &str =
+        "migration.open-cluster-management.io/agent-rollout-started";
+    /// ManagedClusterAddOn: when the current version became Available (RFC 3339).
+    pub const AGENT_ROLLOUT_COMPLETED: &str =
+        "migration.open-cluster-management.io/agent-rollout-completed";
+    /// ManagedClusterAddOn created from an install placement: which one (`<namespace>/<name>`).
+    pub const INSTALL_PLACEMENT: &str = "migration.open-cluster-management.io/install-placement";
+    /// ManagedClusterAddOn: set to "true" to delete it without running the pre-delete hook.
+    pub const SKIP_PRE_DELETE: &str = "migration.open-cluster-management.io/skip-pre-delete";
 }
 
 /// Finalizers.

@@ -1,0 +1,1379 @@
+//! The addon lifecycle controller. One reconcile covers the whole addon (its
+//! ClusterManagementAddOn and every ManagedClusterAddOn of it), so rollout decisions across hubs
+//! are taken in one place: create ManagedClusterAddOns for install placements, render and apply
+//! each hub's deploy works and hub RBAC, track agent versions (upgrade, failure, rollback), run
+//! the pre-delete hook on removal, and report it all in status.
+//!
+//! Where version progress is shown (upstream's schema prunes anything else):
+//! - the Progressing condition of each ManagedClusterAddOn (reason Progressing / Completed /
+//!   Failed / Waiting; the message names the versions; its lastTransitionTime is when the
+//!   change started or ended);
+//! - annotations on the ManagedClusterAddOn (`migration.open-cluster-management.io/agent-*`:
+//!   version, desired, last-good, previous, failed, rollout-started, rollout-completed);
+//! - `status.configReferences[].desiredConfig` / `lastAppliedConfig` spec hashes;
+//! - the agent's own `AgentRunning` condition (the version it runs);
+//! - the ClusterManagementAddOn's `status.installProgressions[].conditions` per placement.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Client, ResourceExt};
+use migration_api::common::{Condition, condition_is_true, find_condition, set_condition};
+use migration_api::names::annotations as ann;
+use migration_api::names::conditions::{
+    AVAILABLE, CONFIGURED, DEGRADED, MANIFEST_APPLIED, PROGRESSING, REGISTRATION_APPLIED,
+};
+use migration_api::names::reasons::{
+    ADDON_MANIFEST_APPLIED, COMPLETED, FAILED, MANIFEST_WORK_APPLY_FAILED, WAITING,
+};
+use migration_api::names::{self, KUBE_APISERVER_CLIENT_SIGNER, finalizers, labels};
+use migration_api::ocm::addon::{
+    AddOnDeploymentConfig, AddOnDeploymentConfigSpec, ClusterManagementAddOn, ManagedClusterAddOn,
+};
+use migration_api::ocm::cluster::{ManagedCluster, PlacementDecision};
+use migration_api::ocm::work::ManifestWork;
+use serde_json::{Value, json};
+
+use crate::render::{self, AgentValues, Defaults};
+use crate::rollout::{self, HubPhase, HubRollout};
+
+/// Field manager of everything the manager writes.
+pub const FIELD_MANAGER: &str = "cluster-migration-addon-manager";
+/// Agent identity name in the registration subject.
+pub const AGENT_IDENTITY: &str = "agent";
+const ADC_GROUP: &str = "addon.open-cluster-management.io";
+const ADC_RESOURCE: &str = "addondeploymentconfigs";
+const MCA_API_VERSION: &str = "addon.open-cluster-management.io/v1alpha1";
+
+/// Errors of the addon controller.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {source}")]
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("rendering: {0}")]
+    Render(#[from] render::RenderError),
+}
+
+trait Context<T> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, Error>;
+}
+
+impl<T> Context<T> for Result<T, kube::Error> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, Error> {
+        self.map_err(|source| Error::Kube {
+            what: what(),
+            source,
+        })
+    }
+}
+
+/// Settings of the addon controller.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub defaults: Defaults,
+    /// Agent versions this manager can deploy.
+    pub supported_versions: Vec<String>,
+    /// How long a new agent version may take to become Available when the rollout strategy
+    /// sets no progressDeadline.
+    pub progress_deadline: Duration,
+    pub work_size_limit: usize,
+}
+
+struct Ctx {
+    client: Client,
+    cfg: Config,
+}
+
+/// The ClusterManagementAddOn this manager owns, as applied at start-up.
+pub fn cluster_management_addon(addon: &str) -> Value {
+    json!({
+        "apiVersion": MCA_API_VERSION,
+        "kind": "ClusterManagementAddOn",
+        "metadata": {
+            "name": addon,
+            "annotations": {ann::ADDON_LIFECYCLE: ann::ADDON_LIFECYCLE_SELF},
+            "labels": {labels::MANAGED_BY: labels::MANAGED_BY_VALUE},
+        },
+        "spec": {
+            "addOnMeta": {
+                "displayName": "Cluster Migration",
+                "description": "Moves managed clusters between hubs, driven from the global hub",
+            },
+            "supportedConfigs": [{"group": ADC_GROUP, "resource": ADC_RESOURCE}],
+        }
+    })
+}
+
+/// Applies the ClusterManagementAddOn; its install strategy is set to Manual only when unset
+/// (a user's Placements strategy is kept).
+pub async fn ensure_cluster_management_addon(client: &Client, addon: &str) -> Result<(), Error> {
+    let api: Api<ClusterManagementAddOn> = Api::all(client.clone());
+    let applied = api
+        .patch(
+            addon,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(cluster_management_addon(addon)),
+        )
+        .await
+        .ctx(|| format!("applying ClusterManagementAddOn {addon}"))?;
+    if applied.spec.install_strategy.is_none() {
+        api.patch(
+            addon,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"installStrategy": {"type": "Manual"}}})),
+        )
+        .await
+        .ctx(|| format!("defaulting the install strategy of {addon}"))?;
+    }
+    Ok(())
+}
+
+/// Runs the controller until `stop` resolves.
+pub async fn run(
+    client: Client,
+    cfg: Config,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), Error> {
+    let addon = cfg.defaults.addon_name.clone();
+    // The OCM CRDs may arrive after the manager: keep trying, saying why.
+    let mut stop = Box::pin(stop);
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        match ensure_cluster_management_addon(&client, &addon).await {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "cannot apply the ClusterManagementAddOn (are OCM's addon CRDs installed?)")
+            }
+        }
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+    let cmas: Api<ClusterManagementAddOn> = Api::all(client.clone());
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={addon}"));
+    let ours = watcher::Config::default().labels(&format!("{}={addon}", labels::ADDON_NAME));
+    let key = ObjectRef::<ClusterManagementAddOn>::new(&addon);
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        cfg,
+    });
+    let (k1, k2, k3, k4) = (key.clone(), key.clone(), key.clone(), key);
+    Controller::new(cmas, by_name.clone())
+        .watches(
+            Api::<ManagedClusterAddOn>::all(client.clone()),
+            by_name,
+            move |_| Some(k1.clone()),
+        )
+        .watches(Api::<ManifestWork>::all(client.clone()), ours, move |_| {
+            Some(k2.clone())
+        })
+        .watches(
+            Api::<AddOnDeploymentConfig>::all(client.clone()),
+            watcher::Config::default(),
+            move |_| Some(k3.clone()),
+        )
+        .watches(
+            Api::<PlacementDecision>::all(client.clone()),
+            watcher::Config::default(),
+            move |_| Some(k4.clone()),
+        )
+        .graceful_shutdown_on(stop)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "addon reconcile");
+            }
+        })
+        .await;
+    Ok(())
+}
+
+fn error_policy(_: Arc<ClusterManagementAddOn>, e: &Error, _: Arc<Ctx>) -> Action {
+    tracing::warn!(error = %e, "addon reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Where a hub's config comes from.
+#[derive(Clone, Debug, PartialEq)]
+struct ConfigRef {
+    namespace: String,
+    name: String,
+}
+
+/// An install placement of the ClusterManagementAddOn and the hubs it decided.
+struct InstallPlacement {
+    key: String,
+    strategy: Option<migration_api::ocm::addon::RolloutStrategy>,
+    config: Option<ConfigRef>,
+    /// Decided hubs with their decision group index.
+    hubs: BTreeMap<String, i32>,
+}
+
+fn adc_ref(configs: Option<&Vec<migration_api::common::AddOnConfig>>) -> Option<ConfigRef> {
+    configs?
+        .iter()
+        .find(|c| c.resource == ADC_RESOURCE && (c.group.is_empty() || c.group == ADC_GROUP))
+        .map(|c| ConfigRef {
+            namespace: c.namespace.clone().unwrap_or_default(),
+            name: c.name.clone(),
+        })
+}
+
+fn annotation<'a>(o: &'a ManagedClusterAddOn, key: &str) -> Option<&'a str> {
+    o.annotations()
+        .get(key)
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+}
+
+fn rfc3339(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn since(o: &ManagedClusterAddOn, key: &str) -> Option<Duration> {
+    let t: jiff::Timestamp = annotation(o, key)?.parse().ok()?;
+    let d = jiff::Timestamp::now().duration_since(t);
+    Some(Duration::from_secs_f64(d.as_secs_f64().max(0.0)))
+}
+
+/// What a hub is asked to run, before rollout gating.
+struct Desired {
+    config: Option<ConfigRef>,
+    spec: Option<AddOnDeploymentConfigSpec>,
+    /// Hash of the config's spec (empty when there is no config).
+    hash: String,
+    version: String,
+    /// Why the config cannot be used (the hub keeps what it runs).
+    problem: Option<(&'static str, String)>,
+    placement: Option<usize>,
+}
+
+async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let c = &ctx.client;
+    let addon = &ctx.cfg.defaults.addon_name;
+    let placements = install_placements(c, &cma).await?;
+    sync_placement_addons(c, addon, &placements).await?;
+    let mcas: Vec<ManagedClusterAddOn> = Api::<ManagedClusterAddOn>::all(c.clone())
+        .list(&ListParams::default().fields(&format!("metadata.name={addon}")))
+        .await
+        .ctx(|| "listing ManagedClusterAddOns".into())?
+        .items;
+    let default_config = cma
+        .spec
+        .supported_configs
+        .iter()
+        .flatten()
+        .find(|s| s.resource == ADC_RESOURCE)
+        .and_then(|s| s.default_config.as_ref())
+        .map(|d| ConfigRef {
+            namespace: d.namespace.clone().unwrap_or_default(),
+            name: d.name.clone(),
+        });
+    // Pass 1: what each hub is asked to run.
+    let mut desired: HashMap<String, Desired> = HashMap::new();
+    for mca in &mcas {
+        let hub = mca.namespace().unwrap_or_default();
+        let placement = placements.iter().position(|p| p.hubs.contains_key(&hub));
+        let config = adc_ref(mca.spec.configs.as_ref())
+            .or_else(|| placement.and_then(|i| placements[i].config.clone()))
+            .or_else(|| default_config.clone());
+        desired.insert(hub, resolve(&ctx, config, placement).await?);
+    }
+    // Rollout decisions per placement.
+    let mut allowed: HashMap<String, bool> = HashMap::new();
+    let mut requeue: Option<Duration> = None;
+    let mut progressions = Vec::new();
+    for (i, p) in placements.iter().enumerate() {
+        let params = rollout::Params::parse(p.strategy.as_ref());
+        let hubs: Vec<HubRollout> = mcas
+            .iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+            .filter_map(|m| {
+                let hub = m.namespace()?;
+                let d = desired.get(&hub)?;
+                if d.placement != Some(i) || d.problem.is_some() {
+                    return None;
+                }
+                Some(HubRollout {
+                    group: p.hubs.get(&hub).copied().unwrap_or(0),
+                    phase: phase_of(m, &d.version),
+                    name: hub,
+                })
+            })
+            .collect();
+        let (plan, message) = match &params {
+            Ok(params) => {
+                let plan = rollout::plan(params, &hubs);
+                // Look again when a recent success stops holding the next hubs back.
+                for h in &hubs {
+                    if let HubPhase::Succeeded(ago) = h.phase
+                        && let Some(left) = params
+                            .min_success_time
+                            .checked_sub(ago)
+                            .filter(|l| !l.is_zero())
+                    {
+                        requeue = Some(requeue.map_or(left, |r: Duration| r.min(left)));
+                    }
+                }
+                let msg = format!(
+                    "{} succeeded, {} in progress, {} failed, {} waiting{}",
+                    plan.succeeded,
+                    plan.in_progress,
+                    plan.failed,
+                    plan.waiting,
+                    plan.halted
+                        .as_ref()
+                        .map(|h| format!("; {h}"))
+                        .unwrap_or_default()
+                );
+                (plan, msg)
+            }
+            Err(e) => (
+                rollout::Plan {
+                    halted: Some(e.clone()),
+                    ..Default::default()
+                },
+                format!("invalid rolloutStrategy: {e}"),
+            ),
+        };
+        for h in &hubs {
+            allowed.insert(h.name.clone(), plan.start.contains(&h.name));
+        }
+        let (status, reason) = if plan.halted.is_some() {
+            ("False", FAILED)
+        } else if plan.in_progress + plan.waiting > 0 {
+            ("True", migration_api::names::reasons::PROGRESSING)
+        } else {
+            ("False", COMPLETED)
+        };
+        progressions.push((p, status, reason, message));
+    }
+    // Pass 2: each hub.
+    let deadline_of = |d: &Desired| {
+        d.placement
+            .and_then(|i| rollout::Params::parse(placements[i].strategy.as_ref()).ok())
+            .and_then(|p| p.progress_deadline)
+            .unwrap_or(ctx.cfg.progress_deadline)
+    };
+    for mca in &mcas {
+        let hub = mca.namespace().unwrap_or_default();
+        let Some(d) = desired.get(&hub) else { continue };
+        let result = if mca.metadata.deletion_timestamp.is_some() {
+            remove(&ctx, mca).await
+        } else {
+            let may_start = allowed.get(&hub).copied().unwrap_or(true);
+            let deadline = deadline_of(d);
+            reconcile_hub(&ctx, mca, d, may_start, deadline).await
+        };
+        match result {
+            Ok(Some(after)) => requeue = Some(requeue.map_or(after, |r| r.min(after))),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(hub = %hub, error = %e, "reconciling the addon on a hub");
+                requeue = Some(Duration::from_secs(2));
+            }
+        }
+    }
+    write_progressions(&ctx, &cma, &progressions).await?;
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Reads the config a hub points at and the version it asks for.
+async fn resolve(
+    ctx: &Ctx,
+    config: Option<ConfigRef>,
+    placement: Option<usize>,
+) -> Result<Desired, Error> {
+    let defaults = &ctx.cfg.defaults;
+    let mut d = Desired {
+        config: config.clone(),
+        spec: None,
+        hash: String::new(),
+        version: defaults.version.clone(),
+        problem: None,
+        placement,
+    };
+    if let Some(r) = &config {
+        let api: Api<AddOnDeploymentConfig> = Api::namespaced(ctx.client.clone(), &r.namespace);
+        match api
+            .get_opt(&r.name)
+            .await
+            .ctx(|| format!("reading AddOnDeploymentConfig {}/{}", r.namespace, r.name))?
+        {
+            None => {
+                d.problem = Some((
+                    "ConfigurationNotFound",
+                    format!("AddOnDeploymentConfig {}/{} not found", r.namespace, r.name),
+                ));
+                return Ok(d);
+            }
+            Some(adc) => {
+                d.hash = render::spec_hash(&adc.spec);
+                d.version = render::desired_version(defaults, Some(&adc.spec));
+                d.spec = Some(adc.spec);
+            }
+        }
+    }
+    if !ctx.cfg.supported_versions.contains(&d.version) {
+        d.problem = Some((
+            "UnsupportedVersion",
+            format!(
+                "agent version {} is not supported by this manager (supported: {}); the running version is kept",
+                d.version,
+                ctx.cfg.supported_versions.join(", ")
+            ),
+        ));
+    } else if let Err(e) = AgentValues::new(defaults, "check", d.spec.as_ref(), &d.version) {
+        d.problem = Some(("InvalidConfiguration", e.to_string()));
+    }
+    Ok(d)
+}
+
+/// Where a hub stands with respect to version `v`.
+fn phase_of(m: &ManagedClusterAddOn, v: &str) -> HubPhase {
+    if annotation(m, ann::AGENT_FAILED_VERSION) == Some(v) {
+        HubPhase::Failed
+    } else if annotation(m, ann::AGENT_VERSION) == Some(v) {
+        if annotation(m, ann::AGENT_LAST_GOOD_VERSION) == Some(v) {
+            HubPhase::Succeeded(since(m, ann::AGENT_ROLLOUT_COMPLETED).unwrap_or(Duration::MAX))
+        } else {
+            HubPhase::InProgress
+        }
+    } else {
+        HubPhase::ToUpdate
+    }
+}
+
+async fn install_placements(
+    c: &Client,
+    cma: &ClusterManagementAddOn,
+) -> Result<Vec<InstallPlacement>, Error> {
+    let Some(strategy) = cma.spec.install_strategy.as_ref() else {
+        return Ok(vec![]);
+    };
+    if strategy.type_.as_deref() != Some("Placements") {
+        return Ok(vec![]);
+    }
+    let mut out = Vec::new();
+    for p in strategy.placements.iter().flatten() {
+        let api: Api<PlacementDecision> = Api::namespaced(c.clone(), &p.namespace);
+        let decisions = api
+            .list(&ListParams::default().labels(&format!("{}={}", labels::PLACEMENT, p.name)))
+            .await
+            .ctx(|| format!("listing decisions of Placement {}/{}", p.namespace, p.name))?;
+        let mut hubs = BTreeMap::new();
+        for d in decisions.items {
+            let group = d
+                .labels()
+                .get(labels::DECISION_GROUP_INDEX)
+                .and_then(|g| g.parse().ok())
+                .unwrap_or(0);
+            for c in d.status.map(|s| s.decisions).unwrap_or_default() {
+                hubs.insert(c.cluster_name, group);
+            }
+        }
+        out.push(InstallPlacement {
+            key: format!("{}/{}", p.namespace, p.name),
+            strategy: p.rollout_strategy.clone(),
+            config: adc_ref(p.configs.as_ref()),
+            hubs,
+        });
+    }
+    Ok(out)
+}
+
+/// Creates ManagedClusterAddOns on hubs the install placements decided, and deletes those this
+/// manager created on hubs no placement decides any more (never ones a user created).
+async fn sync_placement_addons(
+    c: &Client,
+    addon: &str,
+    placements: &[InstallPlacement],
+) -> Result<(), Error> {
+    let all: Api<ManagedClusterAddOn> = Api::all(c.clone());
+    let existing = all
+        .list(&ListParams::default().fields(&format!("metadata.name={addon}")))
+        .await
+        .ctx(|| "listing ManagedClusterAddOns".into())?;
+    let have: BTreeMap<String, &ManagedClusterAddOn> = existing
+        .items
+        .iter()
+        .filter_map(|m| Some((m.namespace()?, m)))
+        .collect();
+    for p in placements {
+        for hub in p.hubs.keys() {
+            if have.contains_key(hub) {
+                continue;
+            }
+            let mca: ManagedClusterAddOn = serde_json::from_value(json!({
+                "metadata": {"name": addon, "namespace": hub,
+                    "labels": {labels::MANAGED_BY: labels::MANAGED_BY_VALUE},
+                    "annotations": {ann::INSTALL_PLACEMENT: p.key}},
+                "spec": {}
+            }))
+            .map_err(|e| Error::Kube {
+                what: "building a ManagedClusterAddOn".into(),
+                source: kube::Error::SerdeError(e),
+            })?;
+            match Api::<ManagedClusterAddOn>::namespaced(c.clone(), hub)
+                .create(&PostParams::default(), &mca)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(hub = %hub, placement = %p.key, "addon enabled by placement")
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => {
+                    return Err(e).ctx(|| format!("creating ManagedClusterAddOn {hub}/{addon}"));
+                }
+            }
+        }
+    }
+    for (hub, m) in &have {
+        let ours = m.labels().get(labels::MANAGED_BY).map(String::as_str)
+            == Some(labels::MANAGED_BY_VALUE)
+            && annotation(m, ann::INSTALL_PLACEMENT).is_some();
+        if ours
+            && m.metadata.deletion_timestamp.is_none()
+            && !placements.iter().any(|p| p.hubs.contains_key(hub))
+        {
+            tracing::info!(hub = %hub, "hub left the install placements; removing the addon");
+            Api::<ManagedClusterAddOn>::namespaced(c.clone(), hub)
+                .delete(addon, &DeleteParams::default())
+                .await
+                .ctx(|| format!("deleting ManagedClusterAddOn {hub}/{addon}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn owner_of(mca: &ManagedClusterAddOn) -> Value {
+    json!({
+        "apiVersion": MCA_API_VERSION, "kind": "ManagedClusterAddOn",
+        "name": mca.name_any(), "uid": mca.uid().unwrap_or_default(),
+        "controller": true, "blockOwnerDeletion": true,
+    })
+}
+
+async fn apply_dynamic(c: &Client, obj: &Value) -> Result<(), Error> {
+    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let ns = obj["metadata"]["namespace"].as_str();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    let plural = format!("{}s", kind.to_lowercase());
+    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, &plural);
+    let api: Api<kube::api::DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(c.clone(), ns, &ar),
+        None => Api::all_with(c.clone(), &ar),
+    };
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .ctx(|| {
+        format!(
+            "applying {kind} {}{name}",
+            ns.map(|n| format!("{n}/")).unwrap_or_default()
+        )
+    })?;
+    Ok(())
+}
+
+/// The agent's Deployment as the work agent reports it: (image, available and current).
+fn deployment_feedback(work: &ManifestWork) -> Option<(String, bool)> {
+    let manifests = work
+        .status
+        .as_ref()?
+        .resource_status
+        .as_ref()?
+        .manifests
+        .as_ref()?;
+    let m = manifests
+        .iter()
+        .find(|m| m.resource_meta.kind.as_deref() == Some("Deployment"))?;
+    let values = m.status_feedback.as_ref()?.values.as_ref()?;
+    let get = |n: &str| values.iter().find(|v| v.name == n).map(|v| &v.field_value);
+    let image = get("image")?.string.clone()?;
+    let int = |n: &str| get(n).and_then(|v| v.integer);
+    let current = int("generation").is_some() && int("generation") == int("observedGeneration");
+    Some((image, current && int("availableReplicas").unwrap_or(0) >= 1))
+}
+
+/// Applies what one hub should run and reports it; returns when to look again.
+async fn reconcile_hub(
+    ctx: &Ctx,
+    mca: &ManagedClusterAddOn,
+    d: &Desired,
+    may_start: bool,
+    deadline: Duration,
+) -> Result<Option<Duration>, Error> {
+    let c = &ctx.client;
+    let addon = mca.name_any();
+    let hub = mca.namespace().unwrap_or_default();
+    let api: Api<ManagedClusterAddOn> = Api::namespaced(c.clone(), &hub);
+    if !mca
+        .finalizers()
+        .iter()
+        .any(|f| f == finalizers::ADDON_PRE_DELETE)
+    {
+        let mut f = mca.finalizers().to_vec();
+        f.push(finalizers::ADDON_PRE_DELETE.to_owned());
+        api.patch(
+            &addon,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+            "metadata": {"finalizers": f, "resourceVersion": mca.resource_version()}})),
+        )
+        .await
+        .ctx(|| format!("adding the finalizer to {hub}/{addon}"))?;
+        // The update triggers the next reconcile.
+        return Ok(None);
+    }
+    let mut conds: Vec<Condition> = mca
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let ours = [
+        MANIFEST_APPLIED,
+        REGISTRATION_APPLIED,
+        CONFIGURED,
+        PROGRESSING,
+        DEGRADED,
+    ];
+    conds.retain(|c| ours.contains(&c.type_.as_str()));
+    let mut notes: BTreeMap<&str, Option<String>> = BTreeMap::new();
+    let rendered = annotation(mca, ann::AGENT_VERSION).map(str::to_owned);
+    let last_good = annotation(mca, ann::AGENT_LAST_GOOD_VERSION).map(str::to_owned);
+    let failed = annotation(mca, ann::AGENT_FAILED_VERSION).map(str::to_owned);
+    let mut requeue = None;
+
+    if Api::<ManagedCluster>::all(c.clone())
+        .get_opt(&hub)
+        .await
+        .ctx(|| format!("reading ManagedCluster {hub}"))?
+        .is_none()
+    {
+        set_condition(
+            &mut conds,
+            MANIFEST_APPLIED,
+            "False",
+            "ClusterNotFound",
+            &format!(
+                "there is no ManagedCluster {hub} on this hub; the addon cannot be installed in namespace {hub}"
+            ),
+            None,
+        );
+        write_status(ctx, mca, conds, d, None).await?;
+        return Ok(None);
+    }
+
+    // What to render: the desired version, unless it is refused, failed, or must wait its turn.
+    notes.insert(ann::AGENT_DESIRED_VERSION, Some(d.version.clone()));
+    if failed.is_some() && failed.as_deref() != Some(&d.version) {
+        // Asked for something else: a failed version may be tried again later.
+        notes.insert(ann::AGENT_FAILED_VERSION, None);
+    }
+    let target: Option<String> = if let Some((reason, message)) = &d.problem {
+        set_condition(&mut conds, CONFIGURED, "False", reason, message, None);
+        rendered.clone()
+    } else {
+        let source = d
+            .config
+            .as_ref()
+            .map(|r| format!("AddOnDeploymentConfig {}/{}", r.namespace, r.name))
+            .unwrap_or_else(|| "the manager's defaults".into());
+        set_condition(
+            &mut conds,
+            CONFIGURED,
+            "True",
+            "ConfigurationsConfigured",
+            &format!("agent version {} from {source}", d.version),
+            None,
+        );
+        if failed.as_deref() == Some(&d.version) {
+            last_good.clone().or_else(|| rendered.clone())
+        } else if rendered.as_deref() != Some(&d.version) && rendered.is_some() && !may_start {
+            rendered.clone()
+        } else {
+            Some(d.version.clone())
+        }
+    };
+    let Some(target) = target else {
+        // Nothing deployable yet (a refused config on a hub that never ran the agent).
+        set_condition(
+            &mut conds,
+            PROGRESSING,
+            "False",
+            FAILED,
+            "nothing deployed: the config cannot be used",
+            None,
+        );
+        set_condition(
+            &mut conds,
+            DEGRADED,
+            "True",
+            "ConfigurationInvalid",
+            "see the Configured condition",
+            None,
+        );
+        write_status(ctx, mca, conds, d, None).await?;
+        return Ok(None);
+    };
+
+    // Render and apply the deploy works and the hub RBAC; a config that cannot be used
+    // changes nothing on the hub.
+    let works = if d.problem.is_none() {
+        let values = AgentValues::new(&ctx.cfg.defaults, &hub, d.spec.as_ref(), &target)?;
+        let mut hashes = BTreeMap::new();
+        if let Some(r) = &d.config {
+            hashes.insert(
+                format!("{ADC_RESOURCE}.{ADC_GROUP}/{}/{}", r.namespace, r.name),
+                d.hash.clone(),
+            );
+        }
+        render::deploy_works(
+            &addon,
+            &hub,
+            render::agent_manifests(&values)?,
+            &hashes,
+            &owner_of(mca),
+            ctx.cfg.work_size_limit,
+        )
+    } else {
+        vec![]
+    };
+    let works_api: Api<ManifestWork> = Api::namespaced(c.clone(), &hub);
+    let mut apply_error = None;
+    for w in &works {
+        if let Err(e) = apply_dynamic(c, w).await {
+            apply_error = Some(e.to_string());
+        }
+    }
+    // Works beyond the new count (the install shrank) go.
+    let existing = works_api
+        .list(&ListParams::default().labels(&format!("{}={addon}", labels::ADDON_NAME)))
+        .await
+        .ctx(|| format!("listing works in {hub}"))?;
+    let wanted: Vec<String> = works
+        .iter()
+        .filter_map(|w| w["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    for w in &existing.items {
+        let name = w.name_any();
+        if !works.is_empty()
+            && name.starts_with(&format!("addon-{addon}-deploy-"))
+            && !wanted.contains(&name)
+        {
+            let _ = works_api.delete(&name, &DeleteParams::default()).await;
+        }
+    }
+    let mut rbac_error = None;
+    for obj in render::hub_rbac(&addon, &hub)? {
+        let mut obj = obj;
+        obj["metadata"]["ownerReferences"] = json!([owner_of(mca)]);
+        if let Err(e) = apply_dynamic(c, &obj).await {
+            rbac_error = Some(e.to_string());
+        }
+    }
+    match &rbac_error {
+        None => set_condition(
+            &mut conds,
+            REGISTRATION_APPLIED,
+            "True",
+            "SetPermissionApplied",
+            &format!(
+                "the agent may read its ManagedClusterAddOn and write its status and score in namespace {hub}"
+            ),
+            None,
+        ),
+        Some(e) => set_condition(
+            &mut conds,
+            REGISTRATION_APPLIED,
+            "False",
+            "SetPermissionFailed",
+            e,
+            None,
+        ),
+    };
+    // The work holding the Deployment (the last one).
+    let deploy_work = existing
+        .items
+        .iter()
+        .filter(|w| w.name_any().starts_with(&format!("addon-{addon}-deploy-")))
+        .max_by_key(|w| w.name_any());
+    match (
+        &apply_error,
+        deploy_work
+            .and_then(|w| w.status.as_ref())
+            .and_then(|s| s.conditions.as_deref()),
+    ) {
+        (Some(e), _) => set_condition(
+            &mut conds,
+            MANIFEST_APPLIED,
+            "False",
+            MANIFEST_WORK_APPLY_FAILED,
+            e,
+            None,
+        ),
+        (None, Some(wc)) if find_condition(wc, "Applied").is_some_and(|c| c.status == "False") => {
+            let m = find_condition(wc, "Applied")
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            set_condition(
+                &mut conds,
+                MANIFEST_APPLIED,
+                "False",
+                MANIFEST_WORK_APPLY_FAILED,
+                &m,
+                None,
+            )
+        }
+        _ => set_condition(
+            &mut conds,
+            MANIFEST_APPLIED,
+            "True",
+            ADDON_MANIFEST_APPLIED,
+            "manifests of addon are applied successfully",
+            None,
+        ),
+    };
+
+    // Version progress.
+    let now = rfc3339(jiff::Timestamp::now());
+    let new_rollout = rendered.as_deref() != Some(&target);
+    if new_rollout {
+        notes.insert(ann::AGENT_VERSION, Some(target.clone()));
+        notes.insert(ann::AGENT_PREVIOUS_VERSION, last_good.clone());
+        notes.insert(ann::AGENT_ROLLOUT_STARTED, Some(now.clone()));
+        notes.insert(ann::AGENT_ROLLOUT_COMPLETED, None);
+    }
+    let lease_ok = mca
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .is_some_and(|c| condition_is_true(c, AVAILABLE));
+    let running = deploy_work.and_then(deployment_feedback);
+    let image_tag = running
+        .as_ref()
+        .and_then(|(image, _)| image.rsplit_once(':').map(|(_, t)| t.to_owned()));
+    let up = !new_rollout
+        && lease_ok
+        && running.as_ref().is_some_and(|(_, ok)| *ok)
+        && image_tag.as_deref() == Some(&target);
+    let started_ago = if new_rollout {
+        Some(Duration::ZERO)
+    } else {
+        since(mca, ann::AGENT_ROLLOUT_STARTED)
+    };
+    let previous = if new_rollout {
+        last_good.clone()
+    } else {
+        annotation(mca, ann::AGENT_PREVIOUS_VERSION).map(str::to_owned)
+    };
+    let change = match previous.as_deref() {
+        Some(p) if p != target => format!("upgrade from {p} to {target}"),
+        Some(_) => format!("redeploy of {target}"),
+        None => format!("install of {target}"),
+    };
+    let rolled_back = failed.as_deref() == Some(&d.version) && d.version != target;
+    if rolled_back {
+        let f = failed.clone().unwrap_or_default();
+        set_condition(
+            &mut conds,
+            PROGRESSING,
+            "False",
+            FAILED,
+            &format!(
+                "agent {f} did not become available within {}; rolled back to {target}",
+                humantime(deadline)
+            ),
+            None,
+        );
+        set_condition(
+            &mut conds,
+            DEGRADED,
+            "True",
+            "UpgradeFailed",
+            &format!(
+                "running {target} instead of the desired {f}; point AGENT_VERSION elsewhere to retry"
+            ),
+            None,
+        );
+    } else if up {
+        let started = annotation(mca, ann::AGENT_ROLLOUT_STARTED)
+            .unwrap_or_default()
+            .to_owned();
+        let completed = annotation(mca, ann::AGENT_ROLLOUT_COMPLETED)
+            .map(str::to_owned)
+            .unwrap_or_else(|| now.clone());
+        if last_good.as_deref() != Some(&target)
+            || annotation(mca, ann::AGENT_ROLLOUT_COMPLETED).is_none()
+        {
+            notes.insert(ann::AGENT_LAST_GOOD_VERSION, Some(target.clone()));
+            notes.insert(ann::AGENT_ROLLOUT_COMPLETED, Some(completed.clone()));
+        }
+        set_condition(
+            &mut conds,
+            PROGRESSING,
+            "False",
+            COMPLETED,
+            &format!(
+                "agent {target} is available ({change} started {started}, completed {completed})"
+            ),
+            None,
+        );
+        if d.problem.is_none() {
+            set_condition(
+                &mut conds,
+                DEGRADED,
+                "False",
+                "AsExpected",
+                &format!("agent {target} is running as desired"),
+                None,
+            );
+        } else {
+            set_condition(
+                &mut conds,
+                DEGRADED,
+                "True",
+                "ConfigurationRefused",
+                &format!("agent {target} keeps running; see the Configured condition"),
+                None,
+            );
+        }
+    } else if target != d.version && d.problem.is_none() && !may_start {
+        set_condition(
+            &mut conds,
+            PROGRESSING,
+            "False",
+            WAITING,
+            &format!(
+                "agent {} waits for its turn in the rollout; {target} keeps running",
+                d.version
+            ),
+            None,
+        );
+    } else {
+        let elapsed = started_ago.unwrap_or_default();
+        if elapsed > deadline && last_good.as_deref() != Some(&target) {
+            if let Some(good) = last_good.clone().filter(|g| *g != target) {
+                tracing::warn!(hub = %hub, version = %target, rollback = %good, "agent not available in time; rolling back");
+                notes.insert(ann::AGENT_FAILED_VERSION, Some(target.clone()));
+                requeue = Some(Duration::from_millis(100));
+            }
+            set_condition(
+                &mut conds,
+                PROGRESSING,
+                "False",
+                FAILED,
+                &format!(
+                    "agent {target} did not become available within {} ({change}); {}",
+                    humantime(deadline),
+                    last_good
+                        .as_ref()
+                        .filter(|g| **g != target)
+                        .map(|g| format!("rolling back to {g}"))
+                        .unwrap_or_else(|| "no earlier version to roll back to".into())
+                ),
+                None,
+            );
+            set_condition(
+                &mut conds,
+                DEGRADED,
+                "True",
+                "UpgradeFailed",
+                &format!("agent {target} is not available"),
+                None,
+            );
+        } else {
+            set_condition(
+                &mut conds,
+                PROGRESSING,
+                "True",
+                migration_api::names::reasons::PROGRESSING,
+                &format!(
+                    "{change} in progress since {}",
+                    annotation(mca, ann::AGENT_ROLLOUT_STARTED).unwrap_or(&now)
+                ),
+                None,
+            );
+            if let Some(left) = deadline.checked_sub(elapsed) {
+                requeue = Some(left + Duration::from_millis(200));
+            }
+        }
+    }
+    if !notes.is_empty() {
+        let changed = notes
+            .iter()
+            .any(|(k, v)| annotation(mca, k).map(str::to_owned) != *v);
+        if changed {
+            let patch: serde_json::Map<String, Value> = notes
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), json!(v)))
+                .collect();
+            api.patch(
+                &addon,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": patch}})),
+            )
+            .await
+            .ctx(|| format!("recording versions on {hub}/{addon}"))?;
+        }
+    }
+    write_status(ctx, mca, conds, d, up.then_some(d.hash.as_str())).await?;
+    Ok(requeue)
+}
+
+fn humantime(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 && s.is_multiple_of(3600) {
+        format!("{}h", s / 3600)
+    } else if s >= 60 && s.is_multiple_of(60) {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// Writes the manager's part of a ManagedClusterAddOn's status (server-side apply, so the lease
+/// judge's Available and the agent's own condition stay theirs).
+async fn write_status(
+    ctx: &Ctx,
+    mca: &ManagedClusterAddOn,
+    conds: Vec<Condition>,
+    d: &Desired,
+    applied_hash: Option<&str>,
+) -> Result<(), Error> {
+    let addon = mca.name_any();
+    let hub = mca.namespace().unwrap_or_default();
+    let namespace = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.agent_install_namespace.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| names::DEFAULT_ADDON_INSTALL_NAMESPACE.to_owned());
+    let current_refs = mca
+        .status
+        .as_ref()
+        .and_then(|s| s.config_references.clone())
+        .unwrap_or_default();
+    let config_references: Vec<Value> = d
+        .config
+        .iter()
+        .map(|r| {
+            let last = applied_hash.map(str::to_owned).or_else(|| {
+                current_refs
+                    .iter()
+                    .find(|c| c.name == r.name && c.namespace.as_deref() == Some(&r.namespace))
+                    .and_then(|c| c.last_applied_config.as_ref())
+                    .and_then(|l| l.spec_hash.clone())
+            });
+            let mut v = json!({
+                "group": ADC_GROUP, "resource": ADC_RESOURCE, "name": r.name, "namespace": r.namespace,
+                "desiredConfig": {"name": r.name, "namespace": r.namespace, "specHash": d.hash},
+            });
+            if let Some(h) = last.filter(|h| !h.is_empty()) {
+                v["lastAppliedConfig"] = json!({"name": r.name, "namespace": r.namespace, "specHash": h});
+            }
+            v
+        })
+        .collect();
+    let status = json!({
+        "conditions": conds,
+        "namespace": namespace,
+        "addOnMeta": {"displayName": "Cluster Migration", "description": "Moves managed clusters between hubs, driven from the global hub"},
+        "supportedConfigs": [{"group": ADC_GROUP, "resource": ADC_RESOURCE}],
+        "relatedObjects": [{"group": ADC_GROUP, "resource": "clustermanagementaddons", "name": addon}],
+        "configReferences": config_references,
+        "registrations": [{"signerName": KUBE_APISERVER_CLIENT_SIGNER, "subject": {
+            "user": names::addon_agent_user(&hub, &addon, AGENT_IDENTITY),
+            "groups": names::addon_agent_groups(&hub, &addon),
+        }}],
+        "healthCheck": {"mode": "Lease"},
+    });
+    // Skip the write when nothing of ours changed.
+    let current = serde_json::to_value(&mca.status).unwrap_or(Value::Null);
+    let same = status.as_object().is_some_and(|o| {
+        o.iter().all(|(k, v)| {
+            if k == "conditions" {
+                let mine: Vec<&Value> = current[k]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| conds_types().contains(&c["type"].as_str().unwrap_or_default()))
+                    .collect();
+                let want: Vec<&Value> = v.as_array().into_iter().flatten().collect();
+                mine.len() == want.len() && want.iter().all(|w| mine.contains(w))
+            } else {
+                current[k] == *v
+            }
+        })
+    });
+    if same {
+        return Ok(());
+    }
+    Api::<ManagedClusterAddOn>::namespaced(ctx.client.clone(), &hub)
+        .patch_status(
+            &addon,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(json!({
+                "apiVersion": MCA_API_VERSION, "kind": "ManagedClusterAddOn",
+                "metadata": {"name": addon, "namespace": hub},
+                "status": status,
+            })),
+        )
+        .await
+        .ctx(|| format!("writing the status of {hub}/{addon}"))?;
+    Ok(())
+}
+
+fn conds_types() -> [&'static str; 5] {
+    [
+        MANIFEST_APPLIED,
+        REGISTRATION_APPLIED,
+        CONFIGURED,
+        PROGRESSING,
+        DEGRADED,
+    ]
+}
+
+/// The cleanup Job's outcome as fed back: (succeeded, failed).
+fn job_feedback(work: &ManifestWork) -> (i64, i64) {
+    let values = work
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_status.as_ref())
+        .and_then(|r| r.manifests.as_ref())
+        .and_then(|m| {
+            m.iter()
+                .find(|m| m.resource_meta.kind.as_deref() == Some("Job"))
+        })
+        .and_then(|m| m.status_feedback.as_ref())
+        .and_then(|f| f.values.clone())
+        .unwrap_or_default();
+    let get = |n: &str| {
+        values
+            .iter()
+            .find(|v| v.name == n)
+            .and_then(|v| v.field_value.integer)
+            .unwrap_or(0)
+    };
+    (get("succeeded"), get("failed"))
+}
+
+/// Removal of a hub's addon: run the pre-delete hook (unless the agent never ran or the user
+/// skips it), then delete the works and hub RBAC and release the ManagedClusterAddOn.
+async fn remove(ctx: &Ctx, mca: &ManagedClusterAddOn) -> Result<Option<Duration>, Error> {
+    let c = &ctx.client;
+    let addon = mca.name_any();
+    let hub = mca.namespace().unwrap_or_default();
+    if !mca
+        .finalizers()
+        .iter()
+        .any(|f| f == finalizers::ADDON_PRE_DELETE)
+    {
+        return Ok(None);
+    }
+    let works: Api<ManifestWork> = Api::namespaced(c.clone(), &hub);
+    let pre_delete = names::addon_pre_delete_work(&addon);
+    let skip = annotation(mca, ann::SKIP_PRE_DELETE) == Some("true");
+    let installed = annotation(mca, ann::AGENT_LAST_GOOD_VERSION).is_some();
+    let mut conds: Vec<Condition> = mca
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    conds.retain(|c| conds_types().contains(&c.type_.as_str()));
+    let hub_exists = Api::<ManagedCluster>::all(c.clone())
+        .get_opt(&hub)
+        .await
+        .ctx(|| format!("reading ManagedCluster {hub}"))?
+        .is_some();
+    // Without the hub (detached) the hook cannot run; there is nothing left there to clean.
+    if installed && !skip && hub_exists {
+        let version = annotation(mca, ann::AGENT_VERSION)
+            .unwrap_or(&ctx.cfg.defaults.version)
+            .to_owned();
+        let values = AgentValues::new(&ctx.cfg.defaults, &hub, None, &version)?;
+        let work = render::pre_delete_work(
+            &addon,
+            &hub,
+            render::pre_delete_manifests(&values)?,
+            &owner_of(mca),
+        );
+        apply_dynamic(c, &work).await?;
+        let current = works
+            .get_opt(&pre_delete)
+            .await
+            .ctx(|| format!("reading work {hub}/{pre_delete}"))?;
+        let (succeeded, failed) = current.as_ref().map(job_feedback).unwrap_or((0, 0));
+        if succeeded < 1 {
+            if failed >= 3 {
+                set_condition(
+                    &mut conds,
+                    DEGRADED,
+                    "True",
+                    "PreDeleteHookFailed",
+                    &format!(
+                        "the cleanup Job {} failed {failed} times on {hub}; fix it or annotate the ManagedClusterAddOn with {}=true to delete without cleanup",
+                        render::CLEANUP_JOB,
+                        ann::SKIP_PRE_DELETE
+                    ),
+                    None,
+                );
+            } else {
+                set_condition(
+                    &mut conds,
+                    PROGRESSING,
+                    "True",
+                    "PreDeleteHookRunning",
+                    &format!(
+                        "running the pre-delete cleanup Job {} on {hub}",
+                        render::CLEANUP_JOB
+                    ),
+                    None,
+                );
+            }
+            let d = Desired {
+                config: None,
+                spec: None,
+                hash: String::new(),
+                version: String::new(),
+                problem: None,
+                placement: None,
+            };
+            write_status(ctx, mca, conds, &d, None).await?;
+            return Ok(None);
+        }
+    }
+    // Hook done (or skipped): remove everything of ours.
+    let listed = works
+        .list(&ListParams::default().labels(&format!("{}={addon}", labels::ADDON_NAME)))
+        .await
+        .ctx(|| format!("listing works in {hub}"))?;
+    for w in listed.items {
+        let name = w.name_any();
+        if w.metadata.deletion_timestamp.is_none() {
+            works
+                .delete(&name, &DeleteParams::default())
+                .await
+                .ctx(|| format!("deleting work {hub}/{name}"))?;
+        }
+    }
+    let role = render::hub_role_name(&addon);
+    let dp = DeleteParams::default();
+    let gone = |r: Result<(), kube::Error>| match r {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other,
+    };
+    gone(
+        Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(c.clone(), &hub)
+            .delete(&role, &dp)
+            .await
+            .map(|_| ()),
+    )
+    .ctx(|| format!("deleting RoleBinding {hub}/{role}"))?;
+    gone(
+        Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(c.clone(), &hub)
+            .delete(&role, &dp)
+            .await
+            .map(|_| ()),
+    )
+    .ctx(|| format!("deleting Role {hub}/{role}"))?;
+    let remaining: Vec<String> = mca
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizers::ADDON_PRE_DELETE)
+        .cloned()
+        .collect();
+    Api::<ManagedClusterAddOn>::namespaced(c.clone(), &hub)
+        .patch(
+            &addon,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+            "metadata": {"finalizers": remaining, "resourceVersion": mca.resource_version()}})),
+        )
+        .await
+        .ctx(|| format!("removing the finalizer of {hub}/{addon}"))?;
+    tracing::info!(hub = %hub, "addon removed");
+    Ok(None)
+}
+
+async fn write_progressions(
+    ctx: &Ctx,
+    cma: &ClusterManagementAddOn,
+    progressions: &[(&InstallPlacement, &str, &str, String)],
+) -> Result<(), Error> {
+    let current = cma
+        .status
+        .as_ref()
+        .and_then(|s| s.install_progressions.clone())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for (p, status, reason, message) in progressions {
+        let (ns, name) = p.key.split_once('/').unwrap_or(("", &p.key));
+        let mut conds = current
+            .iter()
+            .find(|i| i.namespace == ns && i.name == name)
+            .and_then(|i| i.conditions.clone())
+            .unwrap_or_default();
+        set_condition(&mut conds, PROGRESSING, status, reason, message, None);
+        let refs: Vec<Value> = p
+            .config
+            .iter()
+            .map(|r| {
+                json!({
+                    "group": ADC_GROUP, "resource": ADC_RESOURCE,
+                    "desiredConfig": {"name": r.name, "namespace": r.namespace},
+                })
+            })
+            .collect();
+        out.push(
+            json!({"namespace": ns, "name": name, "conditions": conds, "configReferences": refs}),
+        );
+    }
+    let now = serde_json::to_value(&current).unwrap_or(Value::Null);
+    let want = Value::Array(out.clone());
+    let strip = |v: &Value| -> Value {
+        let mut v = v.clone();
+        for p in v.as_array_mut().into_iter().flatten() {
+            for c in p["conditions"].as_array_mut().into_iter().flatten() {
+                c.as_object_mut().map(|o| o.remove("lastTransitionTime"));
+            }
+        }
+        v
+    };
+    if strip(&now) == strip(&want) {
+        return Ok(());
+    }
+    let name = cma.name_any();
+    Api::<ClusterManagementAddOn>::all(ctx.client.clone())
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(json!({
+                "apiVersion": MCA_API_VERSION, "kind": "ClusterManagementAddOn",
+                "metadata": {"name": name},
+                "status": {"installProgressions": out},
+            })),
+        )
+        .await
+        .ctx(|| format!("writing the status of ClusterManagementAddOn {name}"))?;
+    Ok(())
+}
