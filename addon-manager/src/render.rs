@@ -442,10 +442,10 @@ pub fn split_manifests(manifests: Vec<Value>, limit: usize) -> Vec<Vec<Value>> {
     groups
 }
 
-/// Status feedback the manager reads from the agent's Deployment.
-pub fn deployment_feedback() -> Value {
+/// Status feedback the manager reads from the agent's Deployment in `namespace`.
+pub fn deployment_feedback(namespace: &str) -> Value {
     json!({
-        "resourceIdentifier": {"group": "apps", "resource": "deployments", "name": AGENT_NAME},
+        "resourceIdentifier": {"group": "apps", "resource": "deployments", "name": AGENT_NAME, "namespace": namespace},
         "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [
             {"name": "image", "path": ".spec.template.spec.containers[0].image"},
             {"name": "generation", "path": ".metadata.generation"},
@@ -455,10 +455,10 @@ pub fn deployment_feedback() -> Value {
     })
 }
 
-/// Status feedback the manager reads from the cleanup Job.
-pub fn job_feedback() -> Value {
+/// Status feedback the manager reads from the cleanup Job in `namespace`.
+pub fn job_feedback(namespace: &str) -> Value {
     json!({
-        "resourceIdentifier": {"group": "batch", "resource": "jobs", "name": CLEANUP_JOB},
+        "resourceIdentifier": {"group": "batch", "resource": "jobs", "name": CLEANUP_JOB, "namespace": namespace},
         "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [
             {"name": "succeeded", "path": ".status.succeeded"},
             {"name": "failed", "path": ".status.failed"}
@@ -482,8 +482,10 @@ pub fn deploy_works(
         .enumerate()
         .map(|(i, group)| {
             let mut configs = Vec::new();
-            if group.iter().any(|m| m["kind"] == "Deployment") {
-                configs.push(deployment_feedback());
+            if let Some(d) = group.iter().find(|m| m["kind"] == "Deployment") {
+                configs.push(deployment_feedback(
+                    d["metadata"]["namespace"].as_str().unwrap_or_default(),
+                ));
             }
             work(
                 &names::addon_deploy_work(addon, i),
@@ -500,12 +502,18 @@ pub fn deploy_works(
 
 /// The pre-delete ManifestWork `addon-<addon>-pre-delete`.
 pub fn pre_delete_work(addon: &str, cluster: &str, manifests: Vec<Value>, owner: &Value) -> Value {
+    let ns = manifests
+        .iter()
+        .find(|m| m["kind"] == "Job")
+        .and_then(|m| m["metadata"]["namespace"].as_str())
+        .unwrap_or_default()
+        .to_owned();
     work(
         &names::addon_pre_delete_work(addon),
         addon,
         cluster,
         manifests,
-        vec![job_feedback()],
+        vec![job_feedback(&ns)],
         "{}",
         owner,
     )

@@ -18,6 +18,7 @@ pub enum Builtin {
     Event,
     Lease,
     Deployment,
+    Job,
     ClusterRole,
     ClusterRoleBinding,
     Role,
@@ -115,6 +116,7 @@ impl ResourceType {
         Some(match self.builtin? {
             Namespace
             | Deployment
+            | Job
             | Lease
             | CertificateSigningRequest
             | CustomResourceDefinition => &["spec", "status"],
@@ -314,6 +316,20 @@ const BUILTINS: &[Spec] = &[
         fields: &[],
     },
     Spec {
+        group: "batch",
+        version: "v1",
+        kind: "Job",
+        plural: "jobs",
+        namespaced: true,
+        short: &[],
+        sub: &["status"],
+        storage: "batch/jobs",
+        builtin: Builtin::Job,
+        name_rule: NameRule::Subdomain,
+        generation: true,
+        fields: &[],
+    },
+    Spec {
         group: "rbac.authorization.k8s.io",
         version: "v1",
         kind: "ClusterRole",
@@ -448,7 +464,7 @@ impl Registry {
                     singular: s.kind.to_lowercase(),
                     namespaced: s.namespaced,
                     short_names: s.short.iter().map(|x| (*x).into()).collect(),
-                    categories: if matches!(s.builtin, Builtin::Deployment) {
+                    categories: if matches!(s.builtin, Builtin::Deployment | Builtin::Job) {
                         vec!["all".into()]
                     } else {
                         vec![]

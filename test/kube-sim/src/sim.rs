@@ -1172,7 +1172,7 @@ fn builtin_validation(rt: &ResourceType, obj: &Value) -> Vec<(String, String)> {
             missing(&mut errors, "spec.request");
             missing(&mut errors, "spec.signerName");
         }
-        Some(Builtin::Deployment) => {
+        Some(Builtin::Deployment | Builtin::Job) => {
             missing(&mut errors, "spec.template");
         }
         _ => {}
@@ -1239,6 +1239,16 @@ fn admit_create(user: &UserInfo, rt: &ResourceType, obj: &mut Value) -> ApiResul
                         )],
                     ));
                 }
+            }
+        }
+        Some(Builtin::Job) => {
+            if let Some(m) = obj.as_object_mut() {
+                m.remove("status");
+            }
+            if obj.pointer("/spec/backoffLimit").is_none()
+                && obj.get("spec").is_some_and(Value::is_object)
+            {
+                obj["spec"]["backoffLimit"] = json!(6);
             }
         }
         Some(Builtin::Deployment) => {

@@ -54,6 +54,7 @@ async fn main() {
             lease_duration_secs: 60,
             lease_check_interval: Duration::from_secs(2),
             status_sync_interval: Duration::from_secs(10),
+            ..Default::default()
         };
         let start = Instant::now();
         let fleet = Fleet::up(&opts).await.expect("fleet up");

@@ -31,6 +31,22 @@ pub struct FleetOptions {
     pub lease_check_interval: Duration,
     /// How often work agents re-read applied resources for feedback.
     pub status_sync_interval: Duration,
+    /// Addon lease period the hubs' klusterlets judge addon health with (Available turns
+    /// False after five periods without renewal).
+    pub addon_lease_period: Duration,
+    /// Run a kubelet on every hub, so addon agent Deployments (and hook Jobs) delivered to
+    /// the hubs actually run.
+    pub kubelet: Option<FleetKubelet>,
+}
+
+/// The kubelet every hub runs (see [`crate::kubelet`]).
+#[derive(Clone, Debug)]
+pub struct FleetKubelet {
+    pub agent_binary: std::path::PathBuf,
+    pub image_repository: String,
+    pub known_tags: Vec<String>,
+    /// Pod files and logs go to `<work_dir>/<hub>/`.
+    pub work_dir: std::path::PathBuf,
 }
 
 impl Default for FleetOptions {
@@ -42,6 +58,8 @@ impl Default for FleetOptions {
             lease_duration_secs: 60,
             lease_check_interval: Duration::from_secs(2),
             status_sync_interval: Duration::from_secs(2),
+            addon_lease_period: Duration::from_secs(60),
+            kubelet: None,
         }
     }
 }
@@ -55,13 +73,13 @@ pub struct Fleet {
     pub hub_agents: Vec<Agent>,
     /// Managed clusters, with the index of the hub they start on.
     pub clusters: Vec<(usize, SimCluster, Agent)>,
-    /// The managed-serviceaccount addon of each hub (towards the global hub).
-    msa: Vec<tokio::task::JoinHandle<()>>,
+    /// The managed-serviceaccount addon and the kubelet of each hub.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        for t in &self.msa {
+        for t in &self.tasks {
             t.abort();
         }
     }
@@ -90,7 +108,7 @@ impl Fleet {
             join_delay: opts.join_delay,
             lease_duration_secs: opts.lease_duration_secs,
             status_sync_interval: opts.status_sync_interval,
-            addon_lease_period: Duration::from_secs(60),
+            addon_lease_period: opts.addon_lease_period,
         };
         let global = Hub::start(GLOBAL_HUB, hub_opts.clone()).await?;
         let mut hubs = Vec::new();
@@ -100,12 +118,26 @@ impl Fleet {
             hub_agents.push(Agent::start(&hub.cluster, &global.bootstrap_kubeconfig, agent).await?);
             hubs.push(hub);
         }
-        let mut msa = Vec::new();
+        let mut tasks = Vec::new();
         for hub in &hubs {
-            msa.push(
+            tasks.push(
                 start_managed_serviceaccount(&global, &hub.cluster, opts.status_sync_interval)
                     .await?,
             );
+            if let Some(k) = &opts.kubelet {
+                let kopts = crate::kubelet::KubeletOptions {
+                    agent_binary: k.agent_binary.clone(),
+                    image_repository: k.image_repository.clone(),
+                    known_tags: k.known_tags.clone(),
+                    work_dir: k.work_dir.join(&hub.cluster.name),
+                    api_url: hub.cluster.api.url(),
+                    api_ca_pem: hub.cluster.api.ca_pem().to_owned(),
+                };
+                tasks.push(tokio::spawn(crate::kubelet::run(
+                    hub.cluster.admin.clone(),
+                    kopts,
+                )));
+            }
         }
         // Clusters start a few at a time: each is its own API server and klusterlet.
         let specs: Vec<(usize, String, String)> = hubs
@@ -141,7 +173,7 @@ impl Fleet {
             hubs,
             hub_agents,
             clusters,
-            msa,
+            tasks,
         })
     }
 

@@ -5,7 +5,8 @@
 //! args and env are mapped to those files). Deployment status follows the process: Available
 //! once the agent's `/readyz` answers, unavailable while it is not. The image tag is the version:
 //! a tag the kubelet does not know never starts (an image pull failure). A changed pod template
-//! restarts the process; a deleted Deployment stops it.
+//! restarts the process; a deleted Deployment stops it. Jobs with the agent's image (the
+//! addon's pre-delete hook) run the binary to completion and report succeeded or failed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -49,17 +51,30 @@ struct Ctx {
     client: Client,
     opts: KubeletOptions,
     pods: Mutex<HashMap<(String, String), Pod>>,
+    /// Jobs with a run in progress (by uid).
+    jobs: Mutex<std::collections::HashSet<String>>,
 }
 
 /// Runs until aborted; child processes are killed when the kubelet stops.
 pub async fn run(client: Client, opts: KubeletOptions) {
     let deployments: Api<Deployment> = Api::all(client.clone());
     let ctx = Arc::new(Ctx {
-        client,
+        client: client.clone(),
         opts,
         pods: Mutex::new(HashMap::new()),
+        jobs: Mutex::new(Default::default()),
     });
-    Controller::new(deployments, watcher::Config::default())
+    let jobs = Controller::new(Api::<Job>::all(client), watcher::Config::default())
+        .run(
+            reconcile_job,
+            |_, e: &kube::Error, _| {
+                tracing::debug!(error = %e, "kubelet job reconcile failed");
+                Action::requeue(Duration::from_millis(500))
+            },
+            ctx.clone(),
+        )
+        .for_each(|_| async {});
+    let deployments = Controller::new(deployments, watcher::Config::default())
         .run(
             reconcile,
             |_, e: &kube::Error, _| {
@@ -68,8 +83,71 @@ pub async fn run(client: Client, opts: KubeletOptions) {
             },
             ctx,
         )
-        .for_each(|_| async {})
-        .await;
+        .for_each(|_| async {});
+    futures::join!(jobs, deployments);
+}
+
+/// Runs a Job's pod (our image only) to completion; a failed run counts towards backoffLimit
+/// and the next status event starts the next attempt.
+async fn reconcile_job(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+    let ns = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    let uid = job.uid().unwrap_or_default();
+    let Some(pod_spec) = job.spec.as_ref().and_then(|s| s.template.spec.clone()) else {
+        return Ok(Action::await_change());
+    };
+    let Some(container) = pod_spec.containers.first().cloned() else {
+        return Ok(Action::await_change());
+    };
+    let image = container.image.clone().unwrap_or_default();
+    let Some(tag) = image.strip_prefix(&format!("{}:", ctx.opts.image_repository)) else {
+        return Ok(Action::await_change());
+    };
+    let status = job.status.clone().unwrap_or_default();
+    let failed = status.failed.unwrap_or(0);
+    let backoff = job.spec.as_ref().and_then(|s| s.backoff_limit).unwrap_or(6);
+    if job.metadata.deletion_timestamp.is_some()
+        || status.succeeded.unwrap_or(0) >= 1
+        || failed > backoff
+        || !ctx.opts.known_tags.iter().any(|t| t == tag)
+    {
+        return Ok(Action::await_change());
+    }
+    if !ctx.jobs.lock().await.insert(uid.clone()) {
+        return Ok(Action::await_change());
+    }
+    let ctx2 = ctx.clone();
+    tokio::spawn(async move {
+        let ok = match start(&ctx2, &ns, &format!("{name}-job"), &pod_spec, &container).await {
+            Ok((mut child, _)) => child.wait().await.map(|s| s.success()).unwrap_or(false),
+            Err(e) => {
+                tracing::debug!(job = %name, error = %e, "job pod could not start");
+                false
+            }
+        };
+        let now = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let patch = if ok {
+            json!({"status": {"succeeded": 1, "completionTime": now, "conditions": [
+                {"type": "Complete", "status": "True", "lastProbeTime": now, "lastTransitionTime": now}]}})
+        } else if failed + 1 > backoff {
+            json!({"status": {"failed": failed + 1, "conditions": [
+                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                 "message": "Job has reached the specified backoff limit", "lastProbeTime": now, "lastTransitionTime": now}]}})
+        } else {
+            json!({"status": {"failed": failed + 1}})
+        };
+        let api: Api<Job> = Api::namespaced(ctx2.client.clone(), &ns);
+        if let Err(e) = api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            tracing::debug!(job = %name, error = %e, "job status");
+        }
+        ctx2.jobs.lock().await.remove(&uid);
+    });
+    Ok(Action::await_change())
 }
 
 fn template_hash(d: &Deployment) -> u64 {
@@ -173,7 +251,12 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Er
         if let Some(mut old) = pods.remove(&key) {
             let _ = old.child.kill().await;
         }
-        match start(&ctx, &current, &container).await {
+        let pod_spec = current
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.clone())
+            .unwrap_or_default();
+        match start(&ctx, &ns, &name, &pod_spec, &container).await {
             Ok((child, port)) => {
                 pods.insert(
                     key.clone(),
@@ -249,16 +332,12 @@ fn map_path(value: &str, mounts: &[(String, PathBuf)]) -> String {
 /// Prepares the pod's files and identity and spawns the agent; returns the child and its port.
 async fn start(
     ctx: &Ctx,
-    d: &Deployment,
+    ns: &str,
+    name: &str,
+    pod_spec: &k8s_openapi::api::core::v1::PodSpec,
     container: &k8s_openapi::api::core::v1::Container,
 ) -> Result<(tokio::process::Child, u16), String> {
-    let ns = d.namespace().unwrap_or_default();
-    let name = d.name_any();
-    let pod_spec = d
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.spec.clone())
-        .unwrap_or_default();
+    let ns = ns.to_owned();
     let dir = ctx.opts.work_dir.join(format!("{ns}-{name}"));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     // Secret volumes, written where their mounts point.

@@ -29,6 +29,7 @@ async fn managed_serviceaccount_token_works_until_revoked() {
         lease_duration_secs: 1,
         lease_check_interval: Duration::from_millis(200),
         status_sync_interval: Duration::from_millis(200),
+        ..Default::default()
     };
     let fleet = Fleet::up(&opts).await.unwrap();
     fleet.wait_ready(Duration::from_secs(30)).await.unwrap();

@@ -1,0 +1,166 @@
+//! Helpers for the end-to-end tests: a fleet with kubelets on its hubs, the real
+//! addon-manager binary started against the global hub, kubectl as a user runs it, and
+//! polling with a deadline.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ocm_sim::fleet::{Fleet, FleetKubelet, FleetOptions};
+
+/// Image repository the kubelets run the agent for.
+pub const AGENT_IMAGE: &str = "quay.io/cluster-migration-addon/addon-agent";
+
+/// A workspace binary next to the running test (`target/<profile>/<name>`).
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let mut dir = exe.parent().map(Path::to_path_buf);
+    for _ in 0..3 {
+        let Some(d) = dir else { break };
+        let candidate = d.join(name);
+        if candidate.is_file() {
+            return candidate;
+        }
+        dir = d.parent().map(Path::to_path_buf);
+    }
+    panic!(
+        "{name} not found next to {}: build the workspace first (`cargo test --workspace` does)",
+        exe.display()
+    );
+}
+
+/// Polls `f` until it returns `Some`, failing after `deadline`.
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A fleet for addon tests: quick leases, kubelets on the hubs knowing `known_tags`.
+pub async fn fleet(hubs: usize, clusters_per_hub: usize, known_tags: &[&str], dir: &Path) -> Fleet {
+    let opts = FleetOptions {
+        hubs,
+        clusters_per_hub,
+        join_delay: Duration::ZERO,
+        lease_duration_secs: 5,
+        lease_check_interval: Duration::from_millis(500),
+        status_sync_interval: Duration::from_millis(300),
+        addon_lease_period: Duration::from_secs(1),
+        kubelet: Some(FleetKubelet {
+            agent_binary: binary("addon-agent"),
+            image_repository: AGENT_IMAGE.into(),
+            known_tags: known_tags.iter().map(|t| (*t).to_owned()).collect(),
+            work_dir: dir.join("pods"),
+        }),
+    };
+    let fleet = Fleet::up(&opts)
+        .await
+        .unwrap_or_else(|e| panic!("fleet up: {e}"));
+    fleet
+        .wait_ready(Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("fleet ready: {e}"));
+    fleet
+        .write_kubeconfigs(dir)
+        .unwrap_or_else(|e| panic!("kubeconfigs: {e}"));
+    fleet
+}
+
+/// The addon-manager binary, running against a kubeconfig; stopped (SIGTERM) when dropped.
+#[derive(Debug)]
+pub struct Manager {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Manager {
+    pub fn start(kubeconfig: &Path, dir: &Path, env: &[(&str, &str)]) -> Self {
+        let log = dir.join("addon-manager.log");
+        let out = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let err = out.try_clone().unwrap_or_else(|e| panic!("{e}"));
+        let mut cmd = Command::new(binary("addon-manager"));
+        cmd.env("KUBECONFIG", kubeconfig)
+            .env("HEALTH_ADDR", "127.0.0.1:0")
+            .env("LOG_LEVEL", "info,kube=warn")
+            .stdout(out)
+            .stderr(err);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting addon-manager: {e}"));
+        Self { child, log }
+    }
+
+    /// The manager's log so far (for failure messages).
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+    }
+}
+
+/// Runs kubectl against a kubeconfig, with `stdin` if given.
+pub fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let bin = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let mut cmd = Command::new(bin);
+    cmd.arg("--kubeconfig").arg(kubeconfig).args(args);
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("kubectl: {e} (is kubectl installed?)"));
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        let _ = pipe.write_all(text.as_bytes());
+    }
+    child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("kubectl: {e}"))
+}
+
+/// Runs kubectl and returns its stdout, failing the test on a non-zero exit.
+pub fn kubectl_ok(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let out = kubectl(kubeconfig, args, stdin);
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -1,0 +1,492 @@
+//! The addon's lifecycle end to end: the real addon-manager on the global hub, the real
+//! addon-agent run by each hub's kubelet, driven with kubectl as a user would.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use e2e::{Manager, eventually, kubectl, kubectl_ok};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use migration_api::common::{Condition, find_condition};
+use migration_api::names::annotations as ann;
+use migration_api::ocm::addon::{ClusterManagementAddOn, ManagedClusterAddOn};
+use migration_api::ocm::cluster::AddOnPlacementScore;
+use migration_api::ocm::work::ManifestWork;
+
+const ADDON: &str = "cluster-migration";
+const AGENT_NS: &str = "open-cluster-management-agent-addon";
+const CONFIG_NS: &str = "addon-configs";
+
+fn kubeconfig(dir: &Path, name: &str) -> PathBuf {
+    dir.join("kubeconfig").join(format!("{name}.yaml"))
+}
+
+fn condition(m: &ManagedClusterAddOn, t: &str) -> Option<Condition> {
+    find_condition(m.status.as_ref()?.conditions.as_deref()?, t).cloned()
+}
+
+async fn mca(global: &Client, hub: &str) -> Option<ManagedClusterAddOn> {
+    Api::<ManagedClusterAddOn>::namespaced(global.clone(), hub)
+        .get_opt(ADDON)
+        .await
+        .unwrap()
+}
+
+async fn agent_image(hub: &Client) -> Option<String> {
+    let d = Api::<Deployment>::namespaced(hub.clone(), AGENT_NS)
+        .get_opt("cluster-migration-agent")
+        .await
+        .unwrap()?;
+    d.spec?.template.spec?.containers.first()?.image.clone()
+}
+
+fn adc(name: &str, version: &str) -> String {
+    format!(
+        r#"{{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "AddOnDeploymentConfig",
+  "metadata": {{"name": "{name}", "namespace": "{CONFIG_NS}"}},
+  "spec": {{"customizedVariables": [{{"name": "AGENT_VERSION", "value": "{version}"}},
+                                   {{"name": "LEASE_DURATION_SECONDS", "value": "1"}}]}}}}"#
+    )
+}
+
+fn addon_for(hub: &str, config: &str) -> String {
+    format!(
+        r#"{{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+  "metadata": {{"name": "{ADDON}", "namespace": "{hub}"}},
+  "spec": {{"configs": [{{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs",
+                         "namespace": "{CONFIG_NS}", "name": "{config}"}}]}}}}"#
+    )
+}
+
+/// The AVAILABLE column of `kubectl get managedclusteraddon -A` for a hub.
+fn available_column(global: &Path, hub: &str) -> Option<String> {
+    let out = kubectl_ok(global, &["get", "managedclusteraddon", "-A"], None);
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next()?.split_whitespace().collect();
+    let col = header.iter().position(|h| *h == "AVAILABLE")?;
+    lines
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cols| cols.first() == Some(&hub))
+        .and_then(|cols| cols.get(col).map(|s| (*s).to_owned()))
+}
+
+/// Waits until a hub's Progressing condition has `reason` (and its message contains `text`).
+async fn progressing(
+    global: &Client,
+    hub: &str,
+    reason: &str,
+    text: &str,
+    limit: Duration,
+) -> Condition {
+    let start = std::time::Instant::now();
+    loop {
+        let m = mca(global, hub).await;
+        let c = m.as_ref().and_then(|m| condition(m, "Progressing"));
+        if let Some(c) = c
+            .as_ref()
+            .filter(|c| c.reason == reason && c.message.contains(text))
+        {
+            return c.clone();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {hub} Progressing {reason} mentioning {text:?}; last seen: {:#?}",
+            m.map(|m| (m.metadata.annotations, m.status))
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn agent_reports(global: &Client, hub: &str, version: &str) {
+    eventually(
+        Duration::from_secs(30),
+        &format!("{hub}'s agent reporting {version}"),
+        || async {
+            let m = mca(global, hub).await?;
+            condition(&m, "AgentRunning")
+                .filter(|c| c.message.starts_with(&format!("agent {version} ")))
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn install_report_upgrade_refuse_roll_back_and_remove() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = e2e::fleet(2, 1, &["0.1.0", "0.2.0"], dir.path()).await;
+    let global_kc = kubeconfig(dir.path(), "global-hub");
+    let manager = Manager::start(
+        &global_kc,
+        dir.path(),
+        &[
+            ("AGENT_VERSIONS", "0.1.0,0.2.0,0.3.0"),
+            ("PROGRESS_DEADLINE", "15s"),
+        ],
+    );
+    let global = fleet.global.cluster.admin.clone();
+    let hub1 = fleet.hubs[0].cluster.admin.clone();
+    let hub2 = fleet.hubs[1].cluster.admin.clone();
+
+    // The manager publishes its ClusterManagementAddOn, self-managed.
+    let cma = eventually(
+        Duration::from_secs(20),
+        "the ClusterManagementAddOn",
+        || async {
+            Api::<ClusterManagementAddOn>::all(global.clone())
+                .get_opt(ADDON)
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+    assert_eq!(
+        cma.annotations()
+            .get(ann::ADDON_LIFECYCLE)
+            .map(String::as_str),
+        Some("self")
+    );
+    assert_eq!(
+        cma.spec.install_strategy.and_then(|s| s.type_).as_deref(),
+        Some("Manual")
+    );
+
+    // Install on both hubs with kubectl; AVAILABLE True within 30 s.
+    kubectl_ok(&global_kc, &["create", "namespace", CONFIG_NS], None);
+    kubectl_ok(
+        &global_kc,
+        &["apply", "-f", "-"],
+        Some(&adc("fast", "0.1.0")),
+    );
+    kubectl_ok(
+        &global_kc,
+        &["apply", "-f", "-"],
+        Some(&addon_for("hub1", "fast")),
+    );
+    kubectl_ok(
+        &global_kc,
+        &["apply", "-f", "-"],
+        Some(&addon_for("hub2", "fast")),
+    );
+    let started = std::time::Instant::now();
+    eventually(
+        Duration::from_secs(30),
+        "kubectl showing hub1 AVAILABLE True",
+        || async {
+            (available_column(&global_kc, "hub1").as_deref() == Some("True")).then_some(())
+        },
+    )
+    .await;
+    println!("hub1 Available after {:?}", started.elapsed());
+    eventually(Duration::from_secs(30), "hub2 AVAILABLE True", || async {
+        (available_column(&global_kc, "hub2").as_deref() == Some("True")).then_some(())
+    })
+    .await;
+    agent_reports(&global, "hub1", "0.1.0").await;
+    let m1 = mca(&global, "hub1").await.unwrap();
+    let status = m1.status.clone().unwrap();
+    let reg = &status.registrations.unwrap()[0];
+    assert_eq!(
+        reg.subject.as_ref().and_then(|s| s.user.as_deref()),
+        Some("system:open-cluster-management:cluster:hub1:addon:cluster-migration:agent:agent")
+    );
+    assert_eq!(status.namespace.as_deref(), Some(AGENT_NS));
+    for t in ["ManifestApplied", "RegistrationApplied", "Configured"] {
+        assert_eq!(
+            condition(&m1, t).map(|c| c.status).as_deref(),
+            Some("True"),
+            "{t}: {m1:?}"
+        );
+    }
+    let refs = status.config_references.unwrap();
+    assert!(
+        refs[0]
+            .desired_config
+            .as_ref()
+            .and_then(|d| d.spec_hash.as_ref())
+            .is_some()
+    );
+
+    // The agent's score, with valid values.
+    let score = eventually(
+        Duration::from_secs(20),
+        "hub1's AddOnPlacementScore",
+        || async {
+            Api::<AddOnPlacementScore>::namespaced(global.clone(), "hub1")
+                .get_opt(ADDON)
+                .await
+                .unwrap()
+                .and_then(|s| s.status)
+                .filter(|s| s.scores.as_ref().is_some_and(|v| v.len() >= 3))
+        },
+    )
+    .await;
+    let scores = score.scores.unwrap();
+    for s in &scores {
+        assert!((-100..=100).contains(&s.value), "{s:?}");
+    }
+    let get = |n: &str| scores.iter().find(|s| s.name == n).map(|s| s.value);
+    assert_eq!(
+        get("managedClusters"),
+        Some(0),
+        "1 cluster of a 500 capacity"
+    );
+    assert_eq!(get("capacityHeadroom"), Some(100));
+    assert!(score.valid_until.is_some());
+
+    // Upgrade hub1 only.
+    kubectl_ok(
+        &global_kc,
+        &["apply", "-f", "-"],
+        Some(&adc("hub1-next", "0.2.0")),
+    );
+    kubectl_ok(
+        &global_kc,
+        &["apply", "-f", "-"],
+        Some(&addon_for("hub1", "hub1-next")),
+    );
+    let done = progressing(
+        &global,
+        "hub1",
+        "Completed",
+        "upgrade from 0.1.0 to 0.2.0",
+        Duration::from_secs(40),
+    )
+    .await;
+    assert!(
+        done.message.contains("started") && done.message.contains("completed"),
+        "{}",
+        done.message
+    );
+    agent_reports(&global, "hub1", "0.2.0").await;
+    let m1 = mca(&global, "hub1").await.unwrap();
+    assert_eq!(
+        m1.annotations()
+            .get(ann::AGENT_LAST_GOOD_VERSION)
+            .map(String::as_str),
+        Some("0.2.0")
+    );
+    assert!(m1.annotations().contains_key(ann::AGENT_ROLLOUT_STARTED));
+    assert!(m1.annotations().contains_key(ann::AGENT_ROLLOUT_COMPLETED));
+    assert_eq!(
+        agent_image(&hub2).await.as_deref(),
+        Some("quay.io/cluster-migration-addon/addon-agent:0.1.0"),
+        "hub2 untouched"
+    );
+    let lr = m1
+        .status
+        .as_ref()
+        .unwrap()
+        .config_references
+        .as_ref()
+        .unwrap();
+    assert_eq!(lr[0].name, "hub1-next");
+    assert_eq!(
+        lr[0]
+            .last_applied_config
+            .as_ref()
+            .and_then(|c| c.spec_hash.clone()),
+        lr[0]
+            .desired_config
+            .as_ref()
+            .and_then(|c| c.spec_hash.clone())
+    );
+
+    // A version the manager does not support is refused; hub1 keeps running 0.2.0.
+    kubectl_ok(
+        &global_kc,
+        &["apply", "-f", "-"],
+        Some(&adc("hub1-next", "9.9.9")),
+    );
+    let refused = eventually(
+        Duration::from_secs(20),
+        "Configured False for 9.9.9",
+        || async {
+            condition(&mca(&global, "hub1").await?, "Configured").filter(|c| c.status == "False")
+        },
+    )
+    .await;
+    assert_eq!(refused.reason, "UnsupportedVersion");
+    assert!(
+        refused.message.contains("9.9.9") && refused.message.contains("0.1.0, 0.2.0, 0.3.0"),
+        "{}",
+        refused.message
+    );
+    assert_eq!(
+        agent_image(&hub1).await.as_deref(),
+        Some("quay.io/cluster-migration-addon/addon-agent:0.2.0")
+    );
+    assert_eq!(
+        available_column(&global_kc, "hub1").as_deref(),
+        Some("True")
+    );
+
+    // A version whose agent never becomes available is rolled back.
+    kubectl_ok(
+        &global_kc,
+        &["apply", "-f", "-"],
+        Some(&adc("hub1-next", "0.3.0")),
+    );
+    progressing(
+        &global,
+        "hub1",
+        "Progressing",
+        "upgrade from 0.2.0 to 0.3.0",
+        Duration::from_secs(20),
+    )
+    .await;
+    let failed = progressing(
+        &global,
+        "hub1",
+        "Failed",
+        "rolled back to 0.2.0",
+        Duration::from_secs(40),
+    )
+    .await;
+    assert!(failed.message.contains("0.3.0"), "{}", failed.message);
+    eventually(
+        Duration::from_secs(30),
+        "hub1 back on 0.2.0 and Available",
+        || async {
+            let image = agent_image(&hub1).await?;
+            (image.ends_with(":0.2.0")
+                && available_column(&global_kc, "hub1").as_deref() == Some("True"))
+            .then_some(())
+        },
+    )
+    .await;
+    let m1 = mca(&global, "hub1").await.unwrap();
+    assert_eq!(
+        m1.annotations()
+            .get(ann::AGENT_FAILED_VERSION)
+            .map(String::as_str),
+        Some("0.3.0")
+    );
+    assert_eq!(
+        condition(&m1, "Degraded").map(|c| c.reason).as_deref(),
+        Some("UpgradeFailed")
+    );
+
+    // Rollback on request: point the config back.
+    kubectl_ok(
+        &global_kc,
+        &["apply", "-f", "-"],
+        Some(&addon_for("hub1", "fast")),
+    );
+    progressing(
+        &global,
+        "hub1",
+        "Completed",
+        "0.1.0",
+        Duration::from_secs(40),
+    )
+    .await;
+    agent_reports(&global, "hub1", "0.1.0").await;
+
+    // The agent cannot renew its lease on its hub: AVAILABLE turns False.
+    fleet.hubs[0]
+        .cluster
+        .api
+        .faults()
+        .add_error(kube_sim::faults::ErrorRule {
+            verb: Some("patch".into()),
+            resource: Some("leases".into()),
+            rate: 1.0,
+            code: 500,
+        });
+    eventually(Duration::from_secs(30), "hub1 AVAILABLE False", || async {
+        matches!(
+            available_column(&global_kc, "hub1").as_deref(),
+            Some("False" | "Unknown")
+        )
+        .then_some(())
+    })
+    .await;
+    fleet.hubs[0].cluster.api.faults().clear();
+    eventually(
+        Duration::from_secs(30),
+        "hub1 AVAILABLE True again",
+        || async {
+            (available_column(&global_kc, "hub1").as_deref() == Some("True")).then_some(())
+        },
+    )
+    .await;
+
+    // Removal runs the cleanup hook and leaves nothing of ours behind.
+    kubectl_ok(
+        &global_kc,
+        &[
+            "delete",
+            "managedclusteraddon",
+            "-n",
+            "hub1",
+            ADDON,
+            "--wait=false",
+        ],
+        None,
+    );
+    eventually(
+        Duration::from_secs(60),
+        "hub1's ManagedClusterAddOn gone",
+        || async { mca(&global, "hub1").await.is_none().then_some(()) },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "nothing of ours left on hub1 or for it on the global hub",
+        || async {
+            let works = Api::<ManifestWork>::namespaced(global.clone(), "hub1")
+                .list(&ListParams::default())
+                .await
+                .unwrap();
+            let ours = works.items.iter().any(|w| {
+                w.labels()
+                    .get("open-cluster-management.io/addon-name")
+                    .map(String::as_str)
+                    == Some(ADDON)
+            });
+            let score = Api::<AddOnPlacementScore>::namespaced(global.clone(), "hub1")
+                .get_opt(ADDON)
+                .await
+                .unwrap();
+            let role = Api::<Role>::namespaced(global.clone(), "hub1")
+                .get_opt("open-cluster-management:cluster-migration:agent")
+                .await
+                .unwrap();
+            let deploy = agent_image(&hub1).await;
+            let cr = Api::<ClusterRole>::all(hub1.clone())
+                .get_opt("open-cluster-management:cluster-migration:agent")
+                .await
+                .unwrap();
+            let lease = Api::<Lease>::namespaced(hub1.clone(), AGENT_NS)
+                .get_opt(ADDON)
+                .await
+                .unwrap();
+            (!ours
+                && score.is_none()
+                && role.is_none()
+                && deploy.is_none()
+                && cr.is_none()
+                && lease.is_none())
+            .then_some(())
+        },
+    )
+    .await;
+    // hub2 still has its agent.
+    assert_eq!(
+        available_column(&global_kc, "hub2").as_deref(),
+        Some("True")
+    );
+    let logs = manager.logs();
+    assert!(
+        !logs.contains("BEGIN CERTIFICATE") && !logs.contains("token:"),
+        "secrets in the manager log"
+    );
+    drop(manager);
+    let out = kubectl(&global_kc, &["get", "managedclusteraddon", "-A"], None);
+    assert!(out.status.success());
+}
