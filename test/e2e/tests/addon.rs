@@ -429,12 +429,20 @@ async fn install_report_upgrade_refuse_roll_back_and_remove() {
         ],
         None,
     );
-    eventually(
-        Duration::from_secs(60),
-        "hub1's ManagedClusterAddOn gone",
-        || async { mca(&global, "hub1").await.is_none().then_some(()) },
-    )
-    .await;
+    let start = std::time::Instant::now();
+    while let Some(m) = mca(&global, "hub1").await {
+        let hook = Api::<ManifestWork>::namespaced(global.clone(), "hub1")
+            .get_opt("addon-cluster-migration-pre-delete")
+            .await
+            .unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "hub1's ManagedClusterAddOn not gone: {:#?}\n{:#?}",
+            m.status.map(|s| s.conditions),
+            hook.map(|w| w.status)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     eventually(
         Duration::from_secs(30),
         "nothing of ours left on hub1 or for it on the global hub",
