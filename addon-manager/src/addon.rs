@@ -891,6 +891,16 @@ async fn reconcile_hub(
         Some(_) => format!("redeploy of {target}"),
         None => format!("install of {target}"),
     };
+    let completed = annotation(mca, ann::AGENT_ROLLOUT_COMPLETED)
+        .map(str::to_owned)
+        .unwrap_or_else(|| now.clone());
+    if up
+        && (last_good.as_deref() != Some(&target)
+            || annotation(mca, ann::AGENT_ROLLOUT_COMPLETED).is_none())
+    {
+        notes.insert(ann::AGENT_LAST_GOOD_VERSION, Some(target.clone()));
+        notes.insert(ann::AGENT_ROLLOUT_COMPLETED, Some(completed.clone()));
+    }
     let rolled_back = failed.as_deref() == Some(&d.version) && d.version != target;
     if rolled_back {
         let f = failed.clone().unwrap_or_default();
@@ -915,19 +925,22 @@ async fn reconcile_hub(
             ),
             None,
         );
+    } else if target != d.version && d.problem.is_none() && !may_start {
+        set_condition(
+            &mut conds,
+            PROGRESSING,
+            "False",
+            WAITING,
+            &format!(
+                "agent {} waits for its turn in the rollout; {target} keeps running",
+                d.version
+            ),
+            None,
+        );
     } else if up {
         let started = annotation(mca, ann::AGENT_ROLLOUT_STARTED)
             .unwrap_or_default()
             .to_owned();
-        let completed = annotation(mca, ann::AGENT_ROLLOUT_COMPLETED)
-            .map(str::to_owned)
-            .unwrap_or_else(|| now.clone());
-        if last_good.as_deref() != Some(&target)
-            || annotation(mca, ann::AGENT_ROLLOUT_COMPLETED).is_none()
-        {
-            notes.insert(ann::AGENT_LAST_GOOD_VERSION, Some(target.clone()));
-            notes.insert(ann::AGENT_ROLLOUT_COMPLETED, Some(completed.clone()));
-        }
         set_condition(
             &mut conds,
             PROGRESSING,
@@ -957,18 +970,6 @@ async fn reconcile_hub(
                 None,
             );
         }
-    } else if target != d.version && d.problem.is_none() && !may_start {
-        set_condition(
-            &mut conds,
-            PROGRESSING,
-            "False",
-            WAITING,
-            &format!(
-                "agent {} waits for its turn in the rollout; {target} keeps running",
-                d.version
-            ),
-            None,
-        );
     } else {
         let elapsed = started_ago.unwrap_or_default();
         if elapsed > deadline && last_good.as_deref() != Some(&target) {

@@ -498,3 +498,234 @@ async fn install_report_upgrade_refuse_roll_back_and_remove() {
     let out = kubectl(&global_kc, &["get", "managedclusteraddon", "-A"], None);
     assert!(out.status.success());
 }
+
+fn annotation(m: &ManagedClusterAddOn, key: &str) -> Option<String> {
+    m.annotations().get(key).cloned()
+}
+
+async fn all_hubs(global: &Client) -> Vec<ManagedClusterAddOn> {
+    let mut v: Vec<ManagedClusterAddOn> = Api::<ManagedClusterAddOn>::all(global.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    v.sort_by_key(|m| m.namespace());
+    v
+}
+
+/// Waits until all three hubs run `v`; returns the most hubs seen upgrading at once.
+async fn wait_version(global: &Client, v: &str) -> usize {
+    let start = std::time::Instant::now();
+    let mut max_in_flight = 0;
+    loop {
+        let hubs = all_hubs(global).await;
+        let in_flight = hubs
+            .iter()
+            .filter(|m| {
+                annotation(m, ann::AGENT_VERSION).as_deref() == Some(v)
+                    && annotation(m, ann::AGENT_LAST_GOOD_VERSION).as_deref() != Some(v)
+            })
+            .count();
+        max_in_flight = max_in_flight.max(in_flight);
+        if hubs.len() == 3
+            && hubs
+                .iter()
+                .all(|m| annotation(m, ann::AGENT_LAST_GOOD_VERSION).as_deref() == Some(v))
+        {
+            return max_in_flight;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "hubs not all on {v}: {:#?}",
+            hubs.iter()
+                .map(|m| (m.namespace(), m.annotations().clone()))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn progressive_rollout_one_hub_at_a_time_halts_on_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = e2e::fleet(3, 0, &["0.1.0", "0.2.0"], dir.path()).await;
+    let global_kc = kubeconfig(dir.path(), "global-hub");
+    let _manager = Manager::start(
+        &global_kc,
+        dir.path(),
+        &[
+            ("AGENT_VERSIONS", "0.1.0,0.2.0,0.3.0"),
+            ("PROGRESS_DEADLINE", "10m"),
+        ],
+    );
+    let global = fleet.global.cluster.admin.clone();
+    kubectl_ok(&global_kc, &["create", "namespace", CONFIG_NS], None);
+    kubectl_ok(
+        &global_kc,
+        &["apply", "-f", "-"],
+        Some(&adc("fleet", "0.1.0")),
+    );
+    for hub in ["hub1", "hub2", "hub3"] {
+        kubectl_ok(
+            &global_kc,
+            &[
+                "label",
+                "managedcluster",
+                hub,
+                "cluster.open-cluster-management.io/clusterset=hubs",
+            ],
+            None,
+        );
+    }
+    // hub3's addon is the user's own: the placement must never remove it.
+    kubectl_ok(
+        &global_kc,
+        &["apply", "-f", "-"],
+        Some(&format!(
+            r#"{{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+  "metadata": {{"name": "{ADDON}", "namespace": "hub3"}}, "spec": {{}}}}"#
+        )),
+    );
+    for obj in [
+        r#"{"apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSet", "metadata": {"name": "hubs"},
+            "spec": {"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}}"#.to_owned(),
+        format!(r#"{{"apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSetBinding",
+            "metadata": {{"name": "hubs", "namespace": "{CONFIG_NS}"}}, "spec": {{"clusterSet": "hubs"}}}}"#),
+        format!(r#"{{"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
+            "metadata": {{"name": "all-hubs", "namespace": "{CONFIG_NS}"}}, "spec": {{"clusterSets": ["hubs"]}}}}"#),
+    ] {
+        kubectl_ok(&global_kc, &["apply", "-f", "-"], Some(&obj));
+    }
+    eventually(
+        Duration::from_secs(20),
+        "the ClusterManagementAddOn",
+        || async {
+            Api::<ClusterManagementAddOn>::all(global.clone())
+                .get_opt(ADDON)
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+    kubectl_ok(
+        &global_kc,
+        &[
+            "patch",
+            "clustermanagementaddon",
+            ADDON,
+            "--type=merge",
+            "-p",
+            &format!(
+                r#"
+{{"spec": {{"installStrategy": {{"type": "Placements", "placements": [{{
+  "namespace": "{CONFIG_NS}", "name": "all-hubs",
+  "configs": [{{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs", "namespace": "{CONFIG_NS}", "name": "fleet"}}],
+  "rolloutStrategy": {{"type": "Progressive", "progressive": {{"maxConcurrency": 1, "maxFailures": 0, "progressDeadline": "12s"}}}}
+}}]}}}}}}"#
+            ),
+        ],
+        None,
+    );
+
+    // Placement creates the addon on hub1 and hub2 (hub3 has the user's); all reach 0.1.0.
+    // (hub3 started before the strategy existed, so the first install is not gated.)
+    wait_version(&global, "0.1.0").await;
+    let hubs = all_hubs(&global).await;
+    assert_eq!(
+        hubs[0]
+            .labels()
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("cluster-migration-addon")
+    );
+    assert!(
+        !hubs[2]
+            .labels()
+            .contains_key("app.kubernetes.io/managed-by"),
+        "hub3's addon stays the user's"
+    );
+
+    // Upgrade the fleet default: one hub at a time, in order.
+    kubectl_ok(
+        &global_kc,
+        &["apply", "-f", "-"],
+        Some(&adc("fleet", "0.2.0")),
+    );
+    assert!(
+        wait_version(&global, "0.2.0").await <= 1,
+        "more than one hub upgraded at once"
+    );
+    let hubs = all_hubs(&global).await;
+    for pair in hubs.windows(2) {
+        let done = annotation(&pair[0], ann::AGENT_ROLLOUT_COMPLETED).unwrap();
+        let next = annotation(&pair[1], ann::AGENT_ROLLOUT_STARTED).unwrap();
+        assert!(
+            next >= done,
+            "{} started {next} before {} completed {done}",
+            pair[1].namespace().unwrap(),
+            pair[0].namespace().unwrap()
+        );
+    }
+
+    // A version that never becomes available: the first hub fails and rolls back, the
+    // rollout halts (maxFailures 0), the others keep 0.2.0.
+    kubectl_ok(
+        &global_kc,
+        &["apply", "-f", "-"],
+        Some(&adc("fleet", "0.3.0")),
+    );
+    progressing(
+        &global,
+        "hub1",
+        "Failed",
+        "rolled back to 0.2.0",
+        Duration::from_secs(60),
+    )
+    .await;
+    let halted = eventually(
+        Duration::from_secs(20),
+        "the install progression saying halted",
+        || async {
+            let cma = Api::<ClusterManagementAddOn>::all(global.clone())
+                .get_opt(ADDON)
+                .await
+                .unwrap()?;
+            let p = cma.status?.install_progressions?.into_iter().next()?;
+            find_condition(p.conditions.as_deref()?, "Progressing")
+                .filter(|c| c.message.contains("halted"))
+                .cloned()
+        },
+    )
+    .await;
+    assert_eq!(halted.reason, "Failed");
+    for hub in ["hub2", "hub3"] {
+        let c = progressing(&global, hub, "Waiting", "0.3.0", Duration::from_secs(20)).await;
+        assert!(c.message.contains("0.2.0 keeps running"), "{}", c.message);
+        let m = mca(&global, hub).await.unwrap();
+        assert_eq!(annotation(&m, ann::AGENT_VERSION).as_deref(), Some("0.2.0"));
+    }
+
+    // Hubs leaving the placement: the addon the manager created goes, the user's stays.
+    for hub in ["hub2", "hub3"] {
+        kubectl_ok(
+            &global_kc,
+            &[
+                "label",
+                "managedcluster",
+                hub,
+                "cluster.open-cluster-management.io/clusterset-",
+            ],
+            None,
+        );
+    }
+    eventually(
+        Duration::from_secs(60),
+        "hub2's placement-made addon removed",
+        || async { mca(&global, "hub2").await.is_none().then_some(()) },
+    )
+    .await;
+    let m3 = mca(&global, "hub3")
+        .await
+        .expect("the user's addon on hub3 stays");
+    assert!(m3.metadata.deletion_timestamp.is_none());
+}
