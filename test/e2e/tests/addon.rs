@@ -718,12 +718,28 @@ async fn progressive_rollout_one_hub_at_a_time_halts_on_failure() {
             None,
         );
     }
-    eventually(
-        Duration::from_secs(60),
-        "hub2's placement-made addon removed",
-        || async { mca(&global, "hub2").await.is_none().then_some(()) },
-    )
-    .await;
+    let start = std::time::Instant::now();
+    while let Some(m) = mca(&global, "hub2").await {
+        let decisions = Api::<migration_api::ocm::cluster::PlacementDecision>::namespaced(
+            global.clone(),
+            CONFIG_NS,
+        )
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "hub2's placement-made addon not removed: {:#?}\n{:#?}\n{:#?}",
+            m.metadata,
+            m.status.map(|s| s.conditions),
+            decisions
+                .items
+                .iter()
+                .map(|d| d.status.clone())
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let m3 = mca(&global, "hub3")
         .await
         .expect("the user's addon on hub3 stays");
