@@ -73,13 +73,15 @@ pub struct Fleet {
     pub hub_agents: Vec<Agent>,
     /// Managed clusters, with the index of the hub they start on.
     pub clusters: Vec<(usize, SimCluster, Agent)>,
-    /// The managed-serviceaccount addon and the kubelet of each hub.
+    /// The managed-serviceaccount addon of each hub.
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Each hub's kubelet (when the fleet runs kubelets), by hub index.
+    kubelets: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in self.tasks.iter().chain(&self.kubelets) {
             t.abort();
         }
     }
@@ -119,6 +121,7 @@ impl Fleet {
             hubs.push(hub);
         }
         let mut tasks = Vec::new();
+        let mut kubelets = Vec::new();
         for hub in &hubs {
             tasks.push(
                 start_managed_serviceaccount(&global, &hub.cluster, opts.status_sync_interval)
@@ -133,7 +136,7 @@ impl Fleet {
                     api_url: hub.cluster.api.url(),
                     api_ca_pem: hub.cluster.api.ca_pem().to_owned(),
                 };
-                tasks.push(tokio::spawn(crate::kubelet::run(
+                kubelets.push(tokio::spawn(crate::kubelet::run(
                     hub.cluster.admin.clone(),
                     kopts,
                 )));
@@ -174,7 +177,16 @@ impl Fleet {
             hub_agents,
             clusters,
             tasks,
+            kubelets,
         })
+    }
+
+    /// Stops the kubelet of the hub at `index` (0-based), killing the pods it runs: the
+    /// addon agent there stops, as on a node that went down.
+    pub fn stop_kubelet(&self, index: usize) {
+        if let Some(k) = self.kubelets.get(index) {
+            k.abort();
+        }
     }
 
     /// Waits until every hub and cluster is Joined and Available where it registered.
