@@ -633,14 +633,7 @@ async fn reconcile_hub(
     {
         let mut f = mca.finalizers().to_vec();
         f.push(finalizers::ADDON_PRE_DELETE.to_owned());
-        api.patch(
-            &addon,
-            &PatchParams::default(),
-            &Patch::Merge(json!({
-            "metadata": {"finalizers": f, "resourceVersion": mca.resource_version()}})),
-        )
-        .await
-        .ctx(|| format!("adding the finalizer to {hub}/{addon}"))?;
+        set_finalizers(c, mca, f).await?;
         // The update triggers the next reconcile.
         return Ok(None);
     }
@@ -1041,6 +1034,27 @@ async fn reconcile_hub(
     Ok(requeue)
 }
 
+/// Replaces the finalizers, guarded by the resourceVersion read (a concurrent change makes this
+/// fail and the reconcile retry with fresh data).
+async fn set_finalizers(
+    c: &Client,
+    mca: &ManagedClusterAddOn,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let hub = mca.namespace().unwrap_or_default();
+    let addon = mca.name_any();
+    Api::<ManagedClusterAddOn>::namespaced(c.clone(), &hub)
+        .patch(
+            &addon,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"finalizers": finalizers, "resourceVersion": mca.resource_version()}})),
+        )
+        .await
+        .ctx(|| format!("updating the finalizers of {hub}/{addon}"))?;
+    Ok(())
+}
+
 fn humantime(d: Duration) -> String {
     let s = d.as_secs();
     if s >= 3600 && s.is_multiple_of(3600) {
@@ -1303,15 +1317,7 @@ async fn remove(ctx: &Ctx, mca: &ManagedClusterAddOn) -> Result<Option<Duration>
         .filter(|f| *f != finalizers::ADDON_PRE_DELETE)
         .cloned()
         .collect();
-    Api::<ManagedClusterAddOn>::namespaced(c.clone(), &hub)
-        .patch(
-            &addon,
-            &PatchParams::default(),
-            &Patch::Merge(json!({
-            "metadata": {"finalizers": remaining, "resourceVersion": mca.resource_version()}})),
-        )
-        .await
-        .ctx(|| format!("removing the finalizer of {hub}/{addon}"))?;
+    set_finalizers(c, mca, remaining).await?;
     tracing::info!(hub = %hub, "addon removed");
     Ok(None)
 }

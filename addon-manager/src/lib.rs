@@ -59,18 +59,11 @@ impl Args {
     /// The addon controller's settings.
     pub fn addon_config(&self) -> addon::Config {
         addon::Config {
-            defaults: render::Defaults {
-                addon_name: self.addon_name.clone(),
-                image_repository: self.agent_image.clone(),
-                version: self
-                    .agent_versions
-                    .first()
-                    .cloned()
-                    .unwrap_or_else(|| VERSION.to_owned()),
-                log_level: "info".into(),
-                lease_duration_secs: 60,
-                capacity: 500,
-            },
+            defaults: render::Defaults::new(
+                &self.addon_name,
+                &self.agent_image,
+                self.agent_versions.first().map_or(VERSION, String::as_str),
+            ),
             supported_versions: self.agent_versions.clone(),
             progress_deadline: self.progress_deadline,
             work_size_limit: render::WORK_SIZE_LIMIT,

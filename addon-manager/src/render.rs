@@ -73,6 +73,21 @@ pub struct Defaults {
     pub capacity: u32,
 }
 
+impl Defaults {
+    /// Defaults for `addon` deploying `version` from `image_repository`: log level info,
+    /// 60 s leases, a capacity of 500 managed clusters.
+    pub fn new(addon_name: &str, image_repository: &str, version: &str) -> Self {
+        Self {
+            addon_name: addon_name.to_owned(),
+            image_repository: image_repository.to_owned(),
+            version: version.to_owned(),
+            log_level: "info".into(),
+            lease_duration_secs: 60,
+            capacity: 500,
+        }
+    }
+}
+
 /// Every value the agent's templates see.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -552,14 +567,7 @@ mod tests {
     use super::*;
 
     fn defaults() -> Defaults {
-        Defaults {
-            addon_name: "cluster-migration".into(),
-            image_repository: "quay.io/cluster-migration-addon/addon-agent".into(),
-            version: "0.1.0".into(),
-            log_level: "info".into(),
-            lease_duration_secs: 60,
-            capacity: 500,
-        }
+        Defaults::new("cluster-migration", crate::DEFAULT_AGENT_IMAGE, "0.1.0")
     }
 
     fn vars(pairs: &[(&str, &str)]) -> AddOnDeploymentConfigSpec {

@@ -12,14 +12,11 @@ use serde_json::json;
 
 #[test]
 fn default_deploy_work_matches_the_snapshot() {
-    let defaults = Defaults {
-        addon_name: "cluster-migration".into(),
-        image_repository: "quay.io/cluster-migration-addon/addon-agent".into(),
-        version: "0.1.0".into(),
-        log_level: "info".into(),
-        lease_duration_secs: 60,
-        capacity: 500,
-    };
+    let defaults = Defaults::new(
+        "cluster-migration",
+        addon_manager::DEFAULT_AGENT_IMAGE,
+        "0.1.0",
+    );
     let values = AgentValues::new(&defaults, "hub1", None, "0.1.0").unwrap();
     let owner = json!({"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
         "name": "cluster-migration", "uid": "00000000-0000-0000-0000-000000000001", "controller": true, "blockOwnerDeletion": true});

@@ -209,3 +209,22 @@ pub fn run_to_exit(
     let stderr = read(child.stderr.as_mut().map(|s| s as &mut dyn std::io::Read));
     Ok((status, stdout, stderr))
 }
+
+/// Polls `f` every 50 ms until it returns `Some`, failing the test after `deadline`.
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

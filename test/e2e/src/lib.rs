@@ -2,7 +2,6 @@
 //! addon-manager binary started against the global hub, kubectl as a user runs it, and
 //! polling with a deadline.
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -30,24 +29,7 @@ pub fn binary(name: &str) -> PathBuf {
     );
 }
 
-/// Polls `f` until it returns `Some`, failing after `deadline`.
-pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < deadline,
-            "timed out after {deadline:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+pub use migration_api::testing::eventually;
 
 /// A fleet for addon tests: quick leases, kubelets on the hubs knowing `known_tags`.
 pub async fn fleet(hubs: usize, clusters_per_hub: usize, known_tags: &[&str], dir: &Path) -> Fleet {

@@ -1,30 +1,13 @@
 //! Helpers shared by the ocm-sim tests.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ocm_sim::hub::{AgentOptions, HubOptions};
 use ocm_sim::registration::RegistrationOptions;
 
-/// Polls `f` until it returns `Some`, failing after `deadline`.
-pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < deadline,
-            "timed out after {deadline:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+#[allow(unused_imports)]
+pub use migration_api::testing::eventually;
 
 /// A hub that auto-approves its bootstrap identity and judges leases quickly.
 pub fn fast_hub() -> HubOptions {
