@@ -114,27 +114,32 @@ pub fn cluster_management_addon(addon: &str) -> Value {
     })
 }
 
-/// Applies the ClusterManagementAddOn; its install strategy is set to Manual only when unset
-/// (a user's Placements strategy is kept).
+/// Applies the ClusterManagementAddOn; its install strategy is Manual unless somebody set
+/// another one (a user's Placements strategy is kept).
 pub async fn ensure_cluster_management_addon(client: &Client, addon: &str) -> Result<(), Error> {
     let api: Api<ClusterManagementAddOn> = Api::all(client.clone());
-    let applied = api
-        .patch(
-            addon,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(cluster_management_addon(addon)),
-        )
+    let current = api
+        .get_opt(addon)
         .await
-        .ctx(|| format!("applying ClusterManagementAddOn {addon}"))?;
-    if applied.spec.install_strategy.is_none() {
-        api.patch(
-            addon,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"installStrategy": {"type": "Manual"}}})),
-        )
-        .await
-        .ctx(|| format!("defaulting the install strategy of {addon}"))?;
+        .ctx(|| format!("reading ClusterManagementAddOn {addon}"))?;
+    // The install strategy is ours to default (Manual) until somebody sets another one.
+    let manual = current.as_ref().is_none_or(|c| {
+        c.spec
+            .install_strategy
+            .as_ref()
+            .is_none_or(|s| s.type_.as_deref().unwrap_or("Manual") == "Manual")
+    });
+    let mut desired = cluster_management_addon(addon);
+    if manual {
+        desired["spec"]["installStrategy"] = json!({"type": "Manual"});
     }
+    api.patch(
+        addon,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(desired),
+    )
+    .await
+    .ctx(|| format!("applying ClusterManagementAddOn {addon}"))?;
     Ok(())
 }
 
@@ -1221,7 +1226,19 @@ async fn remove(ctx: &Ctx, mca: &ManagedClusterAddOn) -> Result<Option<Duration>
         .ctx(|| format!("reading ManagedCluster {hub}"))?
         .is_some();
     // Without the hub (detached) the hook cannot run; there is nothing left there to clean.
-    if installed && !skip && hub_exists {
+    // Once the deploy works are being removed the hook has already run (they are removed only
+    // after it succeeded), so a retry or a restarted manager does not run it again.
+    let deploy_prefix = format!("addon-{addon}-deploy-");
+    let deployed = works
+        .list(&ListParams::default().labels(&format!("{}={addon}", labels::ADDON_NAME)))
+        .await
+        .ctx(|| format!("listing works in {hub}"))?
+        .items
+        .iter()
+        .any(|w| {
+            w.name_any().starts_with(&deploy_prefix) && w.metadata.deletion_timestamp.is_none()
+        });
+    if installed && !skip && hub_exists && deployed {
         let version = annotation(mca, ann::AGENT_VERSION)
             .unwrap_or(&ctx.cfg.defaults.version)
             .to_owned();

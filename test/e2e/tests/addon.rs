@@ -550,7 +550,7 @@ async fn progressive_rollout_one_hub_at_a_time_halts_on_failure() {
     let dir = tempfile::tempdir().unwrap();
     let fleet = e2e::fleet(3, 0, &["0.1.0", "0.2.0"], dir.path()).await;
     let global_kc = kubeconfig(dir.path(), "global-hub");
-    let _manager = Manager::start(
+    let manager = Manager::start(
         &global_kc,
         dir.path(),
         &[
@@ -720,24 +720,28 @@ async fn progressive_rollout_one_hub_at_a_time_halts_on_failure() {
     }
     let start = std::time::Instant::now();
     while let Some(m) = mca(&global, "hub2").await {
-        let decisions = Api::<migration_api::ocm::cluster::PlacementDecision>::namespaced(
-            global.clone(),
-            CONFIG_NS,
-        )
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "hub2's placement-made addon not removed: {:#?}\n{:#?}\n{:#?}",
-            m.metadata,
-            m.status.map(|s| s.conditions),
-            decisions
-                .items
-                .iter()
-                .map(|d| d.status.clone())
-                .collect::<Vec<_>>()
-        );
+        if start.elapsed() > Duration::from_secs(60) {
+            let hook = Api::<ManifestWork>::namespaced(global.clone(), "hub2")
+                .get_opt("addon-cluster-migration-pre-delete")
+                .await
+                .unwrap();
+            let job = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(
+                fleet.hubs[1].cluster.admin.clone(),
+                AGENT_NS,
+            )
+            .get_opt("cluster-migration-cleanup")
+            .await
+            .unwrap();
+            let pod_log = std::fs::read_to_string(dir.path().join("pods/hub2/open-cluster-management-agent-addon-cluster-migration-cleanup-job/agent.log")).unwrap_or_default();
+            panic!(
+                "hub2's placement-made addon not removed: {:#?}\n{:#?}\nhook work: {:#?}\njob: {:#?}\njob log: {pod_log}\nmanager log: {}",
+                m.metadata.finalizers,
+                m.status.map(|s| s.conditions),
+                hook.map(|w| w.status),
+                job.map(|j| j.status),
+                manager.logs()
+            );
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let m3 = mca(&global, "hub3")
