@@ -123,27 +123,20 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
     Ok(())
 }
 
-fn gone_is_fine(r: Result<(), kube::Error>) -> Result<(), kube::Error> {
-    match r {
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        other => other,
-    }
-}
-
 /// Removes what the agent created: its score on the global hub and its lease here.
 async fn cleanup(args: &Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let local = runtime::client(args.common.kubeconfig.as_ref()).await?;
     let hub = runtime::client(Some(&args.hub_kubeconfig)).await?;
     let dp = DeleteParams::default();
     let scores: Api<AddOnPlacementScore> = Api::namespaced(hub, &args.cluster_name);
-    gone_is_fine(scores.delete(&args.addon_name, &dp).await.map(|_| ())).map_err(|e| {
+    runtime::ignore_not_found(scores.delete(&args.addon_name, &dp).await).map_err(|e| {
         format!(
             "deleting AddOnPlacementScore {}/{}: {e}",
             args.cluster_name, args.addon_name
         )
     })?;
     let leases: Api<Lease> = Api::namespaced(local, &args.install_namespace);
-    gone_is_fine(leases.delete(&args.addon_name, &dp).await.map(|_| ())).map_err(|e| {
+    runtime::ignore_not_found(leases.delete(&args.addon_name, &dp).await).map_err(|e| {
         format!(
             "deleting Lease {}/{}: {e}",
             args.install_namespace, args.addon_name

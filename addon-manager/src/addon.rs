@@ -37,8 +37,10 @@ use migration_api::ocm::addon::{
     AddOnDeploymentConfig, AddOnDeploymentConfigSpec, ClusterManagementAddOn, ManagedClusterAddOn,
 };
 use migration_api::ocm::cluster::{ManagedCluster, PlacementDecision};
-use migration_api::ocm::work::ManifestWork;
+use migration_api::ocm::work::{FeedbackValue, FieldValue, ManifestWork};
 use serde_json::{Value, json};
+
+use migration_api::runtime::ignore_not_found;
 
 use crate::render::{self, AgentValues, Defaults};
 use crate::rollout::{self, HubPhase, HubRollout};
@@ -105,10 +107,7 @@ pub fn cluster_management_addon(addon: &str) -> Value {
             "labels": {labels::MANAGED_BY: labels::MANAGED_BY_VALUE},
         },
         "spec": {
-            "addOnMeta": {
-                "displayName": "Cluster Migration",
-                "description": "Moves managed clusters between hubs, driven from the global hub",
-            },
+            "addOnMeta": {"displayName": render::ADDON_DISPLAY_NAME, "description": render::ADDON_DESCRIPTION},
             "supportedConfigs": [{"group": ADC_GROUP, "resource": ADC_RESOURCE}],
         }
     })
@@ -160,6 +159,9 @@ pub async fn run(
                 tracing::warn!(error = %e, retry_in = ?backoff, "cannot apply the ClusterManagementAddOn (are OCM's addon CRDs installed?)")
             }
         }
+        // A retry backoff, not a wait for a result: what failed is our own write, and there is
+        // nothing to watch until the ClusterManagementAddOn CRD exists (a missing CRD cannot be
+        // watched by kind).
         tokio::select! {
             _ = &mut stop => return Ok(()),
             _ = tokio::time::sleep(backoff) => {}
@@ -220,7 +222,8 @@ struct ConfigRef {
 /// An install placement of the ClusterManagementAddOn and the hubs it decided.
 struct InstallPlacement {
     key: String,
-    strategy: Option<migration_api::ocm::addon::RolloutStrategy>,
+    /// Its rolloutStrategy, parsed (an error says what is wrong with it).
+    params: Result<rollout::Params, String>,
     config: Option<ConfigRef>,
     /// Decided hubs with their decision group index.
     hubs: BTreeMap<String, i32>,
@@ -241,6 +244,11 @@ fn annotation<'a>(o: &'a ManagedClusterAddOn, key: &str) -> Option<&'a str> {
         .get(key)
         .map(String::as_str)
         .filter(|v| !v.is_empty())
+}
+
+/// Keeps the earlier of two requeue times.
+fn sooner(requeue: &mut Option<Duration>, after: Duration) {
+    *requeue = Some(requeue.map_or(after, |r| r.min(after)));
 }
 
 fn rfc3339(t: jiff::Timestamp) -> String {
@@ -269,12 +277,13 @@ async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Ac
     let c = &ctx.client;
     let addon = &ctx.cfg.defaults.addon_name;
     let placements = install_placements(c, &cma).await?;
-    sync_placement_addons(c, addon, &placements).await?;
     let mcas: Vec<ManagedClusterAddOn> = Api::<ManagedClusterAddOn>::all(c.clone())
         .list(&ListParams::default().fields(&format!("metadata.name={addon}")))
         .await
         .ctx(|| "listing ManagedClusterAddOns".into())?
         .items;
+    // Addons it creates or deletes here come back as watch events and the next reconcile.
+    sync_placement_addons(c, addon, &placements, &mcas).await?;
     let default_config = cma
         .spec
         .supported_configs
@@ -301,7 +310,7 @@ async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Ac
     let mut requeue: Option<Duration> = None;
     let mut progressions = Vec::new();
     for (i, p) in placements.iter().enumerate() {
-        let params = rollout::Params::parse(p.strategy.as_ref());
+        let params = &p.params;
         let hubs: Vec<HubRollout> = mcas
             .iter()
             .filter(|m| m.metadata.deletion_timestamp.is_none())
@@ -318,7 +327,7 @@ async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Ac
                 })
             })
             .collect();
-        let (plan, message) = match &params {
+        let (plan, message) = match params {
             Ok(params) => {
                 let plan = rollout::plan(params, &hubs);
                 // Look again when a recent success stops holding the next hubs back.
@@ -329,7 +338,7 @@ async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Ac
                             .checked_sub(ago)
                             .filter(|l| !l.is_zero())
                     {
-                        requeue = Some(requeue.map_or(left, |r: Duration| r.min(left)));
+                        sooner(&mut requeue, left);
                     }
                 }
                 let msg = format!(
@@ -368,7 +377,7 @@ async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Ac
     // Pass 2: each hub.
     let deadline_of = |d: &Desired| {
         d.placement
-            .and_then(|i| rollout::Params::parse(placements[i].strategy.as_ref()).ok())
+            .and_then(|i| placements[i].params.as_ref().ok())
             .and_then(|p| p.progress_deadline)
             .unwrap_or(ctx.cfg.progress_deadline)
     };
@@ -383,7 +392,7 @@ async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Ac
             reconcile_hub(&ctx, mca, d, may_start, deadline).await
         };
         match result {
-            Ok(Some(after)) => requeue = Some(requeue.map_or(after, |r| r.min(after))),
+            Ok(Some(after)) => sooner(&mut requeue, after),
             Ok(None) => {}
             Err(e) => {
                 tracing::warn!(hub = %hub, error = %e, "reconciling the addon on a hub");
@@ -491,7 +500,7 @@ async fn install_placements(
         }
         out.push(InstallPlacement {
             key: format!("{}/{}", p.namespace, p.name),
-            strategy: p.rollout_strategy.clone(),
+            params: rollout::Params::parse(p.rollout_strategy.as_ref()),
             config: adc_ref(p.configs.as_ref()),
             hubs,
         });
@@ -505,14 +514,9 @@ async fn sync_placement_addons(
     c: &Client,
     addon: &str,
     placements: &[InstallPlacement],
+    existing: &[ManagedClusterAddOn],
 ) -> Result<(), Error> {
-    let all: Api<ManagedClusterAddOn> = Api::all(c.clone());
-    let existing = all
-        .list(&ListParams::default().fields(&format!("metadata.name={addon}")))
-        .await
-        .ctx(|| "listing ManagedClusterAddOns".into())?;
     let have: BTreeMap<String, &ManagedClusterAddOn> = existing
-        .items
         .iter()
         .filter_map(|m| Some((m.namespace()?, m)))
         .collect();
@@ -599,22 +603,33 @@ async fn apply_dynamic(c: &Client, obj: &Value) -> Result<(), Error> {
     Ok(())
 }
 
+/// The status feedback values reported for the work's manifest of `kind`.
+fn feedback_of<'a>(work: &'a ManifestWork, kind: &str) -> &'a [FeedbackValue] {
+    work.status
+        .as_ref()
+        .and_then(|s| s.resource_status.as_ref())
+        .and_then(|r| r.manifests.as_ref())
+        .and_then(|m| {
+            m.iter()
+                .find(|m| m.resource_meta.kind.as_deref() == Some(kind))
+        })
+        .and_then(|m| m.status_feedback.as_ref())
+        .and_then(|f| f.values.as_deref())
+        .unwrap_or(&[])
+}
+
+fn feedback_field<'a>(values: &'a [FeedbackValue], name: &str) -> Option<&'a FieldValue> {
+    values
+        .iter()
+        .find(|v| v.name == name)
+        .map(|v| &v.field_value)
+}
+
 /// The agent's Deployment as the work agent reports it: (image, available and current).
 fn deployment_feedback(work: &ManifestWork) -> Option<(String, bool)> {
-    let manifests = work
-        .status
-        .as_ref()?
-        .resource_status
-        .as_ref()?
-        .manifests
-        .as_ref()?;
-    let m = manifests
-        .iter()
-        .find(|m| m.resource_meta.kind.as_deref() == Some("Deployment"))?;
-    let values = m.status_feedback.as_ref()?.values.as_ref()?;
-    let get = |n: &str| values.iter().find(|v| v.name == n).map(|v| &v.field_value);
-    let image = get("image")?.string.clone()?;
-    let int = |n: &str| get(n).and_then(|v| v.integer);
+    let values = feedback_of(work, "Deployment");
+    let image = feedback_field(values, "image")?.string.clone()?;
+    let int = |n: &str| feedback_field(values, n).and_then(|v| v.integer);
     let current = int("generation").is_some() && int("generation") == int("observedGeneration");
     Some((image, current && int("availableReplicas").unwrap_or(0) >= 1))
 }
@@ -647,14 +662,7 @@ async fn reconcile_hub(
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
-    let ours = [
-        MANIFEST_APPLIED,
-        REGISTRATION_APPLIED,
-        CONFIGURED,
-        PROGRESSING,
-        DEGRADED,
-    ];
-    conds.retain(|c| ours.contains(&c.type_.as_str()));
+    conds.retain(|c| OWN_CONDITIONS.contains(&c.type_.as_str()));
     let mut notes: BTreeMap<&str, Option<String>> = BTreeMap::new();
     let rendered = annotation(mca, ann::AGENT_VERSION).map(str::to_owned);
     let last_good = annotation(mca, ann::AGENT_LAST_GOOD_VERSION).map(str::to_owned);
@@ -774,10 +782,7 @@ async fn reconcile_hub(
         .collect();
     for w in &existing.items {
         let name = w.name_any();
-        if !works.is_empty()
-            && name.starts_with(&format!("addon-{addon}-deploy-"))
-            && !wanted.contains(&name)
-        {
+        if !works.is_empty() && render::is_deploy_work(&addon, &name) && !wanted.contains(&name) {
             let _ = works_api.delete(&name, &DeleteParams::default()).await;
         }
     }
@@ -813,7 +818,7 @@ async fn reconcile_hub(
     let deploy_work = existing
         .items
         .iter()
-        .filter(|w| w.name_any().starts_with(&format!("addon-{addon}-deploy-")))
+        .filter(|w| render::is_deploy_work(&addon, &w.name_any()))
         .max_by_key(|w| w.name_any());
     match (
         &apply_error,
@@ -973,8 +978,9 @@ async fn reconcile_hub(
         if elapsed > deadline && last_good.as_deref() != Some(&target) {
             if let Some(good) = last_good.clone().filter(|g| *g != target) {
                 tracing::warn!(hub = %hub, version = %target, rollback = %good, "agent not available in time; rolling back");
+                // Recording the failure changes the ManagedClusterAddOn, and that event
+                // brings the reconcile that renders the rollback.
                 notes.insert(ann::AGENT_FAILED_VERSION, Some(target.clone()));
-                requeue = Some(Duration::from_millis(100));
             }
             set_condition(
                 &mut conds,
@@ -1082,12 +1088,7 @@ async fn write_status(
 ) -> Result<(), Error> {
     let addon = mca.name_any();
     let hub = mca.namespace().unwrap_or_default();
-    let namespace = d
-        .spec
-        .as_ref()
-        .and_then(|s| s.agent_install_namespace.clone())
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| names::DEFAULT_ADDON_INSTALL_NAMESPACE.to_owned());
+    let namespace = render::install_namespace(d.spec.as_ref());
     let current_refs = mca
         .status
         .as_ref()
@@ -1117,7 +1118,7 @@ async fn write_status(
     let status = json!({
         "conditions": conds,
         "namespace": namespace,
-        "addOnMeta": {"displayName": "Cluster Migration", "description": "Moves managed clusters between hubs, driven from the global hub"},
+        "addOnMeta": {"displayName": render::ADDON_DISPLAY_NAME, "description": render::ADDON_DESCRIPTION},
         "supportedConfigs": [{"group": ADC_GROUP, "resource": ADC_RESOURCE}],
         "relatedObjects": [{"group": ADC_GROUP, "resource": "clustermanagementaddons", "name": addon}],
         "configReferences": config_references,
@@ -1136,7 +1137,7 @@ async fn write_status(
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .filter(|c| conds_types().contains(&c["type"].as_str().unwrap_or_default()))
+                    .filter(|c| OWN_CONDITIONS.contains(&c["type"].as_str().unwrap_or_default()))
                     .collect();
                 let want: Vec<&Value> = v.as_array().into_iter().flatten().collect();
                 mine.len() == want.len() && want.iter().all(|w| mine.contains(w))
@@ -1163,35 +1164,22 @@ async fn write_status(
     Ok(())
 }
 
-fn conds_types() -> [&'static str; 5] {
-    [
-        MANIFEST_APPLIED,
-        REGISTRATION_APPLIED,
-        CONFIGURED,
-        PROGRESSING,
-        DEGRADED,
-    ]
-}
+/// The conditions the manager owns on a ManagedClusterAddOn (Available is the lease judge's,
+/// AgentRunning the agent's).
+const OWN_CONDITIONS: [&str; 5] = [
+    MANIFEST_APPLIED,
+    REGISTRATION_APPLIED,
+    CONFIGURED,
+    PROGRESSING,
+    DEGRADED,
+];
 
 /// The cleanup Job's outcome as fed back: (succeeded, failed).
 fn job_feedback(work: &ManifestWork) -> (i64, i64) {
-    let values = work
-        .status
-        .as_ref()
-        .and_then(|s| s.resource_status.as_ref())
-        .and_then(|r| r.manifests.as_ref())
-        .and_then(|m| {
-            m.iter()
-                .find(|m| m.resource_meta.kind.as_deref() == Some("Job"))
-        })
-        .and_then(|m| m.status_feedback.as_ref())
-        .and_then(|f| f.values.clone())
-        .unwrap_or_default();
+    let values = feedback_of(work, "Job");
     let get = |n: &str| {
-        values
-            .iter()
-            .find(|v| v.name == n)
-            .and_then(|v| v.field_value.integer)
+        feedback_field(values, n)
+            .and_then(|v| v.integer)
             .unwrap_or(0)
     };
     (get("succeeded"), get("failed"))
@@ -1219,7 +1207,7 @@ async fn remove(ctx: &Ctx, mca: &ManagedClusterAddOn) -> Result<Option<Duration>
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
-    conds.retain(|c| conds_types().contains(&c.type_.as_str()));
+    conds.retain(|c| OWN_CONDITIONS.contains(&c.type_.as_str()));
     let hub_exists = Api::<ManagedCluster>::all(c.clone())
         .get_opt(&hub)
         .await
@@ -1228,16 +1216,14 @@ async fn remove(ctx: &Ctx, mca: &ManagedClusterAddOn) -> Result<Option<Duration>
     // Without the hub (detached) the hook cannot run; there is nothing left there to clean.
     // Once the deploy works are being removed the hook has already run (they are removed only
     // after it succeeded), so a retry or a restarted manager does not run it again.
-    let deploy_prefix = format!("addon-{addon}-deploy-");
-    let deployed = works
+    let listed = works
         .list(&ListParams::default().labels(&format!("{}={addon}", labels::ADDON_NAME)))
         .await
         .ctx(|| format!("listing works in {hub}"))?
-        .items
-        .iter()
-        .any(|w| {
-            w.name_any().starts_with(&deploy_prefix) && w.metadata.deletion_timestamp.is_none()
-        });
+        .items;
+    let deployed = listed.iter().any(|w| {
+        render::is_deploy_work(&addon, &w.name_any()) && w.metadata.deletion_timestamp.is_none()
+    });
     if installed && !skip && hub_exists && deployed {
         let version = annotation(mca, ann::AGENT_VERSION)
             .unwrap_or(&ctx.cfg.defaults.version)
@@ -1256,7 +1242,7 @@ async fn remove(ctx: &Ctx, mca: &ManagedClusterAddOn) -> Result<Option<Duration>
             .ctx(|| format!("reading work {hub}/{pre_delete}"))?;
         let (succeeded, failed) = current.as_ref().map(job_feedback).unwrap_or((0, 0));
         if succeeded < 1 {
-            if failed >= 3 {
+            if failed > render::CLEANUP_BACKOFF_LIMIT {
                 set_condition(
                     &mut conds,
                     DEGRADED,
@@ -1294,12 +1280,9 @@ async fn remove(ctx: &Ctx, mca: &ManagedClusterAddOn) -> Result<Option<Duration>
             return Ok(None);
         }
     }
-    // Hook done (or skipped): remove everything of ours.
-    let listed = works
-        .list(&ListParams::default().labels(&format!("{}={addon}", labels::ADDON_NAME)))
-        .await
-        .ctx(|| format!("listing works in {hub}"))?;
-    for w in listed.items {
+    // Hook done (or skipped): remove everything of ours. `listed` has it all: a pre-delete
+    // work whose Job succeeded existed before this reconcile.
+    for w in listed {
         let name = w.name_any();
         if w.metadata.deletion_timestamp.is_none() {
             works
@@ -1310,22 +1293,16 @@ async fn remove(ctx: &Ctx, mca: &ManagedClusterAddOn) -> Result<Option<Duration>
     }
     let role = render::hub_role_name(&addon);
     let dp = DeleteParams::default();
-    let gone = |r: Result<(), kube::Error>| match r {
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        other => other,
-    };
-    gone(
+    ignore_not_found(
         Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(c.clone(), &hub)
             .delete(&role, &dp)
-            .await
-            .map(|_| ()),
+            .await,
     )
     .ctx(|| format!("deleting RoleBinding {hub}/{role}"))?;
-    gone(
+    ignore_not_found(
         Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(c.clone(), &hub)
             .delete(&role, &dp)
-            .await
-            .map(|_| ()),
+            .await,
     )
     .ctx(|| format!("deleting Role {hub}/{role}"))?;
     let remaining: Vec<String> = mca

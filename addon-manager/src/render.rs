@@ -38,6 +38,12 @@ pub const HUB_KUBECONFIG_MOUNT: &str = "/var/run/secrets/open-cluster-management
 pub const PROXY_CA_MOUNT: &str = "/etc/cluster-migration/proxy-ca";
 /// Name of the pre-delete Job.
 pub const CLEANUP_JOB: &str = "cluster-migration-cleanup";
+/// Retries of the pre-delete Job (its `backoffLimit`): it fails for good after one more run.
+pub const CLEANUP_BACKOFF_LIMIT: i64 = 2;
+/// The addon's display name and description (ClusterManagementAddOn and status `addOnMeta`).
+pub const ADDON_DISPLAY_NAME: &str = "Cluster Migration";
+pub const ADDON_DESCRIPTION: &str =
+    "Moves managed clusters between hubs, driven from the global hub";
 /// Upper bound of one ManifestWork's manifests (the API server's object limit is ~1.5 MiB; OCM
 /// splits near 400 KiB).
 pub const WORK_SIZE_LIMIT: usize = 400 * 1024;
@@ -121,6 +127,15 @@ pub fn variable<'a>(config: Option<&'a AddOnDeploymentConfigSpec>, name: &str) -
         .filter(|v| !v.is_empty())
 }
 
+/// The namespace the agent is installed in: the config's `agentInstallNamespace`, else OCM's
+/// default addon namespace.
+pub fn install_namespace(config: Option<&AddOnDeploymentConfigSpec>) -> String {
+    config
+        .and_then(|c| c.agent_install_namespace.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| names::DEFAULT_ADDON_INSTALL_NAMESPACE.to_owned())
+}
+
 /// The version a config asks for (the default when it names none).
 pub fn desired_version(defaults: &Defaults, config: Option<&AddOnDeploymentConfigSpec>) -> String {
     variable(config, AGENT_VERSION_VAR)
@@ -192,10 +207,7 @@ impl AgentValues {
         config: Option<&AddOnDeploymentConfigSpec>,
         version: &str,
     ) -> Result<Self, RenderError> {
-        let namespace = config
-            .and_then(|c| c.agent_install_namespace.clone())
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| names::DEFAULT_ADDON_INSTALL_NAMESPACE.to_owned());
+        let namespace = install_namespace(config);
         let image = mirror_image(&format!("{}:{version}", defaults.image_repository), config);
         let placement = config.and_then(|c| c.node_placement.as_ref());
         let proxy = config.and_then(|c| c.proxy_config.as_ref());
@@ -333,6 +345,7 @@ impl AgentValues {
             "proxyCaBundle": self.proxy_ca_bundle,
             "proxyCaSecret": proxy_ca_secret(&self.addon_name),
             "jobName": CLEANUP_JOB,
+            "backoffLimit": CLEANUP_BACKOFF_LIMIT,
         })
     }
 }
@@ -479,6 +492,12 @@ pub fn job_feedback(namespace: &str) -> Value {
             {"name": "failed", "path": ".status.failed"}
         ]}]
     })
+}
+
+/// Whether `work` is one of the addon's deploy works (`addon-<addon>-deploy-<i>`).
+pub fn is_deploy_work(addon: &str, work: &str) -> bool {
+    work.strip_prefix(&format!("addon-{addon}-deploy-"))
+        .is_some_and(|i| i.parse::<usize>().is_ok())
 }
 
 /// The deploy ManifestWorks `addon-<addon>-deploy-<i>` for a cluster: the manifests split by
@@ -878,6 +897,10 @@ mod tests {
                 w["metadata"]["name"],
                 format!("addon-cluster-migration-deploy-{i}")
             );
+            assert!(is_deploy_work(
+                "cluster-migration",
+                w["metadata"]["name"].as_str().unwrap()
+            ));
             assert_eq!(w["metadata"]["namespace"], "hub1");
             assert_eq!(
                 w["metadata"]["labels"][labels::ADDON_NAME],
@@ -936,6 +959,15 @@ mod tests {
             c["image"],
             "quay.io/cluster-migration-addon/addon-agent:0.1.0"
         );
+        assert_eq!(job["spec"]["backoffLimit"], CLEANUP_BACKOFF_LIMIT);
+        assert!(!is_deploy_work(
+            "cluster-migration",
+            &names::addon_pre_delete_work("cluster-migration")
+        ));
+        assert!(!is_deploy_work(
+            "cluster-migration",
+            "addon-cluster-migration-deploy-x"
+        ));
     }
 
     #[test]

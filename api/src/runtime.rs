@@ -333,6 +333,16 @@ impl Process {
     }
 }
 
+/// Treats "not found" as done: `Ok(None)` for a 404, the value or other errors as they are
+/// (for deletes and reads where absence is a valid outcome).
+pub fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<Option<T>, kube::Error> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// The body of a binary's `main`: installs the logger, runs the process to completion and turns
 /// the outcome into an exit code (2 for bad options, 1 for a start-up or run-time failure).
 pub async fn main<F>(name: &str, common: &CommonArgs, run: F) -> std::process::ExitCode
