@@ -135,6 +135,16 @@ pub fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output 
         .unwrap_or_else(|e| panic!("kubectl: {e}"))
 }
 
+/// `kubectl apply -f -` of `manifest`, failing the test on a non-zero exit.
+pub fn kubectl_apply(kubeconfig: &Path, manifest: &str) -> String {
+    kubectl_ok(kubeconfig, &["apply", "-f", "-"], Some(manifest))
+}
+
+/// The admin kubeconfig [`fleet`] wrote for the cluster `name` (`global-hub`, `hub1`, ...).
+pub fn kubeconfig(dir: &Path, name: &str) -> PathBuf {
+    dir.join("kubeconfig").join(format!("{name}.yaml"))
+}
+
 /// Runs kubectl and returns its stdout, failing the test on a non-zero exit.
 pub fn kubectl_ok(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> String {
     let out = kubectl(kubeconfig, args, stdin);

@@ -3,10 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use e2e::{Manager, eventually, kubectl, kubectl_ok};
+use e2e::{Manager, eventually, kubeconfig, kubectl, kubectl_apply, kubectl_ok};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
@@ -21,10 +21,6 @@ use migration_api::ocm::work::ManifestWork;
 const ADDON: &str = "cluster-migration";
 const AGENT_NS: &str = "open-cluster-management-agent-addon";
 const CONFIG_NS: &str = "addon-configs";
-
-fn kubeconfig(dir: &Path, name: &str) -> PathBuf {
-    dir.join("kubeconfig").join(format!("{name}.yaml"))
-}
 
 fn condition(m: &ManagedClusterAddOn, t: &str) -> Option<Condition> {
     find_condition(m.status.as_ref()?.conditions.as_deref()?, t).cloned()
@@ -157,21 +153,9 @@ async fn install_report_upgrade_refuse_roll_back_and_remove() {
 
     // Install on both hubs with kubectl; AVAILABLE True within 30 s.
     kubectl_ok(&global_kc, &["create", "namespace", CONFIG_NS], None);
-    kubectl_ok(
-        &global_kc,
-        &["apply", "-f", "-"],
-        Some(&adc("fast", "0.1.0")),
-    );
-    kubectl_ok(
-        &global_kc,
-        &["apply", "-f", "-"],
-        Some(&addon_for("hub1", "fast")),
-    );
-    kubectl_ok(
-        &global_kc,
-        &["apply", "-f", "-"],
-        Some(&addon_for("hub2", "fast")),
-    );
+    kubectl_apply(&global_kc, &adc("fast", "0.1.0"));
+    kubectl_apply(&global_kc, &addon_for("hub1", "fast"));
+    kubectl_apply(&global_kc, &addon_for("hub2", "fast"));
     let started = std::time::Instant::now();
     eventually(
         Duration::from_secs(30),
@@ -239,16 +223,8 @@ async fn install_report_upgrade_refuse_roll_back_and_remove() {
     assert!(score.valid_until.is_some());
 
     // Upgrade hub1 only.
-    kubectl_ok(
-        &global_kc,
-        &["apply", "-f", "-"],
-        Some(&adc("hub1-next", "0.2.0")),
-    );
-    kubectl_ok(
-        &global_kc,
-        &["apply", "-f", "-"],
-        Some(&addon_for("hub1", "hub1-next")),
-    );
+    kubectl_apply(&global_kc, &adc("hub1-next", "0.2.0"));
+    kubectl_apply(&global_kc, &addon_for("hub1", "hub1-next"));
     let done = progressing(
         &global,
         "hub1",
@@ -297,11 +273,7 @@ async fn install_report_upgrade_refuse_roll_back_and_remove() {
     );
 
     // A version the manager does not support is refused; hub1 keeps running 0.2.0.
-    kubectl_ok(
-        &global_kc,
-        &["apply", "-f", "-"],
-        Some(&adc("hub1-next", "9.9.9")),
-    );
+    kubectl_apply(&global_kc, &adc("hub1-next", "9.9.9"));
     let refused = eventually(
         Duration::from_secs(20),
         "Configured False for 9.9.9",
@@ -326,11 +298,7 @@ async fn install_report_upgrade_refuse_roll_back_and_remove() {
     );
 
     // A version whose agent never becomes available is rolled back.
-    kubectl_ok(
-        &global_kc,
-        &["apply", "-f", "-"],
-        Some(&adc("hub1-next", "0.3.0")),
-    );
+    kubectl_apply(&global_kc, &adc("hub1-next", "0.3.0"));
     progressing(
         &global,
         "hub1",
@@ -372,11 +340,7 @@ async fn install_report_upgrade_refuse_roll_back_and_remove() {
     );
 
     // Rollback on request: point the config back.
-    kubectl_ok(
-        &global_kc,
-        &["apply", "-f", "-"],
-        Some(&addon_for("hub1", "fast")),
-    );
+    kubectl_apply(&global_kc, &addon_for("hub1", "fast"));
     progressing(
         &global,
         "hub1",
@@ -560,11 +524,7 @@ async fn progressive_rollout_one_hub_at_a_time_halts_on_failure() {
     );
     let global = fleet.global.cluster.admin.clone();
     kubectl_ok(&global_kc, &["create", "namespace", CONFIG_NS], None);
-    kubectl_ok(
-        &global_kc,
-        &["apply", "-f", "-"],
-        Some(&adc("fleet", "0.1.0")),
-    );
+    kubectl_apply(&global_kc, &adc("fleet", "0.1.0"));
     for hub in ["hub1", "hub2", "hub3"] {
         kubectl_ok(
             &global_kc,
@@ -578,13 +538,12 @@ async fn progressive_rollout_one_hub_at_a_time_halts_on_failure() {
         );
     }
     // hub3's addon is the user's own: the placement must never remove it.
-    kubectl_ok(
+    kubectl_apply(
         &global_kc,
-        &["apply", "-f", "-"],
-        Some(&format!(
+        &format!(
             r#"{{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
   "metadata": {{"name": "{ADDON}", "namespace": "hub3"}}, "spec": {{}}}}"#
-        )),
+        ),
     );
     for obj in [
         r#"{"apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSet", "metadata": {"name": "hubs"},
@@ -594,7 +553,7 @@ async fn progressive_rollout_one_hub_at_a_time_halts_on_failure() {
         format!(r#"{{"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
             "metadata": {{"name": "all-hubs", "namespace": "{CONFIG_NS}"}}, "spec": {{"clusterSets": ["hubs"]}}}}"#),
     ] {
-        kubectl_ok(&global_kc, &["apply", "-f", "-"], Some(&obj));
+        kubectl_apply(&global_kc, &obj);
     }
     eventually(
         Duration::from_secs(20),
@@ -646,11 +605,7 @@ async fn progressive_rollout_one_hub_at_a_time_halts_on_failure() {
     );
 
     // Upgrade the fleet default: one hub at a time, in order.
-    kubectl_ok(
-        &global_kc,
-        &["apply", "-f", "-"],
-        Some(&adc("fleet", "0.2.0")),
-    );
+    kubectl_apply(&global_kc, &adc("fleet", "0.2.0"));
     assert!(
         wait_version(&global, "0.2.0").await <= 1,
         "more than one hub upgraded at once"
@@ -669,11 +624,7 @@ async fn progressive_rollout_one_hub_at_a_time_halts_on_failure() {
 
     // A version that never becomes available: the first hub fails and rolls back, the
     // rollout halts (maxFailures 0), the others keep 0.2.0.
-    kubectl_ok(
-        &global_kc,
-        &["apply", "-f", "-"],
-        Some(&adc("fleet", "0.3.0")),
-    );
+    kubectl_apply(&global_kc, &adc("fleet", "0.3.0"));
     progressing(
         &global,
         "hub1",
