@@ -385,7 +385,7 @@ async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Ac
         let hub = mca.namespace().unwrap_or_default();
         let Some(d) = desired.get(&hub) else { continue };
         let result = if mca.metadata.deletion_timestamp.is_some() {
-            remove(&ctx, mca).await
+            remove(&ctx, mca, d).await
         } else {
             let may_start = allowed.get(&hub).copied().unwrap_or(true);
             let deadline = deadline_of(d);
@@ -1187,7 +1187,11 @@ fn job_feedback(work: &ManifestWork) -> (i64, i64) {
 
 /// Removal of a hub's addon: run the pre-delete hook (unless the agent never ran or the user
 /// skips it), then delete the works and hub RBAC and release the ManagedClusterAddOn.
-async fn remove(ctx: &Ctx, mca: &ManagedClusterAddOn) -> Result<Option<Duration>, Error> {
+async fn remove(
+    ctx: &Ctx,
+    mca: &ManagedClusterAddOn,
+    d: &Desired,
+) -> Result<Option<Duration>, Error> {
     let c = &ctx.client;
     let addon = mca.name_any();
     let hub = mca.namespace().unwrap_or_default();
@@ -1228,7 +1232,11 @@ async fn remove(ctx: &Ctx, mca: &ManagedClusterAddOn) -> Result<Option<Duration>
         let version = annotation(mca, ann::AGENT_VERSION)
             .unwrap_or(&ctx.cfg.defaults.version)
             .to_owned();
-        let values = AgentValues::new(&ctx.cfg.defaults, &hub, None, &version)?;
+        // The hook runs where the agent is installed and as it was configured (namespace,
+        // node placement, registries); a config that can no longer be used falls back to the
+        // defaults.
+        let spec = d.spec.as_ref().filter(|_| d.problem.is_none());
+        let values = AgentValues::new(&ctx.cfg.defaults, &hub, spec, &version)?;
         let work = render::pre_delete_work(
             &addon,
             &hub,
@@ -1268,15 +1276,7 @@ async fn remove(ctx: &Ctx, mca: &ManagedClusterAddOn) -> Result<Option<Duration>
                     None,
                 );
             }
-            let d = Desired {
-                config: None,
-                spec: None,
-                hash: String::new(),
-                version: String::new(),
-                problem: None,
-                placement: None,
-            };
-            write_status(ctx, mca, conds, &d, None).await?;
+            write_status(ctx, mca, conds, d, None).await?;
             return Ok(None);
         }
     }
