@@ -4,6 +4,7 @@
 //! pre-delete hook: it removes what the agent created.
 
 pub mod lease;
+pub mod migration;
 pub mod report;
 
 use std::path::PathBuf;
@@ -93,6 +94,12 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
             args.addon_name.clone(),
             format!("{}-agent", args.addon_name),
             args.lease_duration_seconds,
+        )),
+        tokio::spawn(migration::run(
+            local.clone(),
+            migration::Options {
+                namespace: args.install_namespace.clone(),
+            },
         )),
         tokio::spawn(report::run(
             local,

@@ -14,41 +14,10 @@ use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::names::{self, KUBE_APISERVER_CLIENT_SIGNER, labels};
 use migration_api::ocm::addon::ManagedClusterAddOn;
+use migration_api::runtime::requested_identity;
 use serde_json::json;
-use x509_cert::der::DecodePem;
 
 use crate::addon::AGENT_IDENTITY;
-
-const OID_CN: &str = "2.5.4.3";
-const OID_O: &str = "2.5.4.10";
-
-/// The user (CN) and groups (O) a PEM CSR asks for.
-pub fn requested_identity(pem: &[u8]) -> Result<(String, Vec<String>), String> {
-    let req =
-        x509_cert::request::CertReq::from_pem(pem).map_err(|e| format!("not a PEM CSR: {e}"))?;
-    let mut user = String::new();
-    let mut groups = Vec::new();
-    for rdn in req.info.subject.0.iter() {
-        for atv in rdn.0.iter() {
-            let value = atv
-                .value
-                .decode_as::<x509_cert::der::asn1::Utf8StringRef>()
-                .map(|s| s.as_str().to_owned())
-                .or_else(|_| {
-                    atv.value
-                        .decode_as::<x509_cert::der::asn1::PrintableStringRef>()
-                        .map(|s| s.as_str().to_owned())
-                })
-                .map_err(|e| format!("subject value: {e}"))?;
-            match atv.oid.to_string().as_str() {
-                OID_CN => user = value,
-                OID_O => groups.push(value),
-                _ => {}
-            }
-        }
-    }
-    Ok((user, groups))
-}
 
 /// Why a CSR is not one to approve, or None when it is.
 pub fn refusal(csr: &CertificateSigningRequest, addon: &str, registered: bool) -> Option<String> {

@@ -4,6 +4,8 @@
 
 pub mod addon;
 pub mod csr;
+pub mod migration;
+pub mod migration_render;
 pub mod render;
 pub mod rollout;
 
@@ -83,6 +85,13 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
         args.addon_name.clone(),
         stop(process.stopping()),
     ));
+    let migrations = tokio::spawn(migration::run(
+        client.clone(),
+        migration::Config {
+            addon_name: args.addon_name.clone(),
+        },
+        stop(process.stopping()),
+    ));
     let controller = tokio::spawn(addon::run(
         client,
         args.addon_config(),
@@ -94,6 +103,10 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
     // Reconciles in flight get a moment to finish; all progress is in the API, so whatever
     // is cut short is picked up by the next manager.
     let grace = Duration::from_secs(5);
+    let migrations_abort = migrations.abort_handle();
+    if tokio::time::timeout(grace, migrations).await.is_err() {
+        migrations_abort.abort();
+    }
     let approver_abort = approver.abort_handle();
     if tokio::time::timeout(grace, approver).await.is_err() {
         approver_abort.abort();

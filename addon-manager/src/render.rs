@@ -355,7 +355,7 @@ pub fn proxy_ca_secret(addon: &str) -> String {
     format!("{addon}-proxy-ca")
 }
 
-fn engine() -> Handlebars<'static> {
+pub(crate) fn engine() -> Handlebars<'static> {
     let mut h = Handlebars::new();
     h.set_strict_mode(true);
     h.register_escape_fn(handlebars::no_escape);
@@ -383,7 +383,7 @@ fn engine() -> Handlebars<'static> {
 }
 
 /// Renders one template into its objects (one per YAML document; empty documents skipped).
-fn render_template(
+pub(crate) fn render_template(
     name: &'static str,
     template: &str,
     ctx: &Value,

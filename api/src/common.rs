@@ -203,6 +203,36 @@ pub fn set_condition(
     }
 }
 
+pub fn requirement_matches(
+    r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement,
+    value: Option<&String>,
+) -> bool {
+    let values = r.values.clone().unwrap_or_default();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        _ => false,
+    }
+}
+
+/// Whether labels satisfy a LabelSelector (an empty selector matches everything).
+pub fn selector_matches(
+    sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    sel.match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v))
+        && sel
+            .match_expressions
+            .iter()
+            .flatten()
+            .all(|r| requirement_matches(r, labels.get(&r.key)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

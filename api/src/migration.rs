@@ -152,6 +152,17 @@ pub struct ManagedClusterMigrationStatus {
     pub failures: Option<Vec<ClusterFailure>>,
     /// For a dry run: what the migration would do.
     pub plan: Option<MigrationPlan>,
+    /// When the current phase started (stage timeouts count from here).
+    pub phase_start_time: Option<Time>,
+    /// The clusters this migration moves, resolved at validation (from the names or the
+    /// selector), in the order `clusterStates` follows.
+    pub resolved_clusters: Option<Vec<String>>,
+    /// One character per resolved cluster: its state (see [`ClusterState`]). Compact so that
+    /// a migration of thousands of clusters keeps a small status.
+    pub cluster_states: Option<String>,
+    /// How the target's bootstrap kubeconfig reaches the clusters on the source hub:
+    /// `KlusterletConfig/multipleHubsConfig`, `KlusterletConfig/bootstrapKubeConfigs`.
+    pub bootstrap_delivery: Option<String>,
 }
 
 fn failures(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -309,6 +320,166 @@ pub struct MigrationTaskSpec {
     /// How many failures stop new waves (source only).
     #[schemars(range(min = 0))]
     pub max_failures: Option<i32>,
+    /// Clusters selected by labels on the source hub, when the migration names none.
+    pub cluster_selector: Option<LabelSelector>,
+    /// Changes whenever the manager changes this spec; the agent echoes it in status so the
+    /// manager never acts on a report about an older spec.
+    pub revision: Option<String>,
+    /// Target only: the identity (user name) whose CSRs the agent may approve.
+    pub bootstrap_user: Option<String>,
+    /// Source only: the clusters released to switch now (`hubAcceptsClient: false`).
+    pub released: Option<Vec<String>>,
+    /// Clusters to roll back (Rollbacking).
+    pub rollback: Option<Vec<String>>,
+    /// Source only: moved clusters to detach (Cleaning).
+    pub detach: Option<Vec<String>>,
+    /// Target only: what to pre-create for each cluster.
+    pub carry_over: Option<Vec<CarriedCluster>>,
+}
+
+/// What a cluster takes with it to the target hub: never status, never credentials.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CarriedCluster {
+    pub name: String,
+    /// Labels of the ManagedCluster (OCM's own bookkeeping labels left out).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// ManagedClusterSet the cluster belongs to.
+    pub cluster_set: Option<String>,
+    /// ManagedClusterAddOns enabled for the cluster, with their config references.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addons: Vec<CarriedAddOn>,
+    /// Whether the cluster had a KlusterletAddonConfig (ACM); its spec is carried.
+    #[serde(default)]
+    #[schemars(schema_with = "crate::common::preserve_unknown_object")]
+    pub klusterlet_addon_config: Option<serde_json::Value>,
+}
+
+/// One ManagedClusterAddOn carried over.
+#[skip_serializing_none]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CarriedAddOn {
+    pub name: String,
+    pub install_namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub configs: Vec<crate::common::AddOnConfig>,
+}
+
+/// One cluster's state in a migration, as a single character so that per-cluster state stays
+/// small in status and fits one ManifestWork status-feedback value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ClusterState {
+    /// Nothing done yet.
+    #[default]
+    Pending,
+    /// Passed validation.
+    Valid,
+    /// Source: does not exist.
+    NotFound,
+    /// Source: not Available.
+    Unavailable,
+    /// Source: the cluster is itself a hub (`local-cluster`).
+    IsHub,
+    /// Source: already in another migration.
+    Conflict,
+    /// Target: a cluster of that name already exists.
+    Exists,
+    /// Source: its carried-over data is too large to report.
+    TooLarge,
+    /// Source: annotated; waiting for its klusterlet to receive the bootstrap kubeconfig.
+    Waiting,
+    /// Source: ready to switch.
+    Ready,
+    /// Source: held by the block-move annotation.
+    Blocked,
+    /// Source: released (`hubAcceptsClient: false`).
+    Switching,
+    /// Target: pre-created, waiting for the cluster.
+    Created,
+    /// Target: joined.
+    Joined,
+    /// Target: joined and Available (registered).
+    Available,
+    /// Target: refused (its ManagedCluster there no longer accepts it).
+    Refused,
+    /// Rolling back: waiting for the cluster to be Available on the source again.
+    RollingBack,
+    /// Rolled back: Available on the source (source) or removed (target).
+    RolledBack,
+    /// Source: detached after moving.
+    Detached,
+}
+
+impl ClusterState {
+    const TABLE: [(Self, char); 19] = [
+        (Self::Pending, '-'),
+        (Self::Valid, 'v'),
+        (Self::NotFound, 'N'),
+        (Self::Unavailable, 'U'),
+        (Self::IsHub, 'H'),
+        (Self::Conflict, 'C'),
+        (Self::Exists, 'E'),
+        (Self::TooLarge, 'T'),
+        (Self::Waiting, 'w'),
+        (Self::Ready, 'r'),
+        (Self::Blocked, 'b'),
+        (Self::Switching, 's'),
+        (Self::Created, 'c'),
+        (Self::Joined, 'j'),
+        (Self::Available, 'A'),
+        (Self::Refused, 'F'),
+        (Self::RollingBack, 'k'),
+        (Self::RolledBack, 'R'),
+        (Self::Detached, 'D'),
+    ];
+
+    /// The state's character.
+    pub fn code(self) -> char {
+        Self::TABLE
+            .iter()
+            .find(|(s, _)| *s == self)
+            .map_or('-', |(_, c)| *c)
+    }
+
+    /// The state a character stands for (`Pending` for anything unknown).
+    pub fn from_code(c: char) -> Self {
+        Self::TABLE
+            .iter()
+            .find(|(_, code)| *code == c)
+            .map_or(Self::Pending, |(s, _)| *s)
+    }
+
+    /// A string of states, one character each.
+    pub fn encode(states: &[Self]) -> String {
+        states.iter().map(|s| s.code()).collect()
+    }
+
+    /// The states of a string, padded with `Pending` (or cut) to `len`.
+    pub fn decode(text: &str, len: usize) -> Vec<Self> {
+        let mut v: Vec<Self> = text.chars().map(Self::from_code).take(len).collect();
+        v.resize(len, Self::Pending);
+        v
+    }
+
+    /// A validation failure, with the condition reason and a sentence for people.
+    pub fn failure(self) -> Option<(&'static str, &'static str)> {
+        Some(match self {
+            Self::NotFound => ("ClusterNotFound", "not found on the source hub"),
+            Self::Unavailable => ("ClusterUnavailable", "not Available on the source hub"),
+            Self::IsHub => ("ClusterIsHub", "is itself a hub"),
+            Self::Conflict => ("ClusterConflict", "is in another active migration"),
+            Self::Exists => ("ClusterConflict", "already exists on the target hub"),
+            Self::TooLarge => (
+                "ClusterTooLarge",
+                "carries labels and addons too large to report (over 1 KiB)",
+            ),
+            Self::Refused => ("ClusterRefused", "was refused by the target hub"),
+            _ => return None,
+        })
+    }
 }
 
 /// Observed state of a MigrationTask, carried back to the manager through ManifestWork
@@ -331,6 +502,16 @@ pub struct MigrationTaskStatus {
     #[serde(default)]
     #[schemars(schema_with = "failures")]
     pub failures: Option<Vec<ClusterFailure>>,
+    /// The spec revision this status reports on.
+    pub observed_revision: Option<String>,
+    /// One character per cluster of the task (see [`ClusterState`]).
+    pub cluster_states: Option<String>,
+    /// Source, at validation: the resolved clusters (the selector case) and what each takes
+    /// along, in the order `clusterStates` follows.
+    pub carry_over: Option<Vec<CarriedCluster>>,
+    /// Source, at validation: the KlusterletConfig API the hub serves (`multipleHubsConfig`,
+    /// `bootstrapKubeConfigs`, or `None`).
+    pub klusterlet_config_shape: Option<String>,
 }
 
 /// Default timeout of each stage but Registering.

@@ -36,6 +36,19 @@ pub fn addon_agent_groups(cluster: &str, addon: &str) -> Vec<String> {
 pub fn migration_klusterlet_config(to_hub: &str) -> String {
     format!("migration-{to_hub}")
 }
+/// Secret (on the source hub) holding the target hub's bootstrap kubeconfig.
+pub fn migration_bootstrap_secret(to_hub: &str) -> String {
+    format!("bootstrap-{to_hub}")
+}
+/// ManagedServiceAccount (in the target hub's namespace on the global hub) whose token is the
+/// migration's bootstrap identity on the target.
+pub fn migration_service_account(migration: &str) -> String {
+    format!("migration-{migration}")
+}
+/// ClusterRole and ClusterRoleBinding of a migration's bootstrap identity on the target hub.
+pub fn migration_bootstrap_role(migration: &str) -> String {
+    format!("open-cluster-management:cluster-migration:bootstrap:{migration}")
+}
 /// ManifestWork names of a migration, on the source and the target hub's namespace.
 pub fn migration_work(migration: &str, role: crate::migration::MigrationRole) -> String {
     format!("migration-{migration}-{}", role.as_str())
@@ -74,6 +87,9 @@ pub mod labels {
     pub const MANAGED_BY_VALUE: &str = "cluster-migration-addon";
     /// The ManagedClusterMigration an object was rendered for.
     pub const MIGRATION: &str = "migration.open-cluster-management.io/migration";
+    /// The namespace of that ManagedClusterMigration.
+    pub const MIGRATION_NAMESPACE: &str =
+        "migration.open-cluster-management.io/migration-namespace";
 }
 
 /// Annotations.
@@ -92,6 +108,9 @@ pub mod annotations {
     pub const BLOCK_MOVE: &str = "migration.open-cluster-management.io/block-move";
     /// ManagedCluster being migrated; the value names the migration.
     pub const MIGRATING: &str = "migration.open-cluster-management.io/migrating";
+    /// ManagedCluster pre-created on the target by a migration; the value names it (so only
+    /// what the migration created is removed on rollback).
+    pub const PRE_CREATED: &str = "migration.open-cluster-management.io/pre-created-by";
     /// ManagedClusterAddOn: the agent version rendered into the deploy work now.
     pub const AGENT_VERSION: &str = "migration.open-cluster-management.io/agent-version";
     /// ManagedClusterAddOn: the agent version its config asks for.

@@ -231,6 +231,37 @@ impl Fleet {
         Ok(())
     }
 
+    /// For every cluster, the hubs (1-based) where it is accepted and Available: after a
+    /// migration each must have exactly one.
+    pub async fn cluster_homes(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, Vec<usize>>, Error> {
+        let mut homes: std::collections::BTreeMap<String, Vec<usize>> = self
+            .clusters
+            .iter()
+            .map(|(_, c, _)| (c.name.clone(), Vec::new()))
+            .collect();
+        for (i, hub) in self.hubs.iter().enumerate() {
+            for mc in Api::<ManagedCluster>::all(hub.cluster.admin.clone())
+                .list(&ListParams::default())
+                .await?
+            {
+                let conds = mc
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_deref())
+                    .unwrap_or(&[]);
+                if mc.spec.hub_accepts_client && condition_is_true(conds, CLUSTER_AVAILABLE) {
+                    homes
+                        .entry(mc.metadata.name.clone().unwrap_or_default())
+                        .or_default()
+                        .push(i + 1);
+                }
+            }
+        }
+        Ok(homes)
+    }
+
     /// Writes `dir/kubeconfig/<name>.yaml` (admin, HTTPS) for the global hub and every hub.
     pub fn write_kubeconfigs(&self, dir: &Path) -> Result<(), Error> {
         let kdir = dir.join("kubeconfig");

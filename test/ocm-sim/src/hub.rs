@@ -6,6 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use migration_api::names::BOOTSTRAP_HUB_KUBECONFIG;
+use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::cluster::ClusterClaim;
 use migration_api::ocm::operator::ClusterManager;
 use serde_json::json;
@@ -94,6 +95,7 @@ impl Hub {
             .await?;
         tasks.push(tokio::spawn(crate::import::run(
             cluster.client_for_token(&import_token).await?,
+            bootstrap_kubeconfig.clone(),
         )));
         let placement_token = cluster
             .service_account(HUB_NAMESPACE, "placement-controller", all_rules(), YEAR)
@@ -129,11 +131,51 @@ pub async fn start_managed_serviceaccount(
     let managed = cluster.admin.clone();
     let name = cluster.name.clone();
     let ca = cluster.api.ca_pem().to_owned();
+    let global = hub.cluster.admin.clone();
     Ok(tokio::spawn(async move {
+        if let Err(e) = register_msa_addon(&global, &name).await {
+            tracing::warn!(cluster = %name, error = %e, "registering the managed-serviceaccount addon");
+        }
         if let Err(e) = crate::msa::run(client, managed, name.clone(), ca, resync).await {
             tracing::warn!(cluster = %name, error = %e, "managed-serviceaccount addon stopped");
         }
     }))
+}
+
+/// Shows the managed-serviceaccount addon on the hub as its ManagedClusterAddOn (installed by
+/// its own manager, health reported by the addon itself, with the namespace its agent runs
+/// in), once the hub has made the cluster's namespace.
+async fn register_msa_addon(hub: &kube::Client, cluster: &str) -> Result<(), Error> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(hub.clone());
+    kube::runtime::wait::await_condition(
+        namespaces,
+        cluster,
+        |n: Option<&k8s_openapi::api::core::v1::Namespace>| n.is_some(),
+    )
+    .await
+    .map_err(|e| Error::Setup(format!("waiting for namespace {cluster}: {e}")))?;
+    let addons: Api<ManagedClusterAddOn> = Api::namespaced(hub.clone(), cluster);
+    let pp = PatchParams::apply("managed-serviceaccount-addon-manager").force();
+    addons
+        .patch(crate::msa::ADDON_NAME, &pp, &Patch::Apply(json!({
+            "apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+            "metadata": {"name": crate::msa::ADDON_NAME, "namespace": cluster},
+            "spec": {"installNamespace": crate::msa::MSA_NAMESPACE}
+        })))
+        .await?;
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    addons
+        .patch_status(crate::msa::ADDON_NAME, &pp, &Patch::Apply(json!({
+            "apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+            "metadata": {"name": crate::msa::ADDON_NAME, "namespace": cluster},
+            "status": {"namespace": crate::msa::MSA_NAMESPACE, "healthCheck": {"mode": "Customized"},
+                       "conditions": [{"type": "Available", "status": "True", "reason": "ManagedServiceAccountAddonAvailable",
+                                       "message": "managed-serviceaccount agent is running", "lastTransitionTime": now}]}
+        })))
+        .await?;
+    Ok(())
 }
 
 impl Drop for Hub {

@@ -35,10 +35,13 @@ pub fn klusterlet_work(cluster: &str) -> String {
 
 struct Ctx {
     client: Client,
+    /// The hub's own bootstrap kubeconfig, which the klusterlet work keeps on every cluster
+    /// (so a cluster that moved here restarts against this hub, not the one it left).
+    bootstrap_kubeconfig: String,
 }
 
 /// Runs until aborted.
-pub async fn run(client: Client) {
+pub async fn run(client: Client, bootstrap_kubeconfig: String) {
     let clusters: Api<ManagedCluster> = Api::all(client.clone());
     let configs: Api<KlusterletConfig> = Api::all(client.clone());
     let secrets: Api<Secret> = Api::namespaced(client.clone(), BOOTSTRAP_SECRETS_NAMESPACE);
@@ -74,7 +77,10 @@ pub async fn run(client: Client) {
                 tracing::debug!(error = %e, "import reconcile failed");
                 Action::requeue(Duration::from_millis(500))
             },
-            Arc::new(Ctx { client }),
+            Arc::new(Ctx {
+                client,
+                bootstrap_kubeconfig,
+            }),
         )
         .for_each(|_| async {})
         .await;
@@ -126,6 +132,15 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, kub
             }
         }
     }
+    manifests.insert(
+        0,
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": BOOTSTRAP_HUB_KUBECONFIG, "namespace": AGENT_NAMESPACE},
+            "type": "Opaque",
+            "data": {"kubeconfig": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &ctx.bootstrap_kubeconfig)}
+        }),
+    );
     manifests.insert(
         0,
         json!({

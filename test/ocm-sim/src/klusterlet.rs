@@ -298,13 +298,29 @@ async fn register(
         csrs,
         &created.name_any(),
         |c: Option<&CertificateSigningRequest>| {
-            c.and_then(|c| c.status.as_ref())
-                .and_then(|s| s.certificate.as_ref())
-                .is_some()
+            c.and_then(|c| c.status.as_ref()).is_some_and(|s| {
+                s.certificate.is_some()
+                    || s.conditions
+                        .iter()
+                        .flatten()
+                        .any(|c| c.type_ == "Denied" && c.status == "True")
+            })
         },
     )
     .await
     .map_err(|e| Error::Setup(format!("waiting for the certificate: {e}")))?;
+    // A denied request sends the agent back to choosing a hub, as the real one does when its
+    // bootstrap attempt fails.
+    if issued
+        .as_ref()
+        .and_then(|c| c.status.as_ref())
+        .is_some_and(|s| s.certificate.is_none())
+    {
+        return Err(Error::Setup(format!(
+            "CSR {} was denied",
+            created.name_any()
+        )));
+    }
     let cert = issued
         .and_then(|c| c.status)
         .and_then(|s| s.certificate)

@@ -3,6 +3,7 @@
 
 pub mod addon_agent;
 pub mod cluster;
+pub mod demo;
 pub mod fleet;
 pub mod hub;
 pub mod import;

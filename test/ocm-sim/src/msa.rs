@@ -20,6 +20,8 @@ use serde_json::json;
 
 use crate::Error;
 
+/// Name of the addon (its ManagedClusterAddOn on the hub).
+pub const ADDON_NAME: &str = "managed-serviceaccount";
 /// Namespace of the managed ServiceAccounts on the managed cluster.
 pub const MSA_NAMESPACE: &str = "open-cluster-management-managed-serviceaccount";
 /// Label on the ServiceAccounts this addon manages.

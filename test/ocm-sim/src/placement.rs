@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -77,29 +76,7 @@ pub async fn run(client: Client) {
         .await;
 }
 
-fn requirement_matches(r: &LabelSelectorRequirement, value: Option<&String>) -> bool {
-    let values = r.values.clone().unwrap_or_default();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.contains(v)),
-        "NotIn" => value.is_none_or(|v| !values.contains(v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        _ => false,
-    }
-}
-
-/// Whether labels satisfy a LabelSelector (an empty selector matches everything).
-pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    sel.match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v))
-        && sel
-            .match_expressions
-            .iter()
-            .flatten()
-            .all(|r| requirement_matches(r, labels.get(&r.key)))
-}
+pub use migration_api::common::{requirement_matches, selector_matches};
 
 fn cluster_selector_matches(sel: &ClusterSelector, mc: &ManagedCluster) -> bool {
     let labels: BTreeMap<String, String> = mc.labels().clone();

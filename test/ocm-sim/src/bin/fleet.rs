@@ -1,7 +1,7 @@
 //! `fleet up`: starts a global hub, hubs and managed clusters on this machine and keeps them
 //! running until SIGTERM.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,145 @@ enum Command {
         #[arg(long, default_value_t = 600)]
         ready_timeout: u64,
     },
+    /// The quickstart: a fleet, the real addon-manager and agents, the addon enabled on every
+    /// hub, and a migration from hub1 to hub2 with a live progress line. Exits 0 only if every
+    /// cluster ends Available on exactly one hub, the one it should.
+    Demo {
+        /// Number of hubs.
+        #[arg(long, default_value_t = 2)]
+        hubs: usize,
+        /// Managed clusters registered to each hub.
+        #[arg(long, default_value_t = 25)]
+        clusters_per_hub: usize,
+        /// How many of hub1's clusters move to hub2.
+        #[arg(long, default_value_t = 20)]
+        migrate: usize,
+        /// Clusters switching at once (default: all).
+        #[arg(long)]
+        max_concurrency: Option<i32>,
+        /// Seconds each klusterlet takes to join (and to switch hubs).
+        #[arg(long, default_value_t = 0.0)]
+        join_delay: f64,
+        /// Where to write kubeconfigs and logs (default: a new temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Leave the fleet and the manager running after the migration, until Ctrl-C.
+        #[arg(long)]
+        keep: bool,
+        /// Give up on any step after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+}
+
+/// The directory holding `addon-manager` and `addon-agent`: next to this binary, built there
+/// by cargo first if they are missing (so `cargo run -p ocm-sim --bin fleet -- demo` works from
+/// a fresh checkout).
+fn agent_binaries() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = ocm_sim::demo::sibling_dir(&exe);
+    if dir.join("addon-manager").is_file() && dir.join("addon-agent").is_file() {
+        return Ok(dir);
+    }
+    let release = dir.file_name().is_some_and(|n| n == "release");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    eprintln!("fleet: building addon-manager and addon-agent ...");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.current_dir(&workspace)
+        .args(["build", "-p", "addon-manager", "-p", "addon-agent"]);
+    if release {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().map_err(|e| format!("running cargo: {e}"))?;
+    if !status.success() {
+        return Err("building addon-manager and addon-agent failed".into());
+    }
+    Ok(dir)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn demo(
+    hubs: usize,
+    clusters_per_hub: usize,
+    migrate: usize,
+    max_concurrency: Option<i32>,
+    join_delay: f64,
+    dir: Option<PathBuf>,
+    keep: bool,
+    timeout: u64,
+) -> ExitCode {
+    if hubs < 2
+        || migrate == 0
+        || migrate > clusters_per_hub
+        || !join_delay.is_finite()
+        || join_delay < 0.0
+    {
+        eprintln!(
+            "fleet demo: needs --hubs >= 2, 1 <= --migrate <= --clusters-per-hub, and a non-negative --join-delay"
+        );
+        return ExitCode::from(2);
+    }
+    let bin_dir = match agent_binaries() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("fleet demo: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (dir, _temp) = match dir {
+        Some(d) => (d, None),
+        None => match tempfile::Builder::new().prefix("fleet-demo-").tempdir() {
+            Ok(t) => (t.path().to_path_buf(), Some(t)),
+            Err(e) => {
+                eprintln!("fleet demo: temporary directory: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("fleet demo: {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    let opts = ocm_sim::demo::DemoOptions {
+        hubs,
+        clusters_per_hub,
+        migrate,
+        max_concurrency,
+        join_delay: Duration::from_secs_f64(join_delay),
+        dir: dir.clone(),
+        bin_dir,
+        agent_version: env!("CARGO_PKG_VERSION").into(),
+        timeout: Duration::from_secs(timeout),
+    };
+    let mut out = std::io::stdout();
+    let (report, fleet, manager) = match ocm_sim::demo::run(&opts, &mut out).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("fleet demo: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ok = report.phase == migration_api::migration::MigrationPhase::Completed
+        && report.misplaced.is_empty()
+        && report.registered as usize == migrate;
+    if keep {
+        let _temp = _temp.map(tempfile::TempDir::keep);
+        println!(
+            "\nthe fleet keeps running (files in {}); Ctrl-C to stop",
+            dir.display()
+        );
+        if let Err(e) = kube_sim::until_terminated().await {
+            eprintln!("fleet demo: waiting for Ctrl-C: {e}");
+        }
+    }
+    drop(manager);
+    drop(fleet);
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 #[tokio::main]
@@ -50,14 +189,46 @@ async fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    let Command::Up {
-        hubs,
-        clusters_per_hub,
-        dir,
-        join_delay,
-        lease_duration,
-        ready_timeout,
-    } = Cli::parse().command;
+    let (hubs, clusters_per_hub, dir, join_delay, lease_duration, ready_timeout) =
+        match Cli::parse().command {
+            Command::Up {
+                hubs,
+                clusters_per_hub,
+                dir,
+                join_delay,
+                lease_duration,
+                ready_timeout,
+            } => (
+                hubs,
+                clusters_per_hub,
+                dir,
+                join_delay,
+                lease_duration,
+                ready_timeout,
+            ),
+            Command::Demo {
+                hubs,
+                clusters_per_hub,
+                migrate,
+                max_concurrency,
+                join_delay,
+                dir,
+                keep,
+                timeout,
+            } => {
+                return demo(
+                    hubs,
+                    clusters_per_hub,
+                    migrate,
+                    max_concurrency,
+                    join_delay,
+                    dir,
+                    keep,
+                    timeout,
+                )
+                .await;
+            }
+        };
     if !join_delay.is_finite() || join_delay < 0.0 {
         eprintln!("fleet: --join-delay must be a non-negative number of seconds");
         return ExitCode::from(2);

@@ -1,0 +1,1154 @@
+//! The hub's part of each migration: reconciles the MigrationTasks the manager delivers (inside
+//! ManifestWorks) and reports per-cluster progress in their status, which the ManifestWork's
+//! status feedback carries back to the global hub.
+//!
+//! - Source: validates its clusters and reports what each takes along; in Registering annotates
+//!   them with the KlusterletConfig, reports each Ready once its klusterlet work carries the
+//!   target's bootstrap kubeconfig, and sets `hubAcceptsClient: false` on the clusters the
+//!   manager releases (a `block-move` annotation holds a cluster); on rollback restores them and
+//!   waits until each is back (Available, lease renewed since); in Cleaning detaches the moved
+//!   clusters.
+//! - Target: checks no cluster of the same name exists; pre-creates each ManagedCluster with
+//!   what was carried over; approves CSRs only from the migration's bootstrap identity and only
+//!   for the expected clusters; reports each Joined and Available; on rollback denies pending
+//!   CSRs and removes what it pre-created for clusters that did not arrive.
+//!
+//! Every reconcile recomputes from what the hub shows, so a restarted agent continues.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use migration_api::common::{condition_is_true, selector_matches};
+use migration_api::migration::{
+    CarriedAddOn, CarriedCluster, ClusterCounts, ClusterFailure, ClusterState,
+    MAX_REPORTED_FAILURES, MigrationRole, MigrationTask, TaskStage,
+};
+use migration_api::names::annotations::{BLOCK_MOVE, KLUSTERLET_CONFIG, MIGRATING, PRE_CREATED};
+use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED, WORK_APPLIED};
+use migration_api::names::labels::{CLUSTER_NAME, CLUSTER_SET, LOCAL_CLUSTER};
+use migration_api::ocm::addon::ManagedClusterAddOn;
+use migration_api::ocm::agent::KlusterletAddonConfig;
+use migration_api::ocm::cluster::ManagedCluster;
+use migration_api::ocm::work::ManifestWork;
+use migration_api::runtime::{ignore_not_found, requested_identity};
+use serde_json::{Value, json};
+
+use crate::report::FIELD_MANAGER;
+
+/// When a rolled-back cluster's acceptance was restored on the source (RFC 3339): it is back
+/// once its lease was renewed after this.
+pub const RESTORED_AT: &str = "migration.open-cluster-management.io/restored-at";
+/// Largest carried-over record one status-feedback value can hold (OCM's raw JSON limit).
+pub const MAX_CARRY_OVER_BYTES: usize = 1024;
+const KLUSTERLET_CONFIG_CRD: &str = "klusterletconfigs.config.open-cluster-management.io";
+/// The cluster lease the klusterlet renews in its namespace on the hub.
+const CLUSTER_LEASE: &str = "managed-cluster-lease";
+
+/// What the migration handler needs to know.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Namespace the agent runs in; the manager delivers its tasks there.
+    pub namespace: String,
+}
+
+struct Ctx {
+    client: Client,
+    clusters: Store<ManagedCluster>,
+    works: Store<ManifestWork>,
+    csrs: Store<CertificateSigningRequest>,
+}
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}: {1}")]
+    Kube(String, #[source] kube::Error),
+}
+
+fn ctx_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |e| Error::Kube(what, e)
+}
+
+/// Runs the handler until aborted.
+pub async fn run(client: Client, opts: Options) {
+    let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded::<()>();
+    let clusters = spawn_reflector(
+        Api::<ManagedCluster>::all(client.clone()),
+        trigger_tx.clone(),
+        |mc: &ManagedCluster| {
+            Some(
+                serde_json::to_string(&(&mc.metadata.annotations, &mc.spec, conditions(mc)))
+                    .unwrap_or_default(),
+            )
+        },
+    );
+    // Only klusterlet works matter, and only when their spec or Applied state changes (work
+    // status is rewritten often).
+    let works = spawn_reflector(
+        Api::<ManifestWork>::all(client.clone()),
+        trigger_tx.clone(),
+        |w: &ManifestWork| {
+            w.name_any().ends_with("-klusterlet").then(|| {
+                let applied = w
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| {
+                        c.iter()
+                            .find(|c| c.type_ == WORK_APPLIED)
+                            .map(|c| (c.status.clone(), c.observed_generation))
+                    });
+                format!("{:?}/{applied:?}", w.metadata.generation)
+            })
+        },
+    );
+    let csrs = spawn_reflector(
+        Api::<CertificateSigningRequest>::all(client.clone()),
+        trigger_tx,
+        |c: &CertificateSigningRequest| {
+            Some(format!(
+                "{:?}",
+                c.status
+                    .as_ref()
+                    .map(|s| (&s.conditions, s.certificate.is_some()))
+            ))
+        },
+    );
+    for (what, ready) in [
+        ("ManagedClusters", clusters.wait_until_ready().await),
+        ("ManifestWorks", works.wait_until_ready().await),
+        ("CSRs", csrs.wait_until_ready().await),
+    ] {
+        if ready.is_err() {
+            tracing::warn!(%what, "cache never became ready; migration handler not started");
+            return;
+        }
+    }
+    let tasks: Api<MigrationTask> = Api::namespaced(client.clone(), &opts.namespace);
+    let ctx = Arc::new(Ctx {
+        client,
+        clusters,
+        works,
+        csrs,
+    });
+    Controller::new(tasks, watcher::Config::default())
+        .reconcile_all_on(trigger_rx)
+        .run(
+            reconcile,
+            |task, e: &Error, _| {
+                tracing::info!(task = %task.name_any(), error = %e, "migration task reconcile failed; retrying");
+                Action::requeue(Duration::from_secs(2))
+            },
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
+/// Mirrors `api` into a store and triggers the controller when an object appears, goes, or its
+/// `fingerprint` (what the handler cares about; `None`: never) changes.
+fn spawn_reflector<K>(
+    api: Api<K>,
+    trigger: futures::channel::mpsc::UnboundedSender<()>,
+    fingerprint: fn(&K) -> Option<String>,
+) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream =
+        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    tokio::spawn(async move {
+        let mut seen: std::collections::HashMap<String, Option<String>> = Default::default();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            let changed = match ev {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    let key = format!("{:?}/{}", o.meta().namespace, o.name_any());
+                    let print = fingerprint(&o);
+                    print.is_some() && seen.insert(key, print.clone()) != Some(print)
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    seen.remove(&format!("{:?}/{}", o.meta().namespace, o.name_any()));
+                    fingerprint(&o).is_some()
+                }
+                Ok(watcher::Event::InitDone) => true,
+                Ok(watcher::Event::Init) | Err(_) => false,
+            };
+            if changed && trigger.unbounded_send(()).is_err() {
+                return;
+            }
+        }
+    });
+    store
+}
+
+fn get<K: kube::Resource<DynamicType = ()> + Clone>(
+    store: &Store<K>,
+    ns: Option<&str>,
+    name: &str,
+) -> Option<Arc<K>> {
+    let r = match ns {
+        Some(ns) => reflector::ObjectRef::new(name).within(ns),
+        None => reflector::ObjectRef::new(name),
+    };
+    store.get(&r)
+}
+
+fn conditions(mc: &ManagedCluster) -> &[migration_api::common::Condition] {
+    mc.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+}
+
+fn available(mc: &ManagedCluster) -> bool {
+    condition_is_true(conditions(mc), CLUSTER_AVAILABLE)
+}
+
+/// The clusters a task concerns: its list, or (validating a selector) the source's clusters
+/// that match, sorted, the hub's own cluster left out.
+fn cluster_list(task: &MigrationTask, clusters: &Store<ManagedCluster>) -> Vec<String> {
+    if !task.spec.clusters.is_empty() {
+        return task.spec.clusters.clone();
+    }
+    let Some(sel) = task.spec.cluster_selector.as_ref() else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = clusters
+        .state()
+        .iter()
+        .filter(|mc| mc.labels().get(LOCAL_CLUSTER).map(String::as_str) != Some("true"))
+        .filter(|mc| selector_matches(sel, mc.labels()))
+        .map(|mc| mc.name_any())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Labels carried to the target: the user's, not OCM's bookkeeping.
+pub fn carried_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    labels
+        .iter()
+        .filter(|(k, _)| {
+            k.as_str() != "name"
+                && k.as_str() != CLUSTER_SET
+                && k.as_str() != LOCAL_CLUSTER
+                && !k.starts_with("feature.open-cluster-management.io/")
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// What the agent found, for the task's status.
+#[derive(Debug, Default)]
+struct Report {
+    states: Vec<ClusterState>,
+    /// Succeeded / Running / Failed.
+    state: &'static str,
+    message: String,
+    carry_over: Option<Vec<CarriedCluster>>,
+    shape: Option<String>,
+}
+
+async fn reconcile(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    if task.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let names = cluster_list(&task, &ctx.clusters);
+    let report = match (task.spec.role, task.spec.stage) {
+        (MigrationRole::Source, TaskStage::Validating) => {
+            source_validate(&ctx, &task, &names).await?
+        }
+        (MigrationRole::Target, TaskStage::Validating) => target_validate(&ctx, &task, &names),
+        (MigrationRole::Source, TaskStage::Deploying) => source_deploy(&ctx, &task, &names).await?,
+        (MigrationRole::Source, TaskStage::Registering) => {
+            source_register(&ctx, &task, &names).await?
+        }
+        (MigrationRole::Target, TaskStage::Deploying | TaskStage::Registering) => {
+            target_register(&ctx, &task, &names).await?
+        }
+        (MigrationRole::Source, TaskStage::Rollbacking) => {
+            source_rollback(&ctx, &task, &names).await?
+        }
+        (MigrationRole::Target, TaskStage::Rollbacking) => {
+            target_rollback(&ctx, &task, &names).await?
+        }
+        (MigrationRole::Source, TaskStage::Cleaning) => source_clean(&ctx, &task, &names).await?,
+        (MigrationRole::Target, TaskStage::Cleaning) => target_clean(&ctx, &task, &names).await?,
+    };
+    write_status(&ctx, &task, &names, report).await?;
+    // Everything the task waits for is watched; the requeue only bounds how stale a report
+    // can get if an event is ever missed.
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+fn summary(names: &[String], states: &[ClusterState]) -> String {
+    let failed: Vec<String> = names
+        .iter()
+        .zip(states)
+        .filter_map(|(n, s)| s.failure().map(|(_, why)| format!("{n} {why}")))
+        .take(5)
+        .collect();
+    if failed.is_empty() {
+        String::new()
+    } else {
+        let total = states.iter().filter(|s| s.failure().is_some()).count();
+        let more = if total > failed.len() {
+            format!(" (and {} more)", total - failed.len())
+        } else {
+            String::new()
+        };
+        format!(
+            "{total} of {} clusters cannot move: {}{more}",
+            names.len(),
+            failed.join("; ")
+        )
+    }
+}
+
+fn verdict(names: &[String], states: Vec<ClusterState>) -> Report {
+    let message = summary(names, &states);
+    Report {
+        state: if message.is_empty() {
+            "Succeeded"
+        } else {
+            "Failed"
+        },
+        message: if message.is_empty() {
+            format!("{} clusters checked", names.len())
+        } else {
+            message
+        },
+        states,
+        ..Default::default()
+    }
+}
+
+async fn klusterlet_config_shape(client: &Client) -> Result<String, Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = ignore_not_found(crds.get(KLUSTERLET_CONFIG_CRD).await)
+        .map_err(ctx_err("reading the KlusterletConfig CRD"))?;
+    let Some(crd) = crd else {
+        return Ok("None".into());
+    };
+    let spec_props = |v: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionVersion| {
+        v.schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .and_then(|s| s.properties.as_ref())
+            .and_then(|p| p.get("spec"))
+            .and_then(|s| s.properties.clone())
+            .unwrap_or_default()
+    };
+    let version = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.storage)
+        .or_else(|| crd.spec.versions.first());
+    let props = version.map(spec_props).unwrap_or_default();
+    Ok(if props.contains_key("multipleHubsConfig") {
+        "multipleHubsConfig"
+    } else if props.contains_key("bootstrapKubeConfigs") {
+        "bootstrapKubeConfigs"
+    } else {
+        "None"
+    }
+    .into())
+}
+
+async fn source_validate(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+) -> Result<Report, Error> {
+    let addons: Vec<ManagedClusterAddOn> = Api::<ManagedClusterAddOn>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(ctx_err("listing ManagedClusterAddOns"))?
+        .items;
+    // KlusterletAddonConfig is ACM's; a plain OCM hub has no such API.
+    let kacs: Vec<KlusterletAddonConfig> =
+        match Api::<KlusterletAddonConfig>::all(ctx.client.clone())
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(l) => l.items,
+            Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+            Err(e) => return Err(Error::Kube("listing KlusterletAddonConfigs".into(), e)),
+        };
+    let mut states = Vec::with_capacity(names.len());
+    let mut carry = Vec::with_capacity(names.len());
+    for name in names {
+        let record = CarriedCluster {
+            name: name.clone(),
+            ..Default::default()
+        };
+        let Some(mc) = get(&ctx.clusters, None, name) else {
+            states.push(ClusterState::NotFound);
+            carry.push(record);
+            continue;
+        };
+        let record = CarriedCluster {
+            name: name.clone(),
+            labels: carried_labels(mc.labels()),
+            cluster_set: mc.labels().get(CLUSTER_SET).cloned(),
+            addons: addons
+                .iter()
+                .filter(|a| a.namespace().as_deref() == Some(name.as_str()))
+                .map(|a| CarriedAddOn {
+                    name: a.name_any(),
+                    install_namespace: a.spec.install_namespace.clone(),
+                    configs: a.spec.configs.clone().unwrap_or_default(),
+                })
+                .collect(),
+            klusterlet_addon_config: kacs
+                .iter()
+                .find(|k| k.namespace().as_deref() == Some(name.as_str()))
+                .and_then(|k| serde_json::to_value(&k.spec).ok()),
+        };
+        let other = mc
+            .annotations()
+            .get(MIGRATING)
+            .filter(|m| **m != task.spec.migration);
+        let state = if mc.labels().get(LOCAL_CLUSTER).map(String::as_str) == Some("true") {
+            ClusterState::IsHub
+        } else if other.is_some() {
+            ClusterState::Conflict
+        } else if !available(&mc) {
+            ClusterState::Unavailable
+        } else if serde_json::to_string(&record).map_or(usize::MAX, |s| s.len())
+            > MAX_CARRY_OVER_BYTES
+        {
+            ClusterState::TooLarge
+        } else {
+            ClusterState::Valid
+        };
+        states.push(state);
+        carry.push(record);
+    }
+    let mut report = verdict(names, states);
+    report.carry_over = Some(carry);
+    report.shape = Some(klusterlet_config_shape(&ctx.client).await?);
+    Ok(report)
+}
+
+fn target_validate(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Report {
+    let states = names
+        .iter()
+        .map(|n| match get(&ctx.clusters, None, n) {
+            Some(mc) if mc.annotations().get(PRE_CREATED) != Some(&task.spec.migration) => {
+                ClusterState::Exists
+            }
+            _ => ClusterState::Valid,
+        })
+        .collect();
+    verdict(names, states)
+}
+
+async fn source_deploy(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Result<Report, Error> {
+    let name = task.spec.klusterlet_config_name.clone().unwrap_or_default();
+    let kcs: Api<migration_api::ocm::config::KlusterletConfig> = Api::all(ctx.client.clone());
+    let present = ignore_not_found(kcs.get(&name).await)
+        .map_err(ctx_err(format!("reading KlusterletConfig {name}")))?
+        .is_some();
+    // The clusters are annotated now, so their klusterlets have the target's bootstrap
+    // kubeconfig by the time Registering starts.
+    let annotated = source_register(ctx, task, names).await?;
+    Ok(Report {
+        states: annotated.states,
+        state: if present { "Succeeded" } else { "Running" },
+        message: if present {
+            format!("KlusterletConfig {name} in place")
+        } else {
+            format!("waiting for KlusterletConfig {name}")
+        },
+        ..Default::default()
+    })
+}
+
+/// Merge-patches a ManagedCluster when `patch` would change it.
+async fn patch_cluster(ctx: &Ctx, name: &str, patch: Value) -> Result<(), Error> {
+    let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    ignore_not_found(
+        api.patch(name, &merge_params(), &Patch::Merge(&patch))
+            .await,
+    )
+    .map_err(ctx_err(format!("updating ManagedCluster {name}")))?;
+    Ok(())
+}
+
+/// Merge patches carry the agent's field manager (and no `force`).
+fn merge_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+/// Whether the cluster's klusterlet work on this hub carries the bootstrap secret and has been
+/// applied at its latest generation.
+fn bootstrap_delivered(works: &Store<ManifestWork>, cluster: &str, secret: &str) -> bool {
+    let Some(work) = get(works, Some(cluster), &format!("{cluster}-klusterlet")) else {
+        return false;
+    };
+    let carries = work
+        .spec
+        .workload
+        .iter()
+        .flat_map(|w| w.manifests.iter().flatten())
+        .any(|m| {
+            m.get("kind").and_then(Value::as_str) == Some("Secret")
+                && m.pointer("/metadata/name").and_then(Value::as_str) == Some(secret)
+        });
+    let applied = work
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == WORK_APPLIED))
+        .is_some_and(|c| c.status == "True" && c.observed_generation == work.metadata.generation);
+    carries && applied
+}
+
+async fn source_register(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+) -> Result<Report, Error> {
+    let spec = &task.spec;
+    let released: BTreeSet<&String> = spec.released.iter().flatten().collect();
+    let config = spec.klusterlet_config_name.clone().unwrap_or_default();
+    let secret = spec.bootstrap_secret_name.clone().unwrap_or_default();
+    let mut states = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(mc) = get(&ctx.clusters, None, name) else {
+            states.push(ClusterState::NotFound);
+            continue;
+        };
+        let blocked = mc.annotations().contains_key(BLOCK_MOVE);
+        if blocked && !released.contains(name) {
+            states.push(ClusterState::Blocked);
+            continue;
+        }
+        let annotated = mc.annotations().get(KLUSTERLET_CONFIG) == Some(&config)
+            && mc.annotations().get(MIGRATING) == Some(&spec.migration);
+        let release = released.contains(name);
+        if !annotated || (release && mc.spec.hub_accepts_client) {
+            let mut patch = json!({"metadata": {"annotations": {KLUSTERLET_CONFIG: config, MIGRATING: spec.migration}}});
+            if release {
+                patch["spec"] = json!({"hubAcceptsClient": false});
+            }
+            patch_cluster(ctx, name, patch).await?;
+            if release {
+                tracing::info!(cluster = %name, "released: this hub no longer accepts it");
+            }
+        }
+        states.push(if release {
+            ClusterState::Switching
+        } else if bootstrap_delivered(&ctx.works, name, &secret) {
+            ClusterState::Ready
+        } else {
+            ClusterState::Waiting
+        });
+    }
+    let switching = states
+        .iter()
+        .filter(|s| **s == ClusterState::Switching)
+        .count();
+    Ok(Report {
+        message: format!("{switching} of {} clusters released", names.len()),
+        state: "Running",
+        states,
+        ..Default::default()
+    })
+}
+
+fn pending(csr: &CertificateSigningRequest) -> bool {
+    !csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "Approved" || c.type_ == "Denied")
+        })
+}
+
+/// Whether a CSR is a klusterlet of `cluster` registering with the migration's bootstrap
+/// identity: requested by that identity, labelled for the cluster, and asking for the
+/// cluster's agent identity only.
+fn expected_csr(csr: &CertificateSigningRequest, bootstrap_user: &str, cluster: &str) -> bool {
+    if csr.spec.username.as_deref() != Some(bootstrap_user)
+        || csr.labels().get(CLUSTER_NAME).map(String::as_str) != Some(cluster)
+        || csr.spec.signer_name != migration_api::names::KUBE_APISERVER_CLIENT_SIGNER
+    {
+        return false;
+    }
+    let Ok((user, groups)) = requested_identity(&csr.spec.request.0) else {
+        return false;
+    };
+    user.starts_with(&format!("system:open-cluster-management:{cluster}:"))
+        && groups.iter().all(|g| {
+            g == &format!("system:open-cluster-management:{cluster}")
+                || g == "system:open-cluster-management:managed-clusters"
+        })
+}
+
+async fn decide_csr(
+    ctx: &Ctx,
+    csr: &CertificateSigningRequest,
+    approve: bool,
+) -> Result<(), Error> {
+    let (type_, reason, message) = if approve {
+        (
+            "Approved",
+            "ApprovedByClusterMigration",
+            "the cluster is expected by a migration to this hub",
+        )
+    } else {
+        (
+            "Denied",
+            "DeniedByClusterMigration",
+            "the migration of this cluster was rolled back",
+        )
+    };
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let body = json!({"status": {"conditions": [{"type": type_, "status": "True", "reason": reason, "message": message, "lastUpdateTime": now}]}});
+    let api: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
+    ignore_not_found(
+        api.patch_approval(
+            &csr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&body),
+        )
+        .await,
+    )
+    .map_err(ctx_err(format!("deciding CSR {}", csr.name_any())))?;
+    tracing::info!(csr = %csr.name_any(), approved = approve, "migration CSR decided");
+    Ok(())
+}
+
+fn carried<'a>(task: &'a MigrationTask, name: &str) -> Option<&'a CarriedCluster> {
+    task.spec
+        .carry_over
+        .iter()
+        .flatten()
+        .find(|c| c.name == name)
+}
+
+async fn precreate(ctx: &Ctx, task: &MigrationTask, name: &str) -> Result<(), Error> {
+    let record = carried(task, name).cloned().unwrap_or(CarriedCluster {
+        name: name.to_owned(),
+        ..Default::default()
+    });
+    let mut labels = record.labels.clone();
+    if let Some(set) = &record.cluster_set {
+        labels.insert(CLUSTER_SET.into(), set.clone());
+    }
+    let mc = json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+        "metadata": {"name": name, "labels": labels,
+                     "annotations": {PRE_CREATED: task.spec.migration, MIGRATING: task.spec.migration}},
+        "spec": {"hubAcceptsClient": true, "leaseDurationSeconds": 60}
+    });
+    let mc: ManagedCluster = serde_json::from_value(mc).map_err(|e| {
+        Error::Kube(
+            format!("building ManagedCluster {name}"),
+            kube::Error::SerdeError(e),
+        )
+    })?;
+    let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    match api
+        .create(
+            &PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &mc,
+        )
+        .await
+    {
+        Ok(_) => tracing::info!(cluster = %name, "pre-created ManagedCluster"),
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => {
+            return Err(Error::Kube(
+                format!("pre-creating ManagedCluster {name}"),
+                e,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Carried-over addons and KlusterletAddonConfig, once the hub has made the cluster's namespace.
+async fn carry_addons(ctx: &Ctx, task: &MigrationTask, name: &str) -> Result<(), Error> {
+    let Some(record) = carried(task, name) else {
+        return Ok(());
+    };
+    let pp = PatchParams::apply(FIELD_MANAGER);
+    let addons: Api<ManagedClusterAddOn> = Api::namespaced(ctx.client.clone(), name);
+    for a in &record.addons {
+        let mut spec = json!({});
+        if let Some(ns) = &a.install_namespace {
+            spec["installNamespace"] = json!(ns);
+        }
+        if !a.configs.is_empty() {
+            spec["configs"] = json!(a.configs);
+        }
+        let body = json!({"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+                          "metadata": {"name": a.name, "namespace": name}, "spec": spec});
+        match addons.patch(&a.name, &pp, &Patch::Apply(&body)).await {
+            Ok(_) => {}
+            // The namespace is not there yet: the next event (the cluster joining) retries.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(e) => {
+                return Err(Error::Kube(
+                    format!("carrying addon {} of {name}", a.name),
+                    e,
+                ));
+            }
+        }
+    }
+    if let Some(spec) = &record.klusterlet_addon_config {
+        let kacs: Api<KlusterletAddonConfig> = Api::namespaced(ctx.client.clone(), name);
+        let body = json!({"apiVersion": "agent.open-cluster-management.io/v1", "kind": "KlusterletAddonConfig",
+                          "metadata": {"name": name, "namespace": name}, "spec": spec});
+        match kacs.patch(name, &pp, &Patch::Apply(&body)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(Error::Kube(
+                    format!("carrying the KlusterletAddonConfig of {name}"),
+                    e,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn target_state(mc: Option<&ManagedCluster>) -> ClusterState {
+    match mc {
+        None => ClusterState::Pending,
+        Some(mc) if !mc.spec.hub_accepts_client => ClusterState::Refused,
+        Some(mc) if available(mc) && condition_is_true(conditions(mc), JOINED) => {
+            ClusterState::Available
+        }
+        Some(mc) if condition_is_true(conditions(mc), JOINED) => ClusterState::Joined,
+        Some(_) => ClusterState::Created,
+    }
+}
+
+async fn target_register(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+) -> Result<Report, Error> {
+    let registering = task.spec.stage == TaskStage::Registering;
+    let user = task.spec.bootstrap_user.clone().unwrap_or_default();
+    let mut states = Vec::with_capacity(names.len());
+    for name in names {
+        let mut mc = get(&ctx.clusters, None, name);
+        if mc.is_none() {
+            precreate(ctx, task, name).await?;
+            mc = get(&ctx.clusters, None, name);
+        }
+        let state = match &mc {
+            Some(m)
+                if m.annotations().get(PRE_CREATED) != Some(&task.spec.migration)
+                    && m.annotations().get(MIGRATING) != Some(&task.spec.migration) =>
+            {
+                ClusterState::Refused
+            }
+            Some(m) => target_state(Some(m)),
+            None => ClusterState::Created,
+        };
+        if registering
+            && !user.is_empty()
+            && matches!(state, ClusterState::Created | ClusterState::Joined)
+        {
+            for csr in ctx
+                .csrs
+                .state()
+                .iter()
+                .filter(|c| pending(c) && expected_csr(c, &user, name))
+            {
+                decide_csr(ctx, csr, true).await?;
+            }
+        }
+        if registering
+            && matches!(
+                state,
+                ClusterState::Joined | ClusterState::Available | ClusterState::Created
+            )
+        {
+            carry_addons(ctx, task, name).await?;
+        }
+        states.push(state);
+    }
+    let registered = states
+        .iter()
+        .filter(|s| **s == ClusterState::Available)
+        .count();
+    let refused = states
+        .iter()
+        .filter(|s| **s == ClusterState::Refused)
+        .count();
+    Ok(Report {
+        message: format!(
+            "{registered} of {} clusters registered, {refused} refused",
+            names.len()
+        ),
+        state: if registering { "Running" } else { "Succeeded" },
+        states,
+        ..Default::default()
+    })
+}
+
+async fn target_rollback(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+) -> Result<Report, Error> {
+    let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
+    let user = task.spec.bootstrap_user.clone().unwrap_or_default();
+    let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    let mut states = Vec::with_capacity(names.len());
+    for name in names {
+        let mc = get(&ctx.clusters, None, name);
+        if !rollback.contains(name) {
+            states.push(target_state(mc.as_deref()));
+            continue;
+        }
+        for csr in ctx
+            .csrs
+            .state()
+            .iter()
+            .filter(|c| pending(c) && expected_csr(c, &user, name))
+        {
+            decide_csr(ctx, csr, false).await?;
+        }
+        states.push(match mc {
+            None => ClusterState::RolledBack,
+            Some(m) if target_state(Some(&m)) == ClusterState::Available => ClusterState::Available,
+            Some(m) => {
+                // Only what this migration created (or a klusterlet made while switching,
+                // which never got in) is removed.
+                let ours = m.annotations().get(PRE_CREATED) == Some(&task.spec.migration) || !m.spec.hub_accepts_client;
+                if ours && m.metadata.deletion_timestamp.is_none() {
+                    ignore_not_found(api.delete(name, &DeleteParams::default()).await)
+                        .map_err(ctx_err(format!("removing pre-created ManagedCluster {name}")))?;
+                    tracing::info!(cluster = %name, "removed pre-created ManagedCluster (rollback)");
+                }
+                if ours { ClusterState::RollingBack } else { ClusterState::RolledBack }
+            }
+        });
+    }
+    let done = rollback_done(names, &states, &rollback);
+    Ok(Report {
+        message: format!(
+            "{} clusters rolled back on this hub",
+            states
+                .iter()
+                .filter(|s| **s == ClusterState::RolledBack)
+                .count()
+        ),
+        state: if done { "Succeeded" } else { "Running" },
+        states,
+        ..Default::default()
+    })
+}
+
+fn rollback_done(names: &[String], states: &[ClusterState], rollback: &BTreeSet<&String>) -> bool {
+    names
+        .iter()
+        .zip(states)
+        .filter(|(n, _)| rollback.contains(n))
+        .all(|(_, s)| {
+            matches!(
+                s,
+                ClusterState::RolledBack | ClusterState::Available | ClusterState::NotFound
+            )
+        })
+}
+
+async fn lease_renewed_since(ctx: &Ctx, cluster: &str, since: &str) -> Result<bool, Error> {
+    let Ok(since) = since.parse::<jiff::Timestamp>() else {
+        return Ok(false);
+    };
+    let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), cluster);
+    let lease = ignore_not_found(leases.get(CLUSTER_LEASE).await)
+        .map_err(ctx_err(format!("reading the lease of {cluster}")))?;
+    Ok(lease
+        .and_then(|l| l.spec)
+        .and_then(|s| s.renew_time)
+        .is_some_and(|t| t.0 > since))
+}
+
+async fn source_rollback(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+) -> Result<Report, Error> {
+    let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
+    let mut states = Vec::with_capacity(names.len());
+    for name in names {
+        if !rollback.contains(name) {
+            states.push(ClusterState::Pending);
+            continue;
+        }
+        let Some(mc) = get(&ctx.clusters, None, name) else {
+            states.push(ClusterState::NotFound);
+            continue;
+        };
+        let restored_at = mc.annotations().get(RESTORED_AT).cloned();
+        if restored_at.is_none() || !mc.spec.hub_accepts_client || restore_needed(&mc, task) {
+            let now = restored_at
+                .clone()
+                .unwrap_or_else(|| jiff::Timestamp::now().to_string());
+            patch_cluster(ctx, name, json!({
+                "metadata": {"annotations": {KLUSTERLET_CONFIG: Value::Null, MIGRATING: Value::Null, RESTORED_AT: now}},
+                "spec": {"hubAcceptsClient": true}
+            }))
+            .await?;
+            states.push(ClusterState::RollingBack);
+            continue;
+        }
+        let back = available(&mc)
+            && lease_renewed_since(ctx, name, restored_at.as_deref().unwrap_or_default()).await?;
+        states.push(if back {
+            ClusterState::RolledBack
+        } else {
+            ClusterState::RollingBack
+        });
+    }
+    let done = rollback_done(names, &states, &rollback);
+    Ok(Report {
+        message: format!(
+            "{} clusters back on this hub",
+            states
+                .iter()
+                .filter(|s| **s == ClusterState::RolledBack)
+                .count()
+        ),
+        state: if done { "Succeeded" } else { "Running" },
+        states,
+        ..Default::default()
+    })
+}
+
+/// Whether a cluster still carries this migration's annotations.
+fn restore_needed(mc: &ManagedCluster, task: &MigrationTask) -> bool {
+    mc.annotations().get(MIGRATING) == Some(&task.spec.migration)
+        || task
+            .spec
+            .klusterlet_config_name
+            .as_ref()
+            .is_some_and(|k| mc.annotations().get(KLUSTERLET_CONFIG) == Some(k))
+}
+
+async fn source_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Result<Report, Error> {
+    let detach: BTreeSet<&String> = task.spec.detach.iter().flatten().collect();
+    let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    let mut states = Vec::with_capacity(names.len());
+    for name in names {
+        let mc = get(&ctx.clusters, None, name);
+        if detach.contains(name) {
+            match mc {
+                None => states.push(ClusterState::Detached),
+                Some(m) => {
+                    if m.metadata.deletion_timestamp.is_none() {
+                        ignore_not_found(api.delete(name, &DeleteParams::default()).await)
+                            .map_err(ctx_err(format!("detaching ManagedCluster {name}")))?;
+                        tracing::info!(cluster = %name, "detached the moved cluster from this hub");
+                    }
+                    states.push(ClusterState::Switching);
+                }
+            }
+            continue;
+        }
+        // Clusters that stayed: nothing of the migration may remain on them.
+        if let Some(m) = mc
+            && (restore_needed(&m, task) || m.annotations().contains_key(RESTORED_AT))
+        {
+            patch_cluster(ctx, name, json!({"metadata": {"annotations": {KLUSTERLET_CONFIG: Value::Null, MIGRATING: Value::Null, RESTORED_AT: Value::Null}}})).await?;
+        }
+        states.push(ClusterState::RolledBack);
+    }
+    let left = states
+        .iter()
+        .filter(|s| **s == ClusterState::Switching)
+        .count();
+    Ok(Report {
+        message: format!(
+            "{} detached, {left} to go",
+            states
+                .iter()
+                .filter(|s| **s == ClusterState::Detached)
+                .count()
+        ),
+        state: if left == 0 { "Succeeded" } else { "Running" },
+        states,
+        ..Default::default()
+    })
+}
+
+async fn target_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Result<Report, Error> {
+    let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
+    let mut states = Vec::with_capacity(names.len());
+    for name in names {
+        let mc = get(&ctx.clusters, None, name);
+        if rollback.contains(name) {
+            states.push(if mc.is_none() {
+                ClusterState::RolledBack
+            } else {
+                target_state(mc.as_deref())
+            });
+            continue;
+        }
+        if let Some(m) = &mc
+            && (m.annotations().contains_key(PRE_CREATED)
+                || m.annotations().contains_key(MIGRATING))
+        {
+            patch_cluster(ctx, name, json!({"metadata": {"annotations": {PRE_CREATED: Value::Null, MIGRATING: Value::Null}}})).await?;
+        }
+        states.push(target_state(mc.as_deref()));
+    }
+    Ok(Report {
+        message: "migration annotations removed".into(),
+        state: "Succeeded",
+        states,
+        ..Default::default()
+    })
+}
+
+async fn write_status(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+    report: Report,
+) -> Result<(), Error> {
+    let count =
+        |f: &dyn Fn(ClusterState) -> bool| report.states.iter().filter(|s| f(**s)).count() as i32;
+    let counts = ClusterCounts {
+        total: names.len() as i32,
+        switching: count(&|s| s == ClusterState::Switching),
+        registered: count(&|s| s == ClusterState::Available),
+        failed: count(&|s| s.failure().is_some()),
+        rolled_back: count(&|s| s == ClusterState::RolledBack),
+    };
+    let failures: Vec<ClusterFailure> = names
+        .iter()
+        .zip(&report.states)
+        .filter_map(|(n, s)| {
+            s.failure().map(|(reason, why)| ClusterFailure {
+                name: n.clone(),
+                reason: reason.into(),
+                message: Some(format!("{n} {why}")),
+            })
+        })
+        .take(MAX_REPORTED_FAILURES)
+        .collect();
+    let status = json!({
+        "observedStage": task.spec.stage,
+        "observedRevision": task.spec.revision,
+        "observedGeneration": task.metadata.generation,
+        "stageState": report.state,
+        "message": report.message,
+        "clusterStates": ClusterState::encode(&report.states),
+        "clusters": counts,
+        "failures": failures,
+        "carryOver": report.carry_over,
+        "klusterletConfigShape": report.shape,
+    });
+    let current = task
+        .status
+        .as_ref()
+        .map(|s| serde_json::to_value(s).unwrap_or_default())
+        .unwrap_or_default();
+    let unchanged = status.as_object().is_some_and(|m| {
+        m.iter().all(|(k, v)| {
+            current.get(k).unwrap_or(&Value::Null) == v || (v.is_null() && current.get(k).is_none())
+        })
+    });
+    if unchanged {
+        return Ok(());
+    }
+    let api: Api<MigrationTask> =
+        Api::namespaced(ctx.client.clone(), &task.namespace().unwrap_or_default());
+    api.patch_status(
+        &task.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .map_err(ctx_err(format!(
+        "writing the status of MigrationTask {}",
+        task.name_any()
+    )))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bookkeeping_labels_stay_behind() {
+        let labels: BTreeMap<String, String> = [
+            ("name", "c1"),
+            ("env", "prod"),
+            (CLUSTER_SET, "east"),
+            ("feature.open-cluster-management.io/addon-x", "available"),
+            ("vendor", "OpenShift"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let carried = carried_labels(&labels);
+        assert_eq!(carried.keys().collect::<Vec<_>>(), ["env", "vendor"]);
+    }
+
+    #[test]
+    fn states_round_trip_and_name_their_failures() {
+        let states = [
+            ClusterState::Valid,
+            ClusterState::NotFound,
+            ClusterState::Available,
+            ClusterState::Blocked,
+        ];
+        let text = ClusterState::encode(&states);
+        assert_eq!(text.len(), 4);
+        assert_eq!(ClusterState::decode(&text, 5)[..4], states);
+        assert_eq!(ClusterState::decode(&text, 5)[4], ClusterState::Pending);
+        assert_eq!(
+            ClusterState::NotFound.failure().unwrap().0,
+            "ClusterNotFound"
+        );
+        assert!(ClusterState::Blocked.failure().is_none());
+        let msg = summary(
+            &["a".into(), "b".into()],
+            &[ClusterState::Valid, ClusterState::IsHub],
+        );
+        assert_eq!(msg, "1 of 2 clusters cannot move: b is itself a hub");
+    }
+}

@@ -1,0 +1,2082 @@
+//! The migration controller: drives each ManagedClusterMigration through its phases.
+//!
+//! The manager never talks to a managed hub: each hub's part goes down as a MigrationTask
+//! inside the ManifestWork `migration-<name>-source` / `-target` and comes back through that
+//! work's status feedback (per-cluster states as one character each). Every decision is
+//! written to the migration's status before it is acted on, so a manager restarted at any
+//! moment continues where the last one stopped. Waits are watches (works, the
+//! ManagedServiceAccount, other migrations); stage timeouts are requeues at the deadline.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use migration_api::common::{Condition, condition_is_true, find_condition, now, set_condition};
+use migration_api::migration::{
+    CarriedCluster, ClusterCounts, ClusterFailure, ClusterState, MAX_REPORTED_FAILURES,
+    ManagedClusterMigration, ManagedClusterMigrationStatus, MigrationPhase, MigrationPlan,
+    MigrationRole, MigrationTaskSpec, PlannedObject, TaskStage,
+};
+use migration_api::names::conditions::{
+    AVAILABLE, CLUSTER_AVAILABLE, CLUSTER_REGISTERED, MIGRATION_STARTED, RESOURCE_CLEANED,
+    RESOURCE_DEPLOYED, RESOURCE_INITIALIZED, RESOURCE_ROLLED_BACK, RESOURCE_VALIDATED,
+};
+use migration_api::names::{self, DEFAULT_ADDON_INSTALL_NAMESPACE, finalizers, labels, reasons};
+use migration_api::ocm::addon::{AddOnDeploymentConfig, ManagedClusterAddOn, ProxyConfig};
+use migration_api::ocm::cluster::ManagedCluster;
+use migration_api::ocm::msa::ManagedServiceAccount;
+use migration_api::ocm::work::ManifestWork;
+use migration_api::runtime::ignore_not_found;
+use serde_json::{Value, json};
+
+use crate::migration_render::{self as mr, Migration, Shape};
+use crate::render::RenderError;
+
+/// Field manager of what the migration controller writes.
+pub const FIELD_MANAGER: &str = "cluster-migration-manager";
+/// The managed-serviceaccount addon a target hub must run.
+pub const MSA_ADDON: &str = "managed-serviceaccount";
+/// Name of the global hub in plans.
+pub const GLOBAL_HUB: &str = "global-hub";
+/// At most this many pre-created ManagedClusters are shown one by one in a plan.
+const PLAN_CLUSTER_OBJECTS: usize = 50;
+
+/// Settings of the migration controller.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Name of the addon whose agents carry out migrations.
+    pub addon_name: String,
+}
+
+struct Ctx {
+    client: Client,
+    config: Config,
+    recorder: Recorder,
+}
+
+/// Why a reconcile failed (it is retried).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}: {1}")]
+    Kube(String, #[source] kube::Error),
+    #[error(transparent)]
+    Render(#[from] RenderError),
+}
+
+fn ctx_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |e| Error::Kube(what, e)
+}
+
+/// Runs the controller until `stop` resolves.
+pub async fn run(
+    client: Client,
+    config: Config,
+    stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), kube::Error> {
+    let mcms: Api<ManagedClusterMigration> = Api::all(client.clone());
+    let owned = watcher::Config::default().labels(labels::MIGRATION);
+    let controller = Controller::new(mcms.clone(), watcher::Config::default());
+    let store = controller.store();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: None,
+        },
+    );
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        config,
+        recorder,
+    });
+    controller
+        .watches(
+            Api::<ManifestWork>::all(client.clone()),
+            owned.clone(),
+            owner_of,
+        )
+        .watches(
+            Api::<ManagedServiceAccount>::all(client.clone()),
+            owned,
+            owner_of,
+        )
+        // A migration waiting for another on the same hub pair starts when that one ends.
+        .watches(
+            mcms,
+            watcher::Config::default(),
+            move |changed: ManagedClusterMigration| {
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|m| phase(m) == MigrationPhase::Pending && m.uid() != changed.uid())
+                    .map(|m| ObjectRef::from_obj(&*m))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(stop)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "migration controller event");
+            }
+        })
+        .await;
+    Ok(())
+}
+
+fn owner_of<K: Resource>(obj: K) -> Option<ObjectRef<ManagedClusterMigration>> {
+    let l = obj.meta().labels.as_ref()?;
+    Some(ObjectRef::new(l.get(labels::MIGRATION)?).within(l.get(labels::MIGRATION_NAMESPACE)?))
+}
+
+fn error_policy(mcm: Arc<ManagedClusterMigration>, e: &Error, _: Arc<Ctx>) -> Action {
+    tracing::info!(migration = %mcm.name_any(), error = %e, "migration reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+fn phase(m: &ManagedClusterMigration) -> MigrationPhase {
+    m.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
+}
+
+fn migration_of(mcm: &ManagedClusterMigration) -> Migration {
+    Migration {
+        name: mcm.name_any(),
+        namespace: mcm.namespace().unwrap_or_default(),
+        from: mcm.spec.from.clone(),
+        to: mcm.spec.to.clone(),
+    }
+}
+
+/// The clusters a migration names (before validation) or resolved (after).
+fn clusters_of(mcm: &ManagedClusterMigration) -> Vec<String> {
+    mcm.status
+        .as_ref()
+        .and_then(|s| s.resolved_clusters.clone())
+        .or_else(|| mcm.spec.included_managed_clusters.clone())
+        .unwrap_or_default()
+}
+
+/// What one reconcile changes: the new status and the events to publish.
+struct Step {
+    status: ManagedClusterMigrationStatus,
+    events: Vec<(EventType, String, String)>,
+    generation: Option<i64>,
+}
+
+impl Step {
+    fn conditions(&mut self) -> &mut Vec<Condition> {
+        self.status.conditions.get_or_insert_with(Vec::new)
+    }
+
+    fn condition(&mut self, type_: &str, status: &str, reason: &str, message: &str) {
+        let generation = self.generation;
+        set_condition(
+            self.conditions(),
+            type_,
+            status,
+            reason,
+            message,
+            generation,
+        );
+    }
+
+    fn enter(&mut self, next: MigrationPhase, why: &str) {
+        let from = self.status.phase.unwrap_or_default();
+        if from == next {
+            return;
+        }
+        self.status.phase = Some(next);
+        self.status.phase_start_time = Some(now());
+        if next.is_terminal() {
+            self.status.completion_time = Some(now());
+        }
+        let kind = if next == MigrationPhase::Failed || next == MigrationPhase::Rollbacking {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        self.events.push((
+            kind,
+            format!("{next:?}"),
+            format!("{from:?} -> {next:?}: {why}"),
+        ));
+    }
+
+    fn event(&mut self, kind: EventType, reason: &str, note: String) {
+        self.events.push((kind, reason.into(), note));
+    }
+
+    /// Fails the migration at validation: nothing was touched.
+    fn fail_validation(&mut self, reason: &str, message: &str) {
+        self.condition(RESOURCE_VALIDATED, "False", reason, message);
+        self.enter(MigrationPhase::Failed, message);
+    }
+
+    /// Starts rolling back, remembering why.
+    fn rollback(&mut self, reason: &str, message: &str) {
+        self.condition(RESOURCE_ROLLED_BACK, "False", reason, message);
+        self.enter(MigrationPhase::Rollbacking, message);
+    }
+
+    fn states(&self) -> Vec<ClusterState> {
+        let n = self.status.resolved_clusters.as_ref().map_or(0, Vec::len);
+        ClusterState::decode(self.status.cluster_states.as_deref().unwrap_or(""), n)
+    }
+
+    fn set_states(&mut self, states: &[ClusterState]) {
+        self.status.cluster_states = Some(ClusterState::encode(states));
+        let names = self.status.resolved_clusters.clone().unwrap_or_default();
+        self.status.clusters = Some(counts(states));
+        let failures: Vec<ClusterFailure> = names
+            .iter()
+            .zip(states)
+            .filter_map(|(n, s)| {
+                s.failure().map(|(reason, why)| ClusterFailure {
+                    name: n.clone(),
+                    reason: reason.into(),
+                    message: Some(format!("{n} {why}")),
+                })
+            })
+            .take(MAX_REPORTED_FAILURES)
+            .collect();
+        self.status.failures = (!failures.is_empty()).then_some(failures);
+    }
+}
+
+/// Counts of a set of cluster states.
+pub fn counts(states: &[ClusterState]) -> ClusterCounts {
+    let n = |f: &dyn Fn(ClusterState) -> bool| states.iter().filter(|s| f(**s)).count() as i32;
+    ClusterCounts {
+        total: states.len() as i32,
+        switching: n(&|s| s == ClusterState::Switching),
+        registered: n(&|s| s == ClusterState::Available),
+        failed: n(&|s| s.failure().is_some()),
+        rolled_back: n(&|s| s == ClusterState::RolledBack),
+    }
+}
+
+async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let deleting = mcm.metadata.deletion_timestamp.is_some();
+    let current = phase(&mcm);
+    let has_finalizer = mcm
+        .finalizers()
+        .iter()
+        .any(|f| f == finalizers::MIGRATION_CLEANUP);
+    if !deleting && !current.is_terminal() && !has_finalizer {
+        set_finalizer(&ctx, &mcm, true).await?;
+        return Ok(Action::await_change());
+    }
+    let mut step = Step {
+        status: mcm.status.clone().unwrap_or_default(),
+        events: Vec::new(),
+        generation: mcm.metadata.generation,
+    };
+    step.status.observed_generation = mcm.metadata.generation;
+    if deleting {
+        match current {
+            MigrationPhase::Pending | MigrationPhase::Validating => {
+                step.fail_validation(reasons::ERROR, "deleted before any cluster was touched");
+            }
+            MigrationPhase::Initializing
+            | MigrationPhase::Deploying
+            | MigrationPhase::Registering => {
+                step.rollback(
+                    "Deleted",
+                    "the migration was deleted in flight; rolling back first",
+                );
+            }
+            _ => {}
+        }
+    }
+    let m = migration_of(&mcm);
+    let action = match step.status.phase.unwrap_or_default() {
+        MigrationPhase::Pending => pending(&ctx, &mcm, &mut step).await?,
+        MigrationPhase::Validating => validating(&ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Initializing => initializing(&ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Deploying => deploying(&ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Registering => registering(&ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Rollbacking => rollbacking(&ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Cleaning => cleaning(&ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Completed | MigrationPhase::Failed => {
+            let clean = remove_everything(&ctx, &m).await?;
+            if clean && has_finalizer && step.status == mcm.status.clone().unwrap_or_default() {
+                set_finalizer(&ctx, &mcm, false).await?;
+            }
+            Action::await_change()
+        }
+    };
+    write_status(&ctx, &mcm, step).await?;
+    Ok(action)
+}
+
+async fn set_finalizer(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    present: bool,
+) -> Result<(), Error> {
+    let mut list: Vec<String> = mcm
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizers::MIGRATION_CLEANUP)
+        .cloned()
+        .collect();
+    if present {
+        list.push(finalizers::MIGRATION_CLEANUP.into());
+    }
+    let api: Api<ManagedClusterMigration> =
+        Api::namespaced(ctx.client.clone(), &mcm.namespace().unwrap_or_default());
+    let patch =
+        json!({"metadata": {"finalizers": list, "resourceVersion": mcm.resource_version()}});
+    match api
+        .patch(
+            &mcm.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(Error::Kube("updating the migration's finalizers".into(), e)),
+    }
+}
+
+async fn write_status(ctx: &Ctx, mcm: &ManagedClusterMigration, step: Step) -> Result<(), Error> {
+    let reference = mcm.object_ref(&());
+    if Some(&step.status) != mcm.status.as_ref() {
+        let api: Api<ManagedClusterMigration> =
+            Api::namespaced(ctx.client.clone(), &mcm.namespace().unwrap_or_default());
+        let patch =
+            json!({"metadata": {"resourceVersion": mcm.resource_version()}, "status": step.status});
+        match api
+            .patch_status(
+                &mcm.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => {}
+            // A newer version exists: its event brings us back with fresh state, and what
+            // this step decided is decided again.
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => return Ok(()),
+            Err(e) => return Err(Error::Kube("writing the migration's status".into(), e)),
+        }
+    }
+    for (type_, reason, note) in step.events.iter().take(25) {
+        let ev = Event {
+            type_: *type_,
+            reason: reason.clone(),
+            note: Some(note.clone()),
+            action: "Migrate".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+            tracing::debug!(error = %e, "publishing an event");
+        }
+        tracing::info!(migration = %mcm.name_any(), %reason, "{note}");
+    }
+    Ok(())
+}
+
+/// Time left before the current phase times out, or `None` when it has.
+fn remaining(step: &Step, timeout: Duration) -> Option<Duration> {
+    let started = step.status.phase_start_time.as_ref()?.0;
+    let elapsed = jiff::Timestamp::now().duration_since(started);
+    let elapsed = Duration::try_from(elapsed).unwrap_or_default();
+    timeout.checked_sub(elapsed).filter(|d| !d.is_zero())
+}
+
+/// Requeue at the phase deadline (the watches bring us back sooner when anything changes).
+fn until(step: &Step, timeout: Duration) -> Action {
+    Action::requeue(
+        remaining(step, timeout).unwrap_or(Duration::from_secs(1)) + Duration::from_millis(100),
+    )
+}
+
+fn stage_timeout(mcm: &ManagedClusterMigration) -> Duration {
+    mcm.spec
+        .stage_timeout()
+        .unwrap_or(migration_api::migration::DEFAULT_STAGE_TIMEOUT)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pending
+
+fn active(m: &ManagedClusterMigration) -> bool {
+    !phase(m).is_terminal()
+}
+
+fn same_pair(a: &ManagedClusterMigration, b: &ManagedClusterMigration) -> bool {
+    let pair = |m: &ManagedClusterMigration| {
+        let mut p = [m.spec.from.clone(), m.spec.to.clone()];
+        p.sort();
+        p
+    };
+    pair(a) == pair(b)
+}
+
+fn older(a: &ManagedClusterMigration, b: &ManagedClusterMigration) -> bool {
+    (a.creation_timestamp(), a.namespace(), a.name_any())
+        < (b.creation_timestamp(), b.namespace(), b.name_any())
+}
+
+async fn pending(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    step: &mut Step,
+) -> Result<Action, Error> {
+    let all = Api::<ManagedClusterMigration>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(ctx_err("listing migrations"))?;
+    let blocker = all.items.iter().find(|o| {
+        o.uid() != mcm.uid()
+            && active(o)
+            && same_pair(o, mcm)
+            && (phase(o) != MigrationPhase::Pending || older(o, mcm))
+    });
+    if let Some(b) = blocker {
+        let message = format!(
+            "waiting for migration {}/{} ({} -> {}) to finish: one migration per pair of hubs at a time",
+            b.namespace().unwrap_or_default(),
+            b.name_any(),
+            b.spec.from,
+            b.spec.to
+        );
+        step.condition(MIGRATION_STARTED, "False", reasons::WAITING, &message);
+        return Ok(Action::await_change());
+    }
+    step.status.start_time = Some(now());
+    step.condition(
+        MIGRATION_STARTED,
+        "True",
+        reasons::STARTED,
+        "the migration started",
+    );
+    step.enter(MigrationPhase::Validating, "checking hubs and clusters");
+    Ok(Action::requeue(Duration::from_millis(10)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the hubs (as the global hub shows them) and the works' feedback
+
+async fn hub_addon(
+    ctx: &Ctx,
+    hub: &str,
+    addon: &str,
+) -> Result<Option<ManagedClusterAddOn>, Error> {
+    let api: Api<ManagedClusterAddOn> = Api::namespaced(ctx.client.clone(), hub);
+    ignore_not_found(api.get(addon).await).map_err(ctx_err(format!(
+        "reading ManagedClusterAddOn {hub}/{addon}"
+    )))
+}
+
+/// Namespace an addon's agent runs in on its hub.
+fn addon_namespace(mca: Option<&ManagedClusterAddOn>) -> String {
+    mca.and_then(|a| {
+        a.status
+            .as_ref()
+            .and_then(|s| s.namespace.clone())
+            .or_else(|| a.spec.install_namespace.clone())
+    })
+    .filter(|s| !s.is_empty())
+    .unwrap_or_else(|| DEFAULT_ADDON_INSTALL_NAMESPACE.into())
+}
+
+/// Why a hub cannot take part, if it cannot.
+async fn hub_problem(
+    ctx: &Ctx,
+    hub: &str,
+    role: &str,
+    needs_msa: bool,
+) -> Result<Option<String>, Error> {
+    let clusters: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    let Some(mc) =
+        ignore_not_found(clusters.get(hub).await).map_err(ctx_err(format!("reading hub {hub}")))?
+    else {
+        return Ok(Some(format!(
+            "{role} hub {hub:?} is not a managed cluster of the global hub"
+        )));
+    };
+    let conds = mc
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    if !condition_is_true(conds, CLUSTER_AVAILABLE) {
+        return Ok(Some(format!(
+            "{role} hub {hub} is not Available on the global hub"
+        )));
+    }
+    let addon = &ctx.config.addon_name;
+    match hub_addon(ctx, hub, addon).await? {
+        None => {
+            return Ok(Some(format!(
+                "the {addon} addon is not enabled on {role} hub {hub} (create ManagedClusterAddOn {addon} in namespace {hub}, or `clusteradm addon enable --names {addon} --clusters {hub}`)"
+            )));
+        }
+        Some(a) => {
+            let conds = a
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_deref())
+                .unwrap_or_default();
+            if !condition_is_true(conds, AVAILABLE) {
+                return Ok(Some(format!(
+                    "the {addon} addon on {role} hub {hub} is not Available"
+                )));
+            }
+        }
+    }
+    if needs_msa {
+        if hub_addon(ctx, hub, MSA_ADDON).await?.is_none() {
+            return Ok(Some(format!(
+                "{role} hub {hub} has no {MSA_ADDON} addon: the migration's bootstrap identity is a ManagedServiceAccount"
+            )));
+        }
+        let has_url = mc
+            .spec
+            .managed_cluster_client_configs
+            .as_ref()
+            .is_some_and(|c| c.iter().any(|c| !c.url.is_empty()));
+        if !has_url {
+            return Ok(Some(format!(
+                "{role} hub {hub} reports no managedClusterClientConfigs: there is no API server URL to point the clusters at"
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// One task's report as its work's status feedback shows it.
+#[derive(Clone, Debug, Default)]
+struct Feedback {
+    revision: Option<String>,
+    state: Option<String>,
+    message: Option<String>,
+    clusters: Option<String>,
+    total: Option<i64>,
+    shape: Option<String>,
+    carry: BTreeMap<usize, CarriedCluster>,
+    /// Why the work could not apply (a manifest's Applied condition), if it could not.
+    apply_error: Option<String>,
+}
+
+impl Feedback {
+    fn of(work: &ManifestWork) -> Self {
+        let mut fb = Feedback::default();
+        let manifests = work
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_status.as_ref())
+            .and_then(|r| r.manifests.as_ref());
+        for m in manifests.into_iter().flatten() {
+            if let Some(c) = m
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Applied" && c.status == "False")
+            {
+                fb.apply_error = Some(format!(
+                    "{} {}: {}",
+                    m.resource_meta.kind.clone().unwrap_or_default(),
+                    m.resource_meta.name.clone().unwrap_or_default(),
+                    c.message
+                ));
+            }
+            if m.resource_meta.kind.as_deref() != Some("MigrationTask") {
+                continue;
+            }
+            for v in m
+                .status_feedback
+                .iter()
+                .flat_map(|f| f.values.iter().flatten())
+            {
+                let text = v.field_value.string.clone();
+                match v.name.as_str() {
+                    "revision" => fb.revision = text,
+                    "state" => fb.state = text,
+                    "message" => fb.message = text,
+                    "clusters" => fb.clusters = text,
+                    "shape" => fb.shape = text,
+                    "total" => fb.total = v.field_value.integer,
+                    name => {
+                        if let Some(i) = name.strip_prefix("carry-").and_then(|i| i.parse().ok())
+                            && let Some(raw) = &v.field_value.json_raw
+                            && let Ok(c) = serde_json::from_str(raw)
+                        {
+                            fb.carry.insert(i, c);
+                        }
+                    }
+                }
+            }
+        }
+        fb
+    }
+
+    fn states(&self, n: usize) -> Vec<ClusterState> {
+        ClusterState::decode(self.clusters.as_deref().unwrap_or(""), n)
+    }
+
+    fn succeeded(&self) -> bool {
+        self.state.as_deref() == Some("Succeeded")
+    }
+
+    fn failed(&self) -> bool {
+        self.state.as_deref() == Some("Failed")
+    }
+}
+
+/// The feedback of a migration's work on one hub, only if it reports on `revision`.
+async fn report(
+    ctx: &Ctx,
+    m: &Migration,
+    role: MigrationRole,
+    revision: &str,
+) -> Result<(Option<Feedback>, Option<String>), Error> {
+    let hub = if role == MigrationRole::Source {
+        &m.from
+    } else {
+        &m.to
+    };
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
+    let Some(work) = ignore_not_found(works.get(&names::migration_work(&m.name, role)).await)
+        .map_err(ctx_err(format!("reading the {} work", role.as_str())))?
+    else {
+        return Ok((None, None));
+    };
+    let fb = Feedback::of(&work);
+    let err = fb.apply_error.clone();
+    Ok((
+        (fb.revision.as_deref() == Some(revision)).then_some(fb),
+        err,
+    ))
+}
+
+async fn existing_work(
+    ctx: &Ctx,
+    m: &Migration,
+    role: MigrationRole,
+) -> Result<Option<ManifestWork>, Error> {
+    let hub = if role == MigrationRole::Source {
+        &m.from
+    } else {
+        &m.to
+    };
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
+    ignore_not_found(works.get(&names::migration_work(&m.name, role)).await)
+        .map_err(ctx_err(format!("reading the {} work", role.as_str())))
+}
+
+/// The task spec inside an existing work (to read back what was delivered).
+fn delivered_task(work: &ManifestWork) -> Option<MigrationTaskSpec> {
+    work.spec
+        .workload
+        .iter()
+        .flat_map(|w| w.manifests.iter().flatten())
+        .find(|m| m.get("kind").and_then(Value::as_str) == Some("MigrationTask"))
+        .and_then(|m| serde_json::from_value(m.get("spec")?.clone()).ok())
+}
+
+async fn apply_work(ctx: &Ctx, work: &Value) -> Result<(), Error> {
+    let ns = work["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = work["metadata"]["name"].as_str().unwrap_or_default();
+    let api: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), ns);
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(work),
+    )
+    .await
+    .map_err(ctx_err(format!("applying ManifestWork {ns}/{name}")))?;
+    Ok(())
+}
+
+fn base_task(
+    mcm: &ManagedClusterMigration,
+    role: MigrationRole,
+    stage: TaskStage,
+    clusters: Vec<String>,
+) -> MigrationTaskSpec {
+    MigrationTaskSpec {
+        migration: mcm.name_any(),
+        migration_uid: mcm.uid(),
+        role,
+        peer_hub: if role == MigrationRole::Source {
+            mcm.spec.to.clone()
+        } else {
+            mcm.spec.from.clone()
+        },
+        clusters,
+        stage,
+        bootstrap_secret_name: Some(names::migration_bootstrap_secret(&mcm.spec.to)),
+        klusterlet_config_name: Some(names::migration_klusterlet_config(&mcm.spec.to)),
+        max_concurrency: mcm.spec.max_concurrency,
+        max_failures: mcm.spec.max_failures,
+        ..Default::default()
+    }
+}
+
+/// Delivers a task (with the extra manifests before it) to one hub; returns its revision.
+async fn deliver(
+    ctx: &Ctx,
+    m: &Migration,
+    role: MigrationRole,
+    manifests: Vec<Value>,
+    carry_rules: usize,
+    task_namespace: &str,
+) -> Result<String, Error> {
+    let revision = manifests
+        .iter()
+        .find(|o| o["kind"] == "MigrationTask")
+        .and_then(|o| o["spec"]["revision"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let work = mr::work(
+        m,
+        role,
+        manifests,
+        mr::task_feedback(m, task_namespace, carry_rules),
+    );
+    apply_work(ctx, &work).await?;
+    Ok(revision)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validating
+
+async fn validating(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &mut Step,
+) -> Result<Action, Error> {
+    if let Err(e) = mcm.spec.validate() {
+        step.fail_validation(reasons::INVALID_SPEC, &e.to_string());
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    if remaining(step, stage_timeout(mcm)).is_none() {
+        step.fail_validation(reasons::TIMEOUT, &format!(
+            "the hubs' agents did not report validation within {}; are the {} addons Available on {} and {}?",
+            mcm.spec.stage_timeout.as_deref().unwrap_or("5m"), ctx.config.addon_name, m.from, m.to));
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    for (hub, role, msa) in [(&m.from, "source", false), (&m.to, "target", true)] {
+        if let Some(problem) = hub_problem(ctx, hub, role, msa).await? {
+            step.fail_validation(reasons::HUB_INVALID, &problem);
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+    }
+    let hubs: BTreeSet<String> = Api::<ManagedCluster>::all(ctx.client.clone())
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(ctx_err("listing the global hub's clusters"))?
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect();
+    let named = mcm.spec.included_managed_clusters.clone();
+    if let Some(names) = &named
+        && let Some(problem) = cluster_problem(ctx, mcm, names, &hubs).await?
+    {
+        step.fail_validation(problem.0, &problem.1);
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    // The source resolves and checks its clusters.
+    let source_ns = addon_namespace(
+        hub_addon(ctx, &m.from, &ctx.config.addon_name)
+            .await?
+            .as_ref(),
+    );
+    let target_ns = addon_namespace(
+        hub_addon(ctx, &m.to, &ctx.config.addon_name)
+            .await?
+            .as_ref(),
+    );
+    let mut source_task = base_task(
+        mcm,
+        MigrationRole::Source,
+        TaskStage::Validating,
+        named.clone().unwrap_or_default(),
+    );
+    source_task.cluster_selector = mcm.spec.included_managed_clusters_selector.clone();
+    let previous = existing_work(ctx, m, MigrationRole::Source)
+        .await?
+        .map(|w| Feedback::of(&w));
+    let known_total = match &named {
+        Some(n) => n.len(),
+        None => previous.as_ref().and_then(|f| f.total).unwrap_or(0).max(0) as usize,
+    };
+    let source_rev = deliver(
+        ctx,
+        m,
+        MigrationRole::Source,
+        mr::source_manifests(m, &source_ns, source_task, None)?,
+        known_total,
+        &source_ns,
+    )
+    .await?;
+    let (source, source_err) = report(ctx, m, MigrationRole::Source, &source_rev).await?;
+    let waiting = |what: &str, err: Option<String>| {
+        let mut msg = format!("waiting for {what}");
+        if let Some(e) = err {
+            msg.push_str(&format!(" (the work reports: {e})"));
+        }
+        msg
+    };
+    let Some(source) = source.filter(|f| f.succeeded() || f.failed()) else {
+        step.condition(
+            RESOURCE_VALIDATED,
+            "False",
+            reasons::WAITING,
+            &waiting(
+                &format!("source hub {}'s agent to check the clusters", m.from),
+                source_err,
+            ),
+        );
+        return Ok(until(step, stage_timeout(mcm)));
+    };
+    let total = source.total.unwrap_or(0).max(0) as usize;
+    let resolved: Vec<String> = match &named {
+        Some(n) => n.clone(),
+        None => {
+            if total == 0 {
+                step.fail_validation(
+                    reasons::CLUSTER_NOT_FOUND,
+                    &format!(
+                        "includedManagedClustersSelector matches no cluster on source hub {}",
+                        m.from
+                    ),
+                );
+                return Ok(Action::requeue(Duration::from_millis(10)));
+            }
+            if source.carry.len() < total {
+                // The work now asks for every cluster's record; they arrive with its next status.
+                step.condition(
+                    RESOURCE_VALIDATED,
+                    "False",
+                    reasons::WAITING,
+                    &format!(
+                        "waiting for the {total} clusters source hub {} selected",
+                        m.from
+                    ),
+                );
+                return Ok(until(step, stage_timeout(mcm)));
+            }
+            (0..total)
+                .filter_map(|i| source.carry.get(&i).map(|c| c.name.clone()))
+                .collect()
+        }
+    };
+    let source_states = source.states(resolved.len());
+    if source.failed() {
+        let (reason, message) = failure_summary(
+            &resolved,
+            &source_states,
+            &format!("on source hub {}", m.from),
+        );
+        step.status.resolved_clusters = Some(resolved);
+        step.set_states(&source_states);
+        step.fail_validation(reason, &message);
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    if named.is_none()
+        && let Some(problem) = cluster_problem(ctx, mcm, &resolved, &hubs).await?
+    {
+        step.fail_validation(problem.0, &problem.1);
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    let Some(shape) = source.shape.as_deref().and_then(Shape::from_report) else {
+        step.fail_validation(reasons::HUB_INVALID, &format!(
+            "source hub {} serves no KlusterletConfig API (a plain OCM hub); delivering bootstrap kubeconfigs through each cluster's klusterlet ManifestWork is not supported yet", m.from));
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    };
+    // The target checks that none of them exists there.
+    let target_task = base_task(
+        mcm,
+        MigrationRole::Target,
+        TaskStage::Validating,
+        resolved.clone(),
+    );
+    let target_rev = deliver(
+        ctx,
+        m,
+        MigrationRole::Target,
+        mr::target_manifests(m, &target_ns, target_task, None)?,
+        0,
+        &target_ns,
+    )
+    .await?;
+    let (target, target_err) = report(ctx, m, MigrationRole::Target, &target_rev).await?;
+    let Some(target) = target.filter(|f| f.succeeded() || f.failed()) else {
+        step.condition(
+            RESOURCE_VALIDATED,
+            "False",
+            reasons::WAITING,
+            &waiting(
+                &format!("target hub {}'s agent to check the clusters", m.to),
+                target_err,
+            ),
+        );
+        return Ok(until(step, stage_timeout(mcm)));
+    };
+    let target_states = target.states(resolved.len());
+    step.status.resolved_clusters = Some(resolved.clone());
+    if target.failed() {
+        let (reason, message) = failure_summary(
+            &resolved,
+            &target_states,
+            &format!("on target hub {}", m.to),
+        );
+        step.set_states(&target_states);
+        step.fail_validation(reason, &message);
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    step.set_states(&vec![ClusterState::Valid; resolved.len()]);
+    step.status.bootstrap_delivery = Some(shape.delivery().into());
+    let carry: Vec<CarriedCluster> = (0..resolved.len())
+        .map(|i| {
+            source
+                .carry
+                .get(&i)
+                .cloned()
+                .unwrap_or_else(|| CarriedCluster {
+                    name: resolved[i].clone(),
+                    ..Default::default()
+                })
+        })
+        .collect();
+    if mcm.spec.dry_run == Some(true) {
+        step.status.plan = Some(
+            plan(
+                ctx, mcm, m, &resolved, &carry, shape, &source_ns, &target_ns,
+            )
+            .await?,
+        );
+        step.condition(
+            RESOURCE_VALIDATED,
+            "True",
+            reasons::DONE,
+            &format!(
+                "{} clusters can move from {} to {}",
+                resolved.len(),
+                m.from,
+                m.to
+            ),
+        );
+        step.enter(
+            MigrationPhase::Completed,
+            "dry run: the plan is in status.plan; nothing was changed",
+        );
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    // Keep what the clusters carry in the target's task (delivered with the next stage).
+    let mut keep = base_task(
+        mcm,
+        MigrationRole::Target,
+        TaskStage::Validating,
+        resolved.clone(),
+    );
+    keep.carry_over = Some(carry);
+    deliver(
+        ctx,
+        m,
+        MigrationRole::Target,
+        mr::target_manifests(m, &target_ns, keep, None)?,
+        0,
+        &target_ns,
+    )
+    .await?;
+    step.condition(
+        RESOURCE_VALIDATED,
+        "True",
+        reasons::DONE,
+        &format!(
+            "{} clusters can move from {} to {} ({})",
+            resolved.len(),
+            m.from,
+            m.to,
+            shape.delivery()
+        ),
+    );
+    step.enter(
+        MigrationPhase::Initializing,
+        "validated; preparing the bootstrap identity on the target",
+    );
+    Ok(Action::requeue(Duration::from_millis(10)))
+}
+
+/// Problems the global hub alone can see: a cluster that is a hub, or one in another active
+/// migration.
+async fn cluster_problem(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    clusters: &[String],
+    hubs: &BTreeSet<String>,
+) -> Result<Option<(&'static str, String)>, Error> {
+    if let Some(c) = clusters.iter().find(|c| hubs.contains(*c)) {
+        return Ok(Some((
+            "ClusterIsHub",
+            format!(
+                "{c} is itself a hub (a managed cluster of the global hub) and cannot be migrated"
+            ),
+        )));
+    }
+    let all = Api::<ManagedClusterMigration>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(ctx_err("listing migrations"))?;
+    let mine: BTreeSet<&String> = clusters.iter().collect();
+    for other in all
+        .items
+        .iter()
+        .filter(|o| o.uid() != mcm.uid() && active(o) && phase(o) != MigrationPhase::Pending)
+    {
+        if let Some(c) = clusters_of(other).iter().find(|c| mine.contains(c)) {
+            return Ok(Some((
+                reasons::CLUSTER_CONFLICT,
+                format!(
+                    "{c} is already in active migration {}/{}",
+                    other.namespace().unwrap_or_default(),
+                    other.name_any()
+                ),
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// The reason and message of a failed validation report.
+fn failure_summary(
+    names: &[String],
+    states: &[ClusterState],
+    where_: &str,
+) -> (&'static str, String) {
+    let failed: Vec<(&String, (&'static str, &'static str))> = names
+        .iter()
+        .zip(states)
+        .filter_map(|(n, s)| s.failure().map(|f| (n, f)))
+        .collect();
+    let Some((_, (reason, _))) = failed.first() else {
+        return (reasons::ERROR, format!("validation failed {where_}"));
+    };
+    let listed: Vec<String> = failed
+        .iter()
+        .take(5)
+        .map(|(n, (_, why))| format!("{n} {why}"))
+        .collect();
+    let more = if failed.len() > 5 {
+        format!(" (and {} more; see status.failures)", failed.len() - 5)
+    } else {
+        String::new()
+    };
+    (
+        reason,
+        format!(
+            "{} of {} clusters cannot move {where_}: {}{more}",
+            failed.len(),
+            names.len(),
+            listed.join("; ")
+        ),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Initializing
+
+/// The target hub's proxy settings: the proxyConfig of the AddOnDeploymentConfig its
+/// cluster-migration addon uses.
+async fn target_proxy(ctx: &Ctx, hub: &str) -> Result<Option<ProxyConfig>, Error> {
+    let Some(mca) = hub_addon(ctx, hub, &ctx.config.addon_name).await? else {
+        return Ok(None);
+    };
+    let Some(reference) = mca
+        .status
+        .as_ref()
+        .and_then(|s| s.config_references.as_ref())
+        .and_then(|r| r.iter().find(|c| c.resource == "addondeploymentconfigs"))
+    else {
+        return Ok(None);
+    };
+    let (name, ns) = match &reference.desired_config {
+        Some(d) => (d.name.clone(), d.namespace.clone()),
+        None => (reference.name.clone(), reference.namespace.clone()),
+    };
+    let api: Api<AddOnDeploymentConfig> =
+        Api::namespaced(ctx.client.clone(), &ns.unwrap_or_default());
+    Ok(ignore_not_found(api.get(&name).await)
+        .map_err(ctx_err(format!("reading AddOnDeploymentConfig {name}")))?
+        .and_then(|c| c.spec.proxy_config))
+}
+
+/// The target's bootstrap kubeconfig, once the ManagedServiceAccount has its token.
+async fn bootstrap(ctx: &Ctx, m: &Migration) -> Result<Option<String>, Error> {
+    let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
+    let msa_name = names::migration_service_account(&m.name);
+    let Some(msa) = ignore_not_found(msas.get(&msa_name).await)
+        .map_err(ctx_err("reading the ManagedServiceAccount"))?
+    else {
+        return Ok(None);
+    };
+    let Some(secret_name) = msa.status.and_then(|s| s.token_secret_ref).map(|r| r.name) else {
+        return Ok(None);
+    };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &m.to);
+    let Some(secret) = ignore_not_found(secrets.get(&secret_name).await)
+        .map_err(ctx_err("reading the token secret"))?
+    else {
+        return Ok(None);
+    };
+    let data = secret.data.unwrap_or_default();
+    let Some(token) = data
+        .get("token")
+        .and_then(|t| String::from_utf8(t.0.clone()).ok())
+    else {
+        return Ok(None);
+    };
+    let hub = Api::<ManagedCluster>::all(ctx.client.clone())
+        .get(&m.to)
+        .await
+        .map_err(ctx_err(format!("reading target hub {}", m.to)))?;
+    let Some(client_config) = hub
+        .spec
+        .managed_cluster_client_configs
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| !c.url.is_empty())
+    else {
+        return Err(RenderError::Config(format!(
+            "target hub {} reports no managedClusterClientConfigs",
+            m.to
+        ))
+        .into());
+    };
+    let ca = client_config.ca_bundle.clone().or_else(|| {
+        data.get("ca.crt")
+            .map(|c| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &c.0))
+    });
+    let proxy = target_proxy(ctx, &m.to).await?;
+    Ok(Some(mr::bootstrap_kubeconfig(
+        &client_config.url,
+        ca.as_deref(),
+        &token,
+        proxy.as_ref(),
+    )?))
+}
+
+async fn initializing(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &mut Step,
+) -> Result<Action, Error> {
+    let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
+    msas.patch(
+        &names::migration_service_account(&m.name),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(m.service_account()),
+    )
+    .await
+    .map_err(ctx_err("applying the ManagedServiceAccount"))?;
+    match bootstrap(ctx, m).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            if remaining(step, stage_timeout(mcm)).is_none() {
+                step.condition(RESOURCE_INITIALIZED, "False", reasons::TIMEOUT, &format!(
+                    "the ManagedServiceAccount on {} got no token in time; is the managed-serviceaccount addon running there?", m.to));
+                step.rollback(reasons::TIMEOUT, "initializing timed out");
+                return Ok(Action::requeue(Duration::from_millis(10)));
+            }
+            step.condition(
+                RESOURCE_INITIALIZED,
+                "False",
+                reasons::WAITING,
+                &format!(
+                    "waiting for the bootstrap token of ManagedServiceAccount {}/{}",
+                    m.to,
+                    names::migration_service_account(&m.name)
+                ),
+            );
+            return Ok(until(step, stage_timeout(mcm)));
+        }
+        Err(Error::Render(e)) => {
+            step.condition(
+                RESOURCE_INITIALIZED,
+                "False",
+                reasons::ERROR,
+                &e.to_string(),
+            );
+            step.rollback(reasons::ERROR, &e.to_string());
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+        Err(e) => return Err(e),
+    }
+    step.condition(
+        RESOURCE_INITIALIZED,
+        "True",
+        reasons::DONE,
+        &format!(
+            "bootstrap identity ready on {} (token valid {}), KlusterletConfig {} rendered",
+            m.to,
+            mr::BOOTSTRAP_TOKEN_VALIDITY,
+            names::migration_klusterlet_config(&m.to)
+        ),
+    );
+    step.enter(
+        MigrationPhase::Deploying,
+        "delivering the tasks to both hubs",
+    );
+    Ok(Action::requeue(Duration::from_millis(10)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deploying, Registering, Rollbacking, Cleaning: both works, rendered from the status
+
+fn shape_of(step: &Step) -> Shape {
+    match step.status.bootstrap_delivery.as_deref() {
+        Some(d) if d.ends_with("bootstrapKubeConfigs") => Shape::BootstrapKubeConfigs,
+        _ => Shape::MultipleHubsConfig,
+    }
+}
+
+fn non_empty(v: Vec<String>) -> Option<Vec<String>> {
+    (!v.is_empty()).then_some(v)
+}
+
+/// Delivers the target's part; returns its revision. `rbac`: the bootstrap identity may
+/// still register.
+async fn deliver_target(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &Step,
+    stage: TaskStage,
+    rollback: Vec<String>,
+    rbac: bool,
+) -> Result<String, Error> {
+    let names = step.status.resolved_clusters.clone().unwrap_or_default();
+    let target_ns = addon_namespace(
+        hub_addon(ctx, &m.to, &ctx.config.addon_name)
+            .await?
+            .as_ref(),
+    );
+    let msa_ns = addon_namespace(hub_addon(ctx, &m.to, MSA_ADDON).await?.as_ref());
+    // What the clusters carry lives in the target's task from validation on.
+    let carry = existing_work(ctx, m, MigrationRole::Target)
+        .await?
+        .as_ref()
+        .and_then(delivered_task)
+        .and_then(|t| t.carry_over);
+    let mut target = base_task(mcm, MigrationRole::Target, stage, names);
+    target.carry_over = carry;
+    target.bootstrap_user = Some(mr::bootstrap_user(m, &msa_ns));
+    target.rollback = non_empty(rollback);
+    let manifests = mr::target_manifests(m, &target_ns, target, rbac.then_some(msa_ns.as_str()))?;
+    deliver(ctx, m, MigrationRole::Target, manifests, 0, &target_ns).await
+}
+
+/// The source's part of a stage.
+#[derive(Default)]
+struct SourcePart {
+    released: Vec<String>,
+    rollback: Vec<String>,
+    detach: Vec<String>,
+}
+
+/// Delivers the source's part; returns its revision, or `None` when the bootstrap kubeconfig
+/// is needed (`need_bootstrap`) but its token is gone. Without the token the bootstrap secret
+/// and KlusterletConfig are left out (rollback and cleanup do not need them).
+async fn deliver_source(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &Step,
+    stage: TaskStage,
+    part: SourcePart,
+    need_bootstrap: bool,
+) -> Result<Option<String>, Error> {
+    let names = step.status.resolved_clusters.clone().unwrap_or_default();
+    let source_ns = addon_namespace(
+        hub_addon(ctx, &m.from, &ctx.config.addon_name)
+            .await?
+            .as_ref(),
+    );
+    let kubeconfig = bootstrap(ctx, m).await?;
+    if need_bootstrap && kubeconfig.is_none() {
+        return Ok(None);
+    }
+    let mut source = base_task(mcm, MigrationRole::Source, stage, names);
+    source.released = non_empty(part.released);
+    source.rollback = non_empty(part.rollback);
+    source.detach = non_empty(part.detach);
+    let shape = shape_of(step);
+    let manifests = mr::source_manifests(
+        m,
+        &source_ns,
+        source,
+        kubeconfig.as_deref().map(|k| (k, shape)),
+    )?;
+    Ok(Some(
+        deliver(ctx, m, MigrationRole::Source, manifests, 0, &source_ns).await?,
+    ))
+}
+
+async fn deploying(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &mut Step,
+) -> Result<Action, Error> {
+    let tgt_rev = deliver_target(ctx, mcm, m, step, TaskStage::Deploying, vec![], true).await?;
+    let Some(src_rev) = deliver_source(
+        ctx,
+        mcm,
+        m,
+        step,
+        TaskStage::Deploying,
+        SourcePart::default(),
+        true,
+    )
+    .await?
+    else {
+        step.rollback(reasons::ERROR, "the bootstrap token disappeared");
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    };
+    let (source, source_err) = report(ctx, m, MigrationRole::Source, &src_rev).await?;
+    let (target, target_err) = report(ctx, m, MigrationRole::Target, &tgt_rev).await?;
+    let ready = source.as_ref().is_some_and(Feedback::succeeded)
+        && target.as_ref().is_some_and(Feedback::succeeded);
+    if !ready {
+        if remaining(step, stage_timeout(mcm)).is_none() {
+            let msg = format!(
+                "the hubs did not confirm the delivery in time{}",
+                err_suffix(source_err.or(target_err))
+            );
+            step.condition(RESOURCE_DEPLOYED, "False", reasons::TIMEOUT, &msg);
+            step.rollback(reasons::TIMEOUT, &msg);
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+        let msg = format!(
+            "waiting for {} to confirm the KlusterletConfig and {} to pre-create the clusters{}",
+            m.from,
+            m.to,
+            err_suffix(source_err.or(target_err))
+        );
+        step.condition(RESOURCE_DEPLOYED, "False", reasons::WAITING, &msg);
+        return Ok(until(step, stage_timeout(mcm)));
+    }
+    step.condition(
+        RESOURCE_DEPLOYED,
+        "True",
+        reasons::DONE,
+        &format!(
+            "KlusterletConfig and bootstrap kubeconfig on {}; {} clusters pre-created on {}",
+            m.from,
+            step.status.resolved_clusters.as_ref().map_or(0, Vec::len),
+            m.to
+        ),
+    );
+    step.enter(MigrationPhase::Registering, "switching clusters");
+    Ok(Action::requeue(Duration::from_millis(10)))
+}
+
+fn err_suffix(e: Option<String>) -> String {
+    e.map(|e| format!(" (a work reports: {e})"))
+        .unwrap_or_default()
+}
+
+/// The outcome of one Registering step.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Clusters are still switching or waiting.
+    Running,
+    /// Every cluster is registered on the target.
+    Done,
+    /// Nothing more can happen: some clusters must be rolled back.
+    Stuck,
+}
+
+/// Advances the manager's per-cluster states from the hubs' reports and releases the next
+/// clusters (a sliding window of `max_concurrency`; no new release once failures exceed
+/// `max_failures`). Pure, so the wave logic is unit-tested.
+pub fn advance(
+    states: &mut [ClusterState],
+    source: Option<&[ClusterState]>,
+    target: Option<&[ClusterState]>,
+    max_concurrency: usize,
+    max_failures: usize,
+) -> Progress {
+    for (i, s) in states.iter_mut().enumerate() {
+        let t = target.map(|t| t[i]);
+        let src = source.map(|s| s[i]);
+        match (*s, t) {
+            (ClusterState::Available, _) => {}
+            (_, Some(ClusterState::Available)) => *s = ClusterState::Available,
+            (_, Some(ClusterState::Refused)) => *s = ClusterState::Refused,
+            (ClusterState::Switching | ClusterState::Refused | ClusterState::NotFound, _) => {}
+            _ => {
+                if let Some(src) = src
+                    && matches!(
+                        src,
+                        ClusterState::Waiting
+                            | ClusterState::Ready
+                            | ClusterState::Blocked
+                            | ClusterState::NotFound
+                    )
+                {
+                    *s = src;
+                }
+            }
+        }
+    }
+    let failed = states.iter().filter(|s| s.failure().is_some()).count();
+    let mut in_flight = states
+        .iter()
+        .filter(|s| **s == ClusterState::Switching)
+        .count();
+    if failed <= max_failures {
+        for s in states.iter_mut() {
+            if in_flight >= max_concurrency.max(1) {
+                break;
+            }
+            if *s == ClusterState::Ready {
+                *s = ClusterState::Switching;
+                in_flight += 1;
+            }
+        }
+    }
+    if states.iter().all(|s| *s == ClusterState::Available) {
+        return Progress::Done;
+    }
+    let waiting = states.iter().any(|s| matches!(s, ClusterState::Switching));
+    let may_release = failed <= max_failures
+        && states.iter().any(|s| {
+            matches!(
+                s,
+                ClusterState::Ready
+                    | ClusterState::Waiting
+                    | ClusterState::Valid
+                    | ClusterState::Blocked
+                    | ClusterState::Pending
+            )
+        });
+    if waiting || may_release {
+        Progress::Running
+    } else {
+        Progress::Stuck
+    }
+}
+
+fn released(names: &[String], states: &[ClusterState]) -> Vec<String> {
+    names
+        .iter()
+        .zip(states)
+        .filter(|(_, s)| {
+            matches!(
+                s,
+                ClusterState::Switching | ClusterState::Available | ClusterState::Refused
+            )
+        })
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+async fn registering(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &mut Step,
+) -> Result<Action, Error> {
+    let names = step.status.resolved_clusters.clone().unwrap_or_default();
+    let mut states = step.states();
+    // Deliver what the status says (the release list), then read the reports on it.
+    let tgt_rev = deliver_target(ctx, mcm, m, step, TaskStage::Registering, vec![], true).await?;
+    let part = SourcePart {
+        released: released(&names, &states),
+        ..Default::default()
+    };
+    let Some(src_rev) =
+        deliver_source(ctx, mcm, m, step, TaskStage::Registering, part, true).await?
+    else {
+        step.rollback(reasons::ERROR, "the bootstrap token disappeared");
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    };
+    let (source, _) = report(ctx, m, MigrationRole::Source, &src_rev).await?;
+    let (target, _) = report(ctx, m, MigrationRole::Target, &tgt_rev).await?;
+    let before = states.clone();
+    let max_conc = mcm
+        .spec
+        .max_concurrency
+        .map_or(names.len(), |c| c.max(1) as usize);
+    let max_fail = mcm.spec.max_failures.unwrap_or(0).max(0) as usize;
+    let progress = advance(
+        &mut states,
+        source.as_ref().map(|f| f.states(names.len())).as_deref(),
+        target.as_ref().map(|f| f.states(names.len())).as_deref(),
+        max_conc,
+        max_fail,
+    );
+    for (i, (b, a)) in before.iter().zip(&states).enumerate() {
+        if a.failure().is_some() && b.failure().is_none() {
+            let why = a.failure().map_or("", |f| f.1);
+            step.event(
+                EventType::Warning,
+                "ClusterFailed",
+                format!("{} {why}", names[i]),
+            );
+        }
+    }
+    step.set_states(&states);
+    let c = counts(&states);
+    let timeout = mcm
+        .spec
+        .registering_timeout()
+        .unwrap_or(migration_api::migration::DEFAULT_REGISTERING_TIMEOUT);
+    match progress {
+        Progress::Done => {
+            step.condition(
+                CLUSTER_REGISTERED,
+                "True",
+                reasons::DONE,
+                &format!("all {} clusters are Available on {}", c.total, m.to),
+            );
+            step.enter(
+                MigrationPhase::Cleaning,
+                "every cluster registered on the target",
+            );
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+        Progress::Stuck => {
+            let msg = format!(
+                "{} of {} clusters registered; {} failed",
+                c.registered, c.total, c.failed
+            );
+            step.condition(CLUSTER_REGISTERED, "False", "PartiallyRegistered", &msg);
+            let reason = if c.failed as usize > max_fail {
+                "FailureBudgetExceeded"
+            } else {
+                "Refused"
+            };
+            step.rollback(
+                reason,
+                &format!("{msg}; rolling back the clusters that did not arrive"),
+            );
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+        Progress::Running => {}
+    }
+    if remaining(step, timeout).is_none() {
+        let msg = format!(
+            "{} of {} clusters registered within {}",
+            c.registered,
+            c.total,
+            mcm.spec.registering_timeout.as_deref().unwrap_or("12m")
+        );
+        step.condition(CLUSTER_REGISTERED, "False", reasons::TIMEOUT, &msg);
+        step.rollback(reasons::TIMEOUT, &format!("{msg}; rolling back the others"));
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    let blocked = states
+        .iter()
+        .filter(|s| **s == ClusterState::Blocked)
+        .count();
+    let mut msg = format!(
+        "{} of {} clusters registered on {}, {} switching",
+        c.registered, c.total, m.to, c.switching
+    );
+    if blocked > 0 {
+        msg.push_str(&format!(
+            ", {blocked} held by the {} annotation",
+            names::annotations::BLOCK_MOVE
+        ));
+    }
+    step.condition(CLUSTER_REGISTERED, "False", reasons::WAITING, &msg);
+    if states != before {
+        // The status goes first; the next reconcile delivers the new release list.
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    Ok(until(step, timeout))
+}
+
+async fn rollbacking(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &mut Step,
+) -> Result<Action, Error> {
+    let names = step.status.resolved_clusters.clone().unwrap_or_default();
+    let mut states = step.states();
+    let to_roll: Vec<String> = names
+        .iter()
+        .zip(&states)
+        .filter(|(_, s)| **s != ClusterState::Available)
+        .map(|(n, _)| n.clone())
+        .collect();
+    // Nothing was delivered yet (failed while initializing): only the credentials go.
+    if existing_work(ctx, m, MigrationRole::Source)
+        .await?
+        .and_then(|w| delivered_task(&w))
+        .is_none_or(|t| t.stage == TaskStage::Validating)
+    {
+        step.condition(
+            RESOURCE_ROLLED_BACK,
+            "True",
+            reasons::DONE,
+            "no cluster had been touched",
+        );
+        step.enter(MigrationPhase::Cleaning, "rolled back");
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    // The target first: it stops admitting them and removes what it pre-created; the source
+    // then takes back each cluster the target has let go.
+    let target_view = existing_work(ctx, m, MigrationRole::Target)
+        .await?
+        .map(|w| Feedback::of(&w));
+    let target_states = target_view.as_ref().map(|f| f.states(names.len()));
+    let target_done: BTreeSet<&String> = match &target_states {
+        Some(ts) => names
+            .iter()
+            .zip(ts)
+            .filter(|(_, s)| **s == ClusterState::RolledBack)
+            .map(|(n, _)| n)
+            .collect(),
+        None => BTreeSet::new(),
+    };
+    let source_list: Vec<String> = to_roll
+        .iter()
+        .filter(|n| target_done.contains(n))
+        .cloned()
+        .collect();
+    let target_rev = deliver_target(
+        ctx,
+        mcm,
+        m,
+        step,
+        TaskStage::Rollbacking,
+        to_roll.clone(),
+        false,
+    )
+    .await?;
+    let (target, _) = report(ctx, m, MigrationRole::Target, &target_rev).await?;
+    // Clusters that arrived after all stay where they are.
+    if let Some(t) = &target {
+        let ts = t.states(names.len());
+        for (i, s) in states.iter_mut().enumerate() {
+            if ts[i] == ClusterState::Available && *s != ClusterState::Available {
+                *s = ClusterState::Available;
+            }
+        }
+    }
+    let part = SourcePart {
+        rollback: source_list.clone(),
+        ..Default::default()
+    };
+    let src_rev = deliver_source(ctx, mcm, m, step, TaskStage::Rollbacking, part, false)
+        .await?
+        .unwrap_or_default();
+    let (source, _) = report(ctx, m, MigrationRole::Source, &src_rev).await?;
+    let target_ok = target.as_ref().is_some_and(Feedback::succeeded);
+    let source_ok =
+        source.as_ref().is_some_and(Feedback::succeeded) && source_list.len() == to_roll.len();
+    if let Some(sf) = &source {
+        let ss = sf.states(names.len());
+        for (i, s) in states.iter_mut().enumerate() {
+            if ss[i] == ClusterState::RolledBack
+                && *s != ClusterState::Available
+                && s.failure().is_none()
+            {
+                *s = ClusterState::RolledBack;
+            }
+        }
+    }
+    step.set_states(&states);
+    let back = states
+        .iter()
+        .filter(|s| **s == ClusterState::RolledBack)
+        .count();
+    if target_ok && source_ok {
+        let msg = format!(
+            "{} clusters back on {} and Available; {} stay on {}",
+            to_roll.len(),
+            m.from,
+            counts(&states).registered,
+            m.to
+        );
+        step.condition(RESOURCE_ROLLED_BACK, "True", reasons::DONE, &msg);
+        step.enter(MigrationPhase::Cleaning, &msg);
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    if remaining(step, stage_timeout(mcm)).is_none() {
+        let msg = format!(
+            "rollback did not finish in time: {back} of {} clusters verified back on {}",
+            to_roll.len(),
+            m.from
+        );
+        step.condition(RESOURCE_ROLLED_BACK, "False", reasons::TIMEOUT, &msg);
+        step.enter(MigrationPhase::Cleaning, &msg);
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    let cause = step
+        .status
+        .conditions
+        .as_deref()
+        .and_then(|c| find_condition(c, RESOURCE_ROLLED_BACK))
+        .map(|c| c.reason.clone())
+        .unwrap_or_default();
+    step.condition(
+        RESOURCE_ROLLED_BACK,
+        "False",
+        &cause,
+        &format!(
+            "rolling back: {back} of {} clusters back on {}",
+            to_roll.len(),
+            m.from
+        ),
+    );
+    Ok(until(step, stage_timeout(mcm)))
+}
+
+async fn cleaning(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &mut Step,
+) -> Result<Action, Error> {
+    let names = step.status.resolved_clusters.clone().unwrap_or_default();
+    let states = step.states();
+    let detach: Vec<String> = names
+        .iter()
+        .zip(&states)
+        .filter(|(_, s)| **s == ClusterState::Available)
+        .map(|(n, _)| n.clone())
+        .collect();
+    let rollback: Vec<String> = names
+        .iter()
+        .zip(&states)
+        .filter(|(_, s)| **s != ClusterState::Available)
+        .map(|(n, _)| n.clone())
+        .collect();
+    let delivered = existing_work(ctx, m, MigrationRole::Source)
+        .await?
+        .and_then(|w| delivered_task(&w));
+    // Clusters were touched only once the works went past validation.
+    let touched = delivered
+        .as_ref()
+        .is_some_and(|t| t.stage != TaskStage::Validating);
+    if touched {
+        let tgt = deliver_target(
+            ctx,
+            mcm,
+            m,
+            step,
+            TaskStage::Cleaning,
+            rollback.clone(),
+            false,
+        )
+        .await?;
+        let part = SourcePart {
+            rollback: rollback.clone(),
+            detach: detach.clone(),
+            ..Default::default()
+        };
+        let src = deliver_source(ctx, mcm, m, step, TaskStage::Cleaning, part, false)
+            .await?
+            .unwrap_or_default();
+        let (source, _) = report(ctx, m, MigrationRole::Source, &src).await?;
+        let (target, _) = report(ctx, m, MigrationRole::Target, &tgt).await?;
+        let done = source.as_ref().is_some_and(Feedback::succeeded)
+            && target.as_ref().is_some_and(Feedback::succeeded);
+        if !done && remaining(step, stage_timeout(mcm)).is_some() {
+            step.condition(
+                RESOURCE_CLEANED,
+                "False",
+                reasons::WAITING,
+                &format!(
+                    "waiting for {} to detach {} moved clusters",
+                    m.from,
+                    detach.len()
+                ),
+            );
+            return Ok(until(step, stage_timeout(mcm)));
+        }
+        if !done {
+            step.condition(RESOURCE_CLEANED, "False", reasons::TIMEOUT, "the hubs did not confirm the cleanup in time; removing the migration's objects anyway");
+        }
+    }
+    // Works first (their objects go with them), and the bootstrap credentials last.
+    if !remove_everything(ctx, m).await? {
+        step.condition(
+            RESOURCE_CLEANED,
+            "False",
+            reasons::WAITING,
+            "waiting for the hubs to remove the migration's objects",
+        );
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let c = counts(&states);
+    step.condition(
+        RESOURCE_CLEANED,
+        "True",
+        reasons::DONE,
+        &format!(
+            "temporary objects removed from {} and {}; bootstrap ServiceAccount revoked",
+            m.from, m.to
+        ),
+    );
+    let cause = step
+        .status
+        .conditions
+        .as_deref()
+        .and_then(|cs| find_condition(cs, RESOURCE_ROLLED_BACK))
+        .map(|c| c.reason.clone());
+    let fatal = matches!(cause.as_deref(), Some(r) if r != "Refused" && r != reasons::DONE)
+        || c.registered == 0;
+    let summary = format!(
+        "{} of {} clusters moved from {} to {}; {} rolled back",
+        c.registered, c.total, m.from, m.to, c.rolled_back
+    );
+    if fatal {
+        step.enter(MigrationPhase::Failed, &summary);
+    } else {
+        step.enter(MigrationPhase::Completed, &summary);
+    }
+    Ok(Action::requeue(Duration::from_millis(10)))
+}
+
+/// Deletes the works and the ManagedServiceAccount; true once all are gone. The
+/// ManagedServiceAccount goes only after the works, so a klusterlet mid-switch never loses
+/// its bootstrap credentials while the target still expects it.
+async fn remove_everything(ctx: &Ctx, m: &Migration) -> Result<bool, Error> {
+    let mut gone = true;
+    for role in [MigrationRole::Source, MigrationRole::Target] {
+        let hub = if role == MigrationRole::Source {
+            &m.from
+        } else {
+            &m.to
+        };
+        let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
+        let name = names::migration_work(&m.name, role);
+        match ignore_not_found(works.get(&name).await).map_err(ctx_err("reading a work"))? {
+            None => {}
+            Some(w) => {
+                gone = false;
+                if w.metadata.deletion_timestamp.is_none() {
+                    ignore_not_found(works.delete(&name, &DeleteParams::default()).await)
+                        .map_err(ctx_err(format!("deleting work {hub}/{name}")))?;
+                }
+            }
+        }
+    }
+    if !gone {
+        return Ok(false);
+    }
+    let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
+    let name = names::migration_service_account(&m.name);
+    match ignore_not_found(msas.get(&name).await)
+        .map_err(ctx_err("reading the ManagedServiceAccount"))?
+    {
+        None => Ok(true),
+        Some(msa) => {
+            if msa.metadata.deletion_timestamp.is_none() {
+                ignore_not_found(msas.delete(&name, &DeleteParams::default()).await)
+                    .map_err(ctx_err("revoking the ManagedServiceAccount"))?;
+            }
+            Ok(false)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dry run
+
+#[allow(clippy::too_many_arguments)]
+async fn plan(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    clusters: &[String],
+    carry: &[CarriedCluster],
+    shape: Shape,
+    source_ns: &str,
+    target_ns: &str,
+) -> Result<MigrationPlan, Error> {
+    let wave = mcm
+        .spec
+        .max_concurrency
+        .map_or(clusters.len(), |c| c.max(1) as usize)
+        .max(1);
+    let waves = clusters.chunks(wave).map(<[String]>::to_vec).collect();
+    let hub = Api::<ManagedCluster>::all(ctx.client.clone())
+        .get(&m.to)
+        .await
+        .map_err(ctx_err("reading the target hub"))?;
+    let url = hub
+        .spec
+        .managed_cluster_client_configs
+        .unwrap_or_default()
+        .into_iter()
+        .next()
+        .map(|c| (c.url, c.ca_bundle));
+    let (server, ca) = url.unwrap_or_default();
+    let proxy = target_proxy(ctx, &m.to).await?;
+    let kubeconfig =
+        mr::bootstrap_kubeconfig(&server, ca.as_deref(), mr::REDACTED, proxy.as_ref())?;
+    let msa_ns = addon_namespace(hub_addon(ctx, &m.to, MSA_ADDON).await?.as_ref());
+    let mut source = base_task(
+        mcm,
+        MigrationRole::Source,
+        TaskStage::Registering,
+        clusters.to_vec(),
+    );
+    source.released = Some(clusters.to_vec());
+    let mut target = base_task(
+        mcm,
+        MigrationRole::Target,
+        TaskStage::Registering,
+        clusters.to_vec(),
+    );
+    target.carry_over = Some(carry.to_vec());
+    target.bootstrap_user = Some(mr::bootstrap_user(m, &msa_ns));
+    let mut objects = vec![planned(GLOBAL_HUB, &m.service_account())];
+    for o in mr::source_manifests(m, source_ns, source, Some((&kubeconfig, shape)))? {
+        objects.push(planned(&m.from, &mr::redact(&o)));
+    }
+    for o in mr::target_manifests(m, target_ns, target, Some(&msa_ns))? {
+        objects.push(planned(&m.to, &o));
+    }
+    for c in carry.iter().take(PLAN_CLUSTER_OBJECTS) {
+        let mut labels = c.labels.clone();
+        if let Some(set) = &c.cluster_set {
+            labels.insert(labels::CLUSTER_SET.into(), set.clone());
+        }
+        objects.push(planned(
+            &m.to,
+            &json!({
+                "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+                "metadata": {"name": c.name, "labels": labels},
+                "spec": {"hubAcceptsClient": true}
+            }),
+        ));
+    }
+    Ok(MigrationPlan {
+        clusters: clusters.to_vec(),
+        waves,
+        objects,
+    })
+}
+
+fn planned(hub: &str, o: &Value) -> PlannedObject {
+    PlannedObject {
+        hub: hub.into(),
+        api_version: o["apiVersion"].as_str().unwrap_or_default().into(),
+        kind: o["kind"].as_str().unwrap_or_default().into(),
+        namespace: o["metadata"]["namespace"].as_str().map(str::to_owned),
+        name: o["metadata"]["name"].as_str().unwrap_or_default().into(),
+        object: Some(o.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ClusterState::*;
+
+    #[test]
+    fn releases_ready_clusters_in_a_window_of_max_concurrency() {
+        let mut s = vec![Valid; 5];
+        let src = [Ready, Ready, Waiting, Ready, Blocked];
+        assert_eq!(advance(&mut s, Some(&src), None, 2, 0), Progress::Running);
+        assert_eq!(s, [Switching, Switching, Waiting, Ready, Blocked]);
+        // One arrives: the next ready one goes.
+        let tgt = [Available, Created, Created, Created, Created];
+        assert_eq!(
+            advance(&mut s, Some(&src), Some(&tgt), 2, 0),
+            Progress::Running
+        );
+        assert_eq!(s, [Available, Switching, Waiting, Switching, Blocked]);
+    }
+
+    #[test]
+    fn done_when_every_cluster_is_available_on_the_target() {
+        let mut s = vec![Switching; 3];
+        assert_eq!(
+            advance(&mut s, None, Some(&[Available; 3]), 3, 0),
+            Progress::Done
+        );
+        assert_eq!(counts(&s).registered, 3);
+    }
+
+    #[test]
+    fn failures_past_the_budget_stop_new_releases_and_end_stuck() {
+        let mut s = vec![Valid; 4];
+        let src = [Ready; 4];
+        advance(&mut s, Some(&src), None, 2, 0);
+        let tgt = [Refused, Available, Created, Created];
+        let p = advance(&mut s, Some(&src), Some(&tgt), 2, 0);
+        assert_eq!(
+            s,
+            [Refused, Available, Ready, Ready],
+            "no release after a failure over budget"
+        );
+        assert_eq!(p, Progress::Stuck);
+        // With a budget of one the window keeps moving.
+        let mut s = vec![Valid; 4];
+        advance(&mut s, Some(&src), None, 2, 1);
+        advance(&mut s, Some(&src), Some(&tgt), 2, 1);
+        assert_eq!(s, [Refused, Available, Switching, Switching]);
+    }
+
+    #[test]
+    fn a_blocked_cluster_holds_the_migration_until_released() {
+        let mut s = vec![Valid; 2];
+        assert_eq!(
+            advance(&mut s, Some(&[Ready, Blocked]), None, 5, 0),
+            Progress::Running
+        );
+        assert_eq!(
+            advance(
+                &mut s,
+                Some(&[Switching, Blocked]),
+                Some(&[Available, Created]),
+                5,
+                0
+            ),
+            Progress::Running
+        );
+        assert_eq!(s, [Available, Blocked]);
+        assert_eq!(
+            advance(
+                &mut s,
+                Some(&[Switching, Ready]),
+                Some(&[Available, Created]),
+                5,
+                0
+            ),
+            Progress::Running
+        );
+        assert_eq!(s, [Available, Switching]);
+    }
+
+    #[test]
+    fn failure_summaries_name_the_clusters() {
+        let (reason, msg) = failure_summary(
+            &["a".into(), "b".into()],
+            &[NotFound, Valid],
+            "on source hub hub1",
+        );
+        assert_eq!(reason, "ClusterNotFound");
+        assert_eq!(
+            msg,
+            "1 of 2 clusters cannot move on source hub hub1: a not found on the source hub"
+        );
+    }
+}

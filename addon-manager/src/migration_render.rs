@@ -1,0 +1,523 @@
+//! Pure rendering of a migration's objects: the target's bootstrap kubeconfig, the source's
+//! KlusterletConfig and bootstrap secret, the bootstrap identity's RBAC on the target, the
+//! MigrationTasks, and the ManifestWorks `migration-<name>-source` / `-target` carrying them.
+//! Templates live in `templates/migration-*.yaml.hbs`; nothing here does I/O.
+
+use base64::Engine;
+use migration_api::migration::{MigrationRole, MigrationTaskSpec};
+use migration_api::names::{self, labels};
+use migration_api::ocm::addon::ProxyConfig;
+use serde_json::{Value, json};
+
+use crate::render::{RenderError, render_template, spec_hash};
+
+const BOOTSTRAP_SECRET: &str =
+    include_str!("../../templates/migration-bootstrap-kubeconfig.yaml.hbs");
+const KLUSTERLET_CONFIG: &str =
+    include_str!("../../templates/migration-klusterlet-config.yaml.hbs");
+const BOOTSTRAP_RBAC: &str = include_str!("../../templates/migration-bootstrap-rbac.yaml.hbs");
+const TASK: &str = include_str!("../../templates/migration-task.yaml.hbs");
+
+/// Validity of the migration's ManagedServiceAccount token: hours, not days. It only has to
+/// outlive the migration (its stage timeouts add up to well under this), and it is revoked as
+/// soon as every moved cluster holds its own credentials on the target.
+pub const BOOTSTRAP_TOKEN_VALIDITY: &str = "4h";
+/// How long a klusterlet keeps trying an unreachable hub before reselecting (the CRD's minimum).
+pub const HUB_CONNECTION_TIMEOUT_SECONDS: i64 = 180;
+/// Namespace the source hub's import controller reads bootstrap kubeconfig secrets from.
+pub const BOOTSTRAP_SECRETS_NAMESPACE: &str = "multicluster-engine";
+/// What replaces secret data in a dry run's plan.
+pub const REDACTED: &str = "<redacted>";
+
+/// Which KlusterletConfig shape the source hub serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// `spec.multipleHubsConfig` (current ACM/MCE).
+    MultipleHubsConfig,
+    /// `spec.bootstrapKubeConfigs` (older ACM/MCE).
+    BootstrapKubeConfigs,
+}
+
+impl Shape {
+    /// The shape a source agent reported (`None` for a hub without the API).
+    pub fn from_report(text: &str) -> Option<Self> {
+        match text {
+            "multipleHubsConfig" => Some(Self::MultipleHubsConfig),
+            "bootstrapKubeConfigs" => Some(Self::BootstrapKubeConfigs),
+            _ => None,
+        }
+    }
+
+    /// How the delivery shows in the migration's status.
+    pub fn delivery(self) -> &'static str {
+        match self {
+            Self::MultipleHubsConfig => "KlusterletConfig/multipleHubsConfig",
+            Self::BootstrapKubeConfigs => "KlusterletConfig/bootstrapKubeConfigs",
+        }
+    }
+}
+
+/// The migration an object is rendered for.
+#[derive(Clone, Debug)]
+pub struct Migration {
+    pub name: String,
+    pub namespace: String,
+    pub from: String,
+    pub to: String,
+}
+
+impl Migration {
+    /// Labels on everything rendered for this migration.
+    pub fn labels(&self) -> Value {
+        json!({
+            labels::MIGRATION: self.name,
+            labels::MIGRATION_NAMESPACE: self.namespace,
+            labels::MANAGED_BY: labels::MANAGED_BY_VALUE,
+        })
+    }
+
+    /// The ManagedServiceAccount of the migration's bootstrap identity, in the target hub's
+    /// namespace on the global hub.
+    pub fn service_account(&self) -> Value {
+        json!({
+            "apiVersion": "authentication.open-cluster-management.io/v1beta1",
+            "kind": "ManagedServiceAccount",
+            "metadata": {"name": names::migration_service_account(&self.name), "namespace": self.to, "labels": self.labels()},
+            "spec": {"rotation": {"enabled": true, "validity": BOOTSTRAP_TOKEN_VALIDITY}}
+        })
+    }
+}
+
+/// The target hub's bootstrap kubeconfig: its API server (from its ManagedCluster's
+/// `managedClusterClientConfigs`), its CA (`ca_bundle`, base64 PEM) with an HTTPS proxy's CA
+/// appended, the proxy URL when the target's addon config has one, and the token.
+pub fn bootstrap_kubeconfig(
+    server: &str,
+    ca_bundle: Option<&str>,
+    token: &str,
+    proxy: Option<&ProxyConfig>,
+) -> Result<String, RenderError> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut ca_pem = match ca_bundle.map(str::trim).filter(|s| !s.is_empty()) {
+        Some(text) => String::from_utf8(b64.decode(text).map_err(|e| {
+            RenderError::Config(format!("the target's caBundle is not base64: {e}"))
+        })?)
+        .map_err(|_| RenderError::Config("the target's caBundle is not a PEM bundle".into()))?,
+        None => String::new(),
+    };
+    let non_empty = |s: Option<&String>| s.filter(|s| !s.trim().is_empty()).cloned();
+    let https = server.starts_with("https://");
+    let proxy_url = proxy.and_then(|p| {
+        if https {
+            non_empty(p.https_proxy.as_ref()).or_else(|| non_empty(p.http_proxy.as_ref()))
+        } else {
+            non_empty(p.http_proxy.as_ref())
+        }
+    });
+    if let Some(p) = proxy
+        .filter(|_| {
+            proxy_url
+                .as_deref()
+                .is_some_and(|u| u.starts_with("https://"))
+        })
+        .and_then(|p| non_empty(p.ca_bundle.as_ref()))
+    {
+        let extra = String::from_utf8(b64.decode(p.trim()).map_err(|e| {
+            RenderError::Config(format!(
+                "the target's proxyConfig.caBundle is not base64: {e}"
+            ))
+        })?)
+        .map_err(|_| {
+            RenderError::Config("the target's proxyConfig.caBundle is not a PEM bundle".into())
+        })?;
+        if !ca_pem.is_empty() && !ca_pem.ends_with('\n') {
+            ca_pem.push('\n');
+        }
+        ca_pem.push_str(&extra);
+    }
+    let mut cluster = json!({"server": server});
+    if !ca_pem.is_empty() {
+        cluster["certificate-authority-data"] = json!(b64.encode(&ca_pem));
+    }
+    if let Some(url) = proxy_url {
+        cluster["proxy-url"] = json!(url);
+    }
+    let config = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "hub", "cluster": cluster}],
+        "users": [{"name": "bootstrap", "user": {"token": token}}],
+        "contexts": [{"name": "bootstrap", "context": {"cluster": "hub", "user": "bootstrap"}}],
+        "current-context": "bootstrap",
+    });
+    serde_yaml::to_string(&config).map_err(|e| RenderError::Config(e.to_string()))
+}
+
+/// The revision of a task spec (what the agent echoes back once it acted on it).
+pub fn revision(task: &MigrationTaskSpec) -> String {
+    let mut t = task.clone();
+    t.revision = None;
+    spec_hash(&t)[..16].to_owned()
+}
+
+fn task(m: &Migration, namespace: &str, mut spec: MigrationTaskSpec) -> Result<Value, RenderError> {
+    spec.revision = Some(revision(&spec));
+    let ctx = json!({
+        "name": m.name, "namespace": namespace, "labels": m.labels(),
+        "spec": serde_json::to_value(&spec).map_err(|e| RenderError::Config(e.to_string()))?,
+    });
+    Ok(render_template("migration-task", TASK, &ctx)?.remove(0))
+}
+
+/// The source hub's objects: the bootstrap secret and KlusterletConfig once there is a
+/// bootstrap kubeconfig (`None` while validating), then the task.
+pub fn source_manifests(
+    m: &Migration,
+    task_namespace: &str,
+    spec: MigrationTaskSpec,
+    bootstrap: Option<(&str, Shape)>,
+) -> Result<Vec<Value>, RenderError> {
+    let mut out = Vec::new();
+    if let Some((kubeconfig, shape)) = bootstrap {
+        let secret = names::migration_bootstrap_secret(&m.to);
+        out.extend(render_template(
+            "migration-bootstrap-kubeconfig",
+            BOOTSTRAP_SECRET,
+            &json!({
+                "secretName": secret, "secretNamespace": BOOTSTRAP_SECRETS_NAMESPACE,
+                "labels": m.labels(),
+                "kubeconfigBase64": base64::engine::general_purpose::STANDARD.encode(kubeconfig),
+            }),
+        )?);
+        out.extend(render_template(
+            "migration-klusterlet-config",
+            KLUSTERLET_CONFIG,
+            &json!({
+                "name": names::migration_klusterlet_config(&m.to), "labels": m.labels(),
+                "legacyShape": shape == Shape::BootstrapKubeConfigs,
+                "secretName": secret,
+                "hubConnectionTimeoutSeconds": HUB_CONNECTION_TIMEOUT_SECONDS,
+            }),
+        )?);
+    }
+    out.push(task(m, task_namespace, spec)?);
+    Ok(out)
+}
+
+/// The identity the target approves CSRs from: the ServiceAccount behind the migration's
+/// ManagedServiceAccount, in `namespace` on the target hub.
+pub fn bootstrap_user(m: &Migration, namespace: &str) -> String {
+    format!(
+        "system:serviceaccount:{namespace}:{}",
+        names::migration_service_account(&m.name)
+    )
+}
+
+/// The target hub's objects: the bootstrap identity's RBAC (while clusters may register:
+/// `Some(namespace of its ServiceAccount)`), then the task.
+pub fn target_manifests(
+    m: &Migration,
+    task_namespace: &str,
+    spec: MigrationTaskSpec,
+    rbac_namespace: Option<&str>,
+) -> Result<Vec<Value>, RenderError> {
+    let mut out = Vec::new();
+    if let Some(ns) = rbac_namespace {
+        out.extend(render_template(
+            "migration-bootstrap-rbac",
+            BOOTSTRAP_RBAC,
+            &json!({
+                "roleName": names::migration_bootstrap_role(&m.name), "labels": m.labels(),
+                "serviceAccount": names::migration_service_account(&m.name),
+                "serviceAccountNamespace": ns,
+            }),
+        )?);
+    }
+    out.push(task(m, task_namespace, spec)?);
+    Ok(out)
+}
+
+/// Feedback rules reading a task's status back; `carry_over` rules read the first that many
+/// per-cluster records (one value each, so each stays under the 1 KiB raw-JSON limit).
+pub fn task_feedback(m: &Migration, task_namespace: &str, carry_over: usize) -> Value {
+    let mut paths = vec![
+        json!({"name": "revision", "path": ".status.observedRevision"}),
+        json!({"name": "state", "path": ".status.stageState"}),
+        json!({"name": "message", "path": ".status.message"}),
+        json!({"name": "clusters", "path": ".status.clusterStates"}),
+        json!({"name": "total", "path": ".status.clusters.total"}),
+        json!({"name": "shape", "path": ".status.klusterletConfigShape"}),
+    ];
+    for i in 0..carry_over {
+        paths
+            .push(json!({"name": format!("carry-{i}"), "path": format!(".status.carryOver[{i}]")}));
+    }
+    json!({
+        "resourceIdentifier": {"group": names::GROUP, "resource": "migrationtasks", "name": m.name, "namespace": task_namespace},
+        "feedbackRules": [{"type": "JSONPaths", "jsonPaths": paths}]
+    })
+}
+
+/// The ManifestWork carrying one hub's part of the migration.
+pub fn work(m: &Migration, role: MigrationRole, manifests: Vec<Value>, feedback: Value) -> Value {
+    let hub = match role {
+        MigrationRole::Source => &m.from,
+        MigrationRole::Target => &m.to,
+    };
+    json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": names::migration_work(&m.name, role), "namespace": hub, "labels": m.labels()},
+        "spec": {
+            "workload": {"manifests": manifests},
+            "deleteOption": {"propagationPolicy": "Foreground"},
+            "manifestConfigs": [feedback],
+        }
+    })
+}
+
+/// A copy of `object` fit for a plan: Secret data and kubeconfig tokens replaced.
+pub fn redact(object: &Value) -> Value {
+    let mut out = object.clone();
+    if out["kind"] == "Secret" {
+        for key in ["data", "stringData"] {
+            if let Some(map) = out.get_mut(key).and_then(Value::as_object_mut) {
+                for v in map.values_mut() {
+                    *v = json!(REDACTED);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use migration_api::migration::{CarriedCluster, TaskStage};
+
+    use super::*;
+
+    fn m() -> Migration {
+        Migration {
+            name: "move".into(),
+            namespace: "default".into(),
+            from: "hub1".into(),
+            to: "hub2".into(),
+        }
+    }
+
+    fn b64(s: &str) -> String {
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    fn parse(text: &str) -> kube::config::Kubeconfig {
+        kube::config::Kubeconfig::from_yaml(text).unwrap()
+    }
+
+    #[test]
+    fn kubeconfig_from_client_config_without_proxy() {
+        let text = bootstrap_kubeconfig(
+            "https://hub2:6443",
+            Some(&b64(
+                "-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n",
+            )),
+            "tok",
+            None,
+        )
+        .unwrap();
+        let kc = parse(&text);
+        let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.server.as_deref(), Some("https://hub2:6443"));
+        assert!(cluster.proxy_url.is_none());
+        let ca = base64::engine::general_purpose::STANDARD
+            .decode(cluster.certificate_authority_data.as_ref().unwrap())
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(ca).unwrap(),
+            "-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n"
+        );
+        let user = kc.auth_infos[0].auth_info.as_ref().unwrap();
+        assert!(user.token.is_some());
+    }
+
+    #[test]
+    fn kubeconfig_behind_an_https_proxy_carries_its_url_and_ca() {
+        let proxy = ProxyConfig {
+            http_proxy: Some("http://plain:3128".into()),
+            https_proxy: Some("https://proxy:3129".into()),
+            ca_bundle: Some(b64("PROXY-CA\n")),
+            no_proxy: None,
+        };
+        let text =
+            bootstrap_kubeconfig("https://hub2", Some(&b64("HUB-CA")), "t", Some(&proxy)).unwrap();
+        let kc = parse(&text);
+        let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.proxy_url.as_deref(), Some("https://proxy:3129"));
+        let ca = base64::engine::general_purpose::STANDARD
+            .decode(cluster.certificate_authority_data.as_ref().unwrap())
+            .unwrap();
+        assert_eq!(String::from_utf8(ca).unwrap(), "HUB-CA\nPROXY-CA\n");
+        // An HTTP proxy has no CA to append.
+        let plain = ProxyConfig {
+            https_proxy: None,
+            ..proxy
+        };
+        let text =
+            bootstrap_kubeconfig("https://hub2", Some(&b64("HUB-CA")), "t", Some(&plain)).unwrap();
+        let cluster = parse(&text).clusters[0].cluster.clone().unwrap();
+        assert_eq!(cluster.proxy_url.as_deref(), Some("http://plain:3128"));
+        let ca = base64::engine::general_purpose::STANDARD
+            .decode(cluster.certificate_authority_data.unwrap())
+            .unwrap();
+        assert_eq!(ca, b"HUB-CA");
+    }
+
+    #[test]
+    fn bad_ca_bundle_is_a_clear_error() {
+        let err = bootstrap_kubeconfig("https://hub2", Some("%%%"), "t", None).unwrap_err();
+        assert!(err.to_string().contains("caBundle is not base64"), "{err}");
+    }
+
+    #[test]
+    fn klusterlet_config_in_both_shapes() {
+        for (shape, path) in [
+            (
+                Shape::MultipleHubsConfig,
+                "/spec/multipleHubsConfig/bootstrapKubeConfigs",
+            ),
+            (Shape::BootstrapKubeConfigs, "/spec/bootstrapKubeConfigs"),
+        ] {
+            let objs = source_manifests(
+                &m(),
+                "ns",
+                MigrationTaskSpec::default(),
+                Some(("kc", shape)),
+            )
+            .unwrap();
+            assert_eq!(objs.len(), 3);
+            assert_eq!(objs[0]["kind"], "Secret");
+            assert_eq!(objs[0]["metadata"]["name"], "bootstrap-hub2");
+            assert_eq!(
+                objs[0]["metadata"]["namespace"],
+                BOOTSTRAP_SECRETS_NAMESPACE
+            );
+            assert_eq!(objs[0]["data"]["kubeconfig"], b64("kc"));
+            let kc = &objs[1];
+            assert_eq!(kc["kind"], "KlusterletConfig");
+            assert_eq!(kc["metadata"]["name"], "migration-hub2");
+            let boot = kc
+                .pointer(path)
+                .unwrap_or_else(|| panic!("{shape:?}: {kc}"));
+            assert_eq!(boot["type"], "LocalSecrets");
+            assert_eq!(
+                boot["localSecretsConfig"]["kubeConfigSecrets"],
+                json!([{"name": "bootstrap-hub2"}])
+            );
+            assert_eq!(objs[2]["kind"], "MigrationTask");
+        }
+        let shapes = |o: &Value| {
+            (
+                o.pointer("/spec/multipleHubsConfig").is_some(),
+                o.pointer("/spec/bootstrapKubeConfigs").is_some(),
+            )
+        };
+        let new = source_manifests(
+            &m(),
+            "ns",
+            MigrationTaskSpec::default(),
+            Some(("kc", Shape::MultipleHubsConfig)),
+        )
+        .unwrap();
+        assert_eq!(shapes(&new[1]), (true, false));
+        assert_eq!(
+            new[1]["spec"]["multipleHubsConfig"]["genBootstrapKubeConfigStrategy"],
+            "IncludeCurrentHub"
+        );
+    }
+
+    #[test]
+    fn validating_source_carries_only_the_task_with_its_revision() {
+        let spec = MigrationTaskSpec {
+            migration: "move".into(),
+            clusters: vec!["c1".into()],
+            stage: TaskStage::Validating,
+            ..Default::default()
+        };
+        let objs = source_manifests(&m(), "agent-ns", spec.clone(), None).unwrap();
+        assert_eq!(objs.len(), 1);
+        assert_eq!(objs[0]["metadata"]["namespace"], "agent-ns");
+        assert_eq!(objs[0]["spec"]["revision"], revision(&spec));
+        let mut other = spec.clone();
+        other.stage = TaskStage::Deploying;
+        assert_ne!(revision(&spec), revision(&other));
+    }
+
+    #[test]
+    fn target_rbac_binds_only_the_migration_service_account() {
+        let objs =
+            target_manifests(&m(), "ns", MigrationTaskSpec::default(), Some("msa-ns")).unwrap();
+        assert_eq!(objs[0]["kind"], "ClusterRole");
+        let verbs: Vec<&str> = objs[0]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| {
+                r["verbs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap())
+            })
+            .collect();
+        assert!(
+            !verbs.contains(&"delete") && !verbs.contains(&"*"),
+            "{verbs:?}"
+        );
+        assert_eq!(
+            objs[1]["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "migration-move", "namespace": "msa-ns"}])
+        );
+        assert_eq!(
+            bootstrap_user(&m(), "msa-ns"),
+            "system:serviceaccount:msa-ns:migration-move"
+        );
+        let without = target_manifests(&m(), "ns", MigrationTaskSpec::default(), None).unwrap();
+        assert_eq!(without.len(), 1);
+    }
+
+    #[test]
+    fn works_and_feedback() {
+        let w = work(
+            &m(),
+            MigrationRole::Target,
+            vec![],
+            task_feedback(&m(), "ns", 2),
+        );
+        assert_eq!(w["metadata"]["name"], "migration-move-target");
+        assert_eq!(w["metadata"]["namespace"], "hub2");
+        let paths = &w["spec"]["manifestConfigs"][0]["feedbackRules"][0]["jsonPaths"];
+        assert_eq!(paths.as_array().unwrap().len(), 8);
+        assert_eq!(paths[7]["path"], ".status.carryOver[1]");
+        let carried = CarriedCluster {
+            name: "c1".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&carried).unwrap(),
+            json!({"name": "c1"})
+        );
+    }
+
+    #[test]
+    fn plans_never_show_secret_data() {
+        let objs = source_manifests(
+            &m(),
+            "ns",
+            MigrationTaskSpec::default(),
+            Some(("token: abc", Shape::MultipleHubsConfig)),
+        )
+        .unwrap();
+        let shown = redact(&objs[0]);
+        assert_eq!(shown["data"]["kubeconfig"], REDACTED);
+        assert!(!shown.to_string().contains(&b64("token: abc")));
+        assert_eq!(redact(&objs[1]), objs[1]);
+    }
+}

@@ -1,0 +1,795 @@
+//! Migrations end to end: the real addon-manager on the global hub and the real addon-agent on
+//! each hub (run by the hubs' kubelets), the simulated klusterlets switching hubs, driven with
+//! kubectl as a user would, and checked through the API.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use e2e::{Manager, eventually, kubeconfig, kubectl_apply, kubectl_ok};
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use migration_api::common::{condition_is_true, find_condition};
+use migration_api::migration::{ManagedClusterMigration, MigrationPhase};
+use migration_api::ocm::addon::ManagedClusterAddOn;
+use migration_api::ocm::cluster::ManagedCluster;
+use migration_api::ocm::config::KlusterletConfig;
+use migration_api::ocm::msa::ManagedServiceAccount;
+use migration_api::ocm::work::ManifestWork;
+use ocm_sim::fleet::Fleet;
+
+const ADDON: &str = "cluster-migration";
+const NS: &str = "default";
+
+/// Enables the addon on `hubs` with a config that renews the agents' leases every second (the
+/// fleet judges addon health on a one-second period).
+fn enable_addon(global: &Path, hubs: &[&str]) {
+    kubectl_ok(global, &["create", "namespace", "addon-configs"], None);
+    kubectl_apply(
+        global,
+        r#"{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "AddOnDeploymentConfig",
+  "metadata": {"name": "fast-lease", "namespace": "addon-configs"},
+  "spec": {"customizedVariables": [{"name": "LEASE_DURATION_SECONDS", "value": "1"}]}}"#,
+    );
+    for hub in hubs {
+        kubectl_apply(
+            global,
+            &format!(
+                r#"{{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+  "metadata": {{"name": "{ADDON}", "namespace": "{hub}"}},
+  "spec": {{"configs": [{{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs",
+                         "namespace": "addon-configs", "name": "fast-lease"}}]}}}}"#
+            ),
+        );
+    }
+}
+
+async fn addon_available(global: &Client, hubs: &[&str]) {
+    for hub in hubs {
+        eventually(
+            Duration::from_secs(60),
+            &format!("addon Available on {hub}"),
+            || async {
+                let m = Api::<ManagedClusterAddOn>::namespaced(global.clone(), hub)
+                    .get_opt(ADDON)
+                    .await
+                    .ok()??;
+                condition_is_true(m.status?.conditions.as_deref()?, "Available").then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+/// A fleet of `hubs` hubs with `per_hub` clusters each, the manager running and the addon
+/// Available on every hub.
+struct Setup {
+    dir: tempfile::TempDir,
+    fleet: Fleet,
+    manager: Option<Manager>,
+    global: Client,
+    global_kc: std::path::PathBuf,
+}
+
+impl Setup {
+    async fn new(hubs: usize, per_hub: usize) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = e2e::fleet(hubs, per_hub, &[migration_api_version()], dir.path()).await;
+        let global_kc = kubeconfig(dir.path(), "global-hub");
+        let manager = Manager::start(&global_kc, dir.path(), &[]);
+        let global = fleet.global.cluster.admin.clone();
+        let names: Vec<String> = (1..=hubs).map(|i| format!("hub{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        enable_addon(&global_kc, &names);
+        addon_available(&global, &names).await;
+        Self {
+            dir,
+            fleet,
+            manager: Some(manager),
+            global,
+            global_kc,
+        }
+    }
+
+    fn hub(&self, i: usize) -> Client {
+        self.fleet.hubs[i - 1].cluster.admin.clone()
+    }
+
+    fn logs(&self) -> String {
+        self.manager.as_ref().map(Manager::logs).unwrap_or_default()
+    }
+
+    fn apply(&self, name: &str, spec: &str) {
+        kubectl_apply(
+            &self.global_kc,
+            &format!(
+                r#"{{"apiVersion": "migration.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterMigration",
+  "metadata": {{"name": "{name}", "namespace": "{NS}"}}, "spec": {spec}}}"#
+            ),
+        );
+    }
+
+    async fn migration(&self, name: &str) -> Option<ManagedClusterMigration> {
+        Api::<ManagedClusterMigration>::namespaced(self.global.clone(), NS)
+            .get_opt(name)
+            .await
+            .unwrap()
+    }
+
+    /// Waits for a migration to reach `phase`, failing with its status and the manager's log.
+    async fn phase(
+        &self,
+        name: &str,
+        phase: MigrationPhase,
+        limit: Duration,
+    ) -> ManagedClusterMigration {
+        let start = std::time::Instant::now();
+        loop {
+            let m = self.migration(name).await;
+            let now = m
+                .as_ref()
+                .and_then(|m| m.status.as_ref())
+                .and_then(|s| s.phase);
+            if now == Some(phase) {
+                return m.unwrap();
+            }
+            if start.elapsed() > limit
+                || (now.is_some_and(MigrationPhase::is_terminal) && phase.is_terminal())
+            {
+                panic!(
+                    "migration {name} not {phase:?} after {limit:?}: {:#?}\n--- manager log (tail) ---\n{}",
+                    m.and_then(|m| m.status),
+                    tail(&self.logs(), 60)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Every cluster is accepted and Available on exactly one hub: `expected[cluster]`.
+    async fn invariant(&self, expected: &BTreeMap<String, usize>) {
+        eventually(
+            Duration::from_secs(30),
+            "every cluster Available on exactly its expected hub",
+            || async {
+                let homes = self.fleet.cluster_homes().await.ok()?;
+                let wrong: Vec<_> = expected
+                    .iter()
+                    .filter(|(c, h)| homes.get(*c) != Some(&vec![**h]))
+                    .map(|(c, h)| format!("{c}: want hub{h}, on {:?}", homes.get(c)))
+                    .collect();
+                wrong.is_empty().then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Where each cluster of the fleet started.
+    fn homes(&self) -> BTreeMap<String, usize> {
+        self.fleet
+            .clusters
+            .iter()
+            .map(|(h, c, _)| (c.name.clone(), h + 1))
+            .collect()
+    }
+}
+
+/// `E2E_KEEP=1` keeps a test's directory (kubeconfigs, manager and agent logs) for a look.
+fn keep_if_asked(dir: tempfile::TempDir) {
+    if std::env::var_os("E2E_KEEP").is_some() {
+        eprintln!("kept {}", dir.keep().display());
+    }
+}
+
+fn migration_api_version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn names(from: usize, to: usize) -> Vec<String> {
+    (from..=to).map(|k| format!("cluster{k}")).collect()
+}
+
+fn json_list(v: &[String]) -> String {
+    serde_json::to_string(v).unwrap()
+}
+
+/// Nothing the migration created is left on the global hub or either hub.
+async fn no_leftovers(s: &Setup, name: &str) {
+    eventually(
+        Duration::from_secs(30),
+        "no temporary object left",
+        || async {
+            for hub in ["hub1", "hub2"] {
+                let works = Api::<ManifestWork>::namespaced(s.global.clone(), hub)
+                    .list(
+                        &ListParams::default()
+                            .labels("migration.open-cluster-management.io/migration"),
+                    )
+                    .await
+                    .ok()?;
+                if !works.items.is_empty() {
+                    return None;
+                }
+            }
+            let msas = Api::<ManagedServiceAccount>::namespaced(s.global.clone(), "hub2")
+                .list(&ListParams::default())
+                .await
+                .ok()?;
+            if msas
+                .items
+                .iter()
+                .any(|m| m.name_any() == format!("migration-{name}"))
+            {
+                return None;
+            }
+            for i in [1, 2] {
+                let kcs = Api::<KlusterletConfig>::all(s.hub(i))
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?;
+                if !kcs.items.is_empty() {
+                    return None;
+                }
+                for mc in Api::<ManagedCluster>::all(s.hub(i))
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                {
+                    if mc.annotations().keys().any(|k| {
+                        k.starts_with("migration.open-cluster-management.io/")
+                            || k == "agent.open-cluster-management.io/klusterlet-config"
+                    }) {
+                        return None;
+                    }
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn happy_path_moves_every_cluster_and_leaves_nothing_behind() {
+    let s = Setup::new(2, 20).await;
+    let moving = names(1, 20);
+    s.apply(
+        "move",
+        &format!(
+            r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": {}}}"#,
+            json_list(&moving)
+        ),
+    );
+    let t0 = std::time::Instant::now();
+    let done = s
+        .phase("move", MigrationPhase::Completed, Duration::from_secs(120))
+        .await;
+    eprintln!(
+        "migrated in {:?}\n{}",
+        t0.elapsed(),
+        s.logs()
+            .lines()
+            .filter(|l| l.contains("migration"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let status = done.status.clone().unwrap();
+    let counts = status.clusters.unwrap();
+    assert_eq!(
+        (counts.total, counts.registered, counts.failed),
+        (20, 20, 0),
+        "{status:#?}"
+    );
+    assert!(status.start_time.is_some() && status.completion_time.is_some());
+    for c in [
+        "MigrationStarted",
+        "ResourceValidated",
+        "ResourceInitialized",
+        "ResourceDeployed",
+        "ClusterRegistered",
+        "ResourceCleaned",
+    ] {
+        let cond = find_condition(status.conditions.as_deref().unwrap(), c)
+            .unwrap_or_else(|| panic!("{c} missing: {status:#?}"));
+        assert_eq!(cond.status, "True", "{c}: {cond:?}");
+    }
+    let mut expected = s.homes();
+    for c in &moving {
+        expected.insert(c.clone(), 2);
+    }
+    s.invariant(&expected).await;
+    // None left on hub1.
+    let on_hub1: Vec<String> = Api::<ManagedCluster>::all(s.hub(1))
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+    assert!(
+        on_hub1.iter().all(|n| !moving.contains(n)),
+        "left on hub1: {on_hub1:?}"
+    );
+    no_leftovers(&s, "move").await;
+    let out = kubectl_ok(&s.global_kc, &["get", "mcm", "-n", NS], None);
+    assert!(out.contains("Completed") && out.contains("20"), "{out}");
+    keep_if_asked(s.dir);
+}
+
+/// The phase a migration ended in, and its ResourceValidated reason and message.
+fn validation(m: &ManagedClusterMigration) -> (Option<MigrationPhase>, String, String) {
+    let s = m.status.clone().unwrap_or_default();
+    let c = find_condition(
+        s.conditions.as_deref().unwrap_or_default(),
+        "ResourceValidated",
+    );
+    (
+        s.phase,
+        c.map(|c| c.reason.clone()).unwrap_or_default(),
+        c.map(|c| c.message.clone()).unwrap_or_default(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_inputs_fail_validation_and_touch_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = e2e::fleet(3, 2, &[migration_api_version()], dir.path()).await;
+    let global_kc = kubeconfig(dir.path(), "global-hub");
+    let manager = Manager::start(&global_kc, dir.path(), &[]);
+    let global = fleet.global.cluster.admin.clone();
+    // hub3 runs no addon.
+    enable_addon(&global_kc, &["hub1", "hub2"]);
+    addon_available(&global, &["hub1", "hub2"]).await;
+    let s = Setup {
+        dir,
+        fleet,
+        manager: Some(manager),
+        global,
+        global_kc,
+    };
+    // A cluster of the same name as cluster1 already on the target.
+    kubectl_apply(
+        &kubeconfig(s.dir.path(), "hub2"),
+        r#"{"apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+  "metadata": {"name": "cluster1"}, "spec": {"hubAcceptsClient": false}}"#,
+    );
+    let cases = [
+        (
+            "unknown-hub",
+            r#"{"from": "hub1", "to": "hub9", "includedManagedClusters": ["cluster2"]}"#,
+            "HubInvalid",
+            "hub9",
+        ),
+        (
+            "same-hub",
+            r#"{"from": "hub1", "to": "hub1", "includedManagedClusters": ["cluster2"]}"#,
+            "InvalidSpec",
+            "two different hubs",
+        ),
+        (
+            "no-addon",
+            r#"{"from": "hub1", "to": "hub3", "includedManagedClusters": ["cluster2"]}"#,
+            "HubInvalid",
+            "not enabled on target hub hub3",
+        ),
+        (
+            "unknown-cluster",
+            r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster2", "cluster99"]}"#,
+            "ClusterNotFound",
+            "cluster99 not found",
+        ),
+        (
+            "a-hub",
+            r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["hub3"]}"#,
+            "ClusterIsHub",
+            "hub3 is itself a hub",
+        ),
+        (
+            "already-there",
+            r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"]}"#,
+            "ClusterConflict",
+            "cluster1 already exists on the target hub",
+        ),
+        (
+            "empty-selector",
+            r#"{"from": "hub1", "to": "hub2", "includedManagedClustersSelector": {"matchLabels": {"nothing": "here"}}}"#,
+            "ClusterNotFound",
+            "matches no cluster",
+        ),
+    ];
+    for (name, spec, reason, text) in cases {
+        s.apply(name, spec);
+        let m = s
+            .phase(name, MigrationPhase::Failed, Duration::from_secs(60))
+            .await;
+        let (_, got_reason, message) = validation(&m);
+        assert_eq!(got_reason, reason, "{name}: {message}");
+        assert!(
+            message.contains(text),
+            "{name}: {message:?} should mention {text:?}"
+        );
+    }
+    // Both or neither selector: the API server refuses the object with a readable message.
+    for (name, spec) in [
+        (
+            "both",
+            r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster2"], "includedManagedClustersSelector": {}}"#,
+        ),
+        ("neither", r#"{"from": "hub1", "to": "hub2"}"#),
+    ] {
+        let manifest = format!(
+            r#"{{"apiVersion": "migration.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterMigration",
+  "metadata": {{"name": "{name}", "namespace": "{NS}"}}, "spec": {spec}}}"#
+        );
+        let out = e2e::kubectl(&s.global_kc, &["apply", "-f", "-"], Some(&manifest));
+        assert!(!out.status.success(), "{name} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        // kube-sim reports the schema's oneOf; servers evaluating CEL add the rule's message.
+        assert!(
+            err.contains("oneOf") || err.contains("exactly one of includedManagedClusters"),
+            "{name}: {err}"
+        );
+    }
+    // Nothing was touched: no work, no credentials, no annotation, every cluster where it was.
+    let mut expected = s.homes();
+    expected.remove("cluster1");
+    s.invariant(&expected).await;
+    no_leftovers(&s, "already-there").await;
+    let on_hub2 = Api::<ManagedCluster>::all(s.hub(2))
+        .get("cluster1")
+        .await
+        .unwrap();
+    assert!(!on_hub2.spec.hub_accepts_client, "{on_hub2:?}");
+    assert!(
+        !on_hub2
+            .annotations()
+            .keys()
+            .any(|k| k.starts_with("migration.")),
+        "{on_hub2:?}"
+    );
+    keep_if_asked(s.dir);
+}
+
+async fn annotate(hub: &Path, cluster: &str, annotation: &str) {
+    kubectl_ok(
+        hub,
+        &[
+            "annotate",
+            "managedcluster",
+            cluster,
+            annotation,
+            "--overwrite",
+        ],
+        None,
+    );
+}
+
+async fn registered(s: &Setup, name: &str, n: i32) {
+    eventually(
+        Duration::from_secs(60),
+        &format!("{name}: {n} registered"),
+        || async {
+            let m = s.migration(name).await?;
+            (m.status?.clusters?.registered == n).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn block_move_holds_a_cluster_conflicts_are_refused_and_delete_rolls_back() {
+    let s = Setup::new(3, 4).await;
+    let hub1 = kubeconfig(s.dir.path(), "hub1");
+    annotate(
+        &hub1,
+        "cluster2",
+        "migration.open-cluster-management.io/block-move=waiting-for-backup",
+    )
+    .await;
+    s.apply(
+        "first",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"]}"#,
+    );
+    registered(&s, "first", 1).await;
+    let m = s
+        .phase(
+            "first",
+            MigrationPhase::Registering,
+            Duration::from_secs(10),
+        )
+        .await;
+    let cond = find_condition(
+        m.status.as_ref().unwrap().conditions.as_deref().unwrap(),
+        "ClusterRegistered",
+    )
+    .unwrap()
+    .clone();
+    assert!(
+        cond.message
+            .contains("1 held by the migration.open-cluster-management.io/block-move annotation"),
+        "{cond:?}"
+    );
+    // A cluster in an active migration cannot be in another.
+    s.apply(
+        "second",
+        r#"{"from": "hub1", "to": "hub3", "includedManagedClusters": ["cluster2"]}"#,
+    );
+    let second = s
+        .phase("second", MigrationPhase::Failed, Duration::from_secs(60))
+        .await;
+    let (_, reason, message) = validation(&second);
+    assert_eq!(reason, "ClusterConflict", "{message}");
+    assert!(
+        message.contains("cluster2 is already in active migration default/first"),
+        "{message}"
+    );
+    // Removing the annotation lets it go.
+    kubectl_ok(
+        &hub1,
+        &[
+            "annotate",
+            "managedcluster",
+            "cluster2",
+            "migration.open-cluster-management.io/block-move-",
+        ],
+        None,
+    );
+    s.phase("first", MigrationPhase::Completed, Duration::from_secs(90))
+        .await;
+    // Deleting a migration in flight rolls back what has not arrived; what arrived stays.
+    annotate(
+        &hub1,
+        "cluster4",
+        "migration.open-cluster-management.io/block-move=hold",
+    )
+    .await;
+    s.apply(
+        "third",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster3", "cluster4"]}"#,
+    );
+    registered(&s, "third", 1).await;
+    kubectl_ok(
+        &s.global_kc,
+        &["delete", "mcm", "third", "-n", NS, "--wait=false"],
+        None,
+    );
+    eventually(
+        Duration::from_secs(90),
+        "the deleted migration gone after rolling back",
+        || async { s.migration("third").await.is_none().then_some(()) },
+    )
+    .await;
+    let mut expected = s.homes();
+    for c in ["cluster1", "cluster2", "cluster3"] {
+        expected.insert(c.into(), 2);
+    }
+    s.invariant(&expected).await;
+    let c4 = Api::<ManagedCluster>::all(s.hub(1))
+        .get("cluster4")
+        .await
+        .unwrap();
+    let left: Vec<&String> = c4
+        .annotations()
+        .keys()
+        .filter(|k| !k.ends_with("block-move"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "cluster4 keeps migration annotations: {left:?}"
+    );
+    assert!(
+        Api::<ManagedCluster>::all(s.hub(2))
+            .get_opt("cluster4")
+            .await
+            .unwrap()
+            .is_none(),
+        "cluster4's pre-created copy left on hub2"
+    );
+    keep_if_asked(s.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dry_run_writes_a_plan_and_changes_nothing() {
+    let s = Setup::new(2, 3).await;
+    let snapshot = || async {
+        let mut out = Vec::new();
+        for (i, client) in [s.global.clone(), s.hub(1), s.hub(2)]
+            .into_iter()
+            .enumerate()
+        {
+            for mc in Api::<ManagedCluster>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+            {
+                out.push(format!(
+                    "{i} mc {} {:?} {:?} {:?}",
+                    mc.name_any(),
+                    mc.labels(),
+                    mc.annotations(),
+                    mc.spec
+                ));
+            }
+            for w in Api::<ManifestWork>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+            {
+                out.push(format!(
+                    "{i} work {}/{}",
+                    w.namespace().unwrap_or_default(),
+                    w.name_any()
+                ));
+            }
+            for k in Api::<KlusterletConfig>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+            {
+                out.push(format!("{i} kc {}", k.name_any()));
+            }
+            for m in Api::<ManagedServiceAccount>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+            {
+                out.push(format!("{i} msa {}", m.name_any()));
+            }
+        }
+        out.sort();
+        out
+    };
+    let before = snapshot().await;
+    s.apply("rehearsal", r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"], "maxConcurrency": 1, "dryRun": true}"#);
+    let m = s
+        .phase(
+            "rehearsal",
+            MigrationPhase::Completed,
+            Duration::from_secs(60),
+        )
+        .await;
+    let plan = m.status.unwrap().plan.unwrap();
+    assert_eq!(plan.clusters, ["cluster1", "cluster2"]);
+    assert_eq!(
+        plan.waves,
+        [vec!["cluster1".to_owned()], vec!["cluster2".to_owned()]]
+    );
+    let kinds: Vec<(String, String)> = plan
+        .objects
+        .iter()
+        .map(|o| (o.hub.clone(), o.kind.clone()))
+        .collect();
+    for want in [
+        ("global-hub", "ManagedServiceAccount"),
+        ("hub1", "Secret"),
+        ("hub1", "KlusterletConfig"),
+        ("hub1", "MigrationTask"),
+        ("hub2", "ClusterRole"),
+        ("hub2", "MigrationTask"),
+        ("hub2", "ManagedCluster"),
+    ] {
+        assert!(
+            kinds.contains(&(want.0.into(), want.1.into())),
+            "plan lacks {want:?}: {kinds:?}"
+        );
+    }
+    let secret = plan.objects.iter().find(|o| o.kind == "Secret").unwrap();
+    assert_eq!(
+        secret.object.as_ref().unwrap()["data"]["kubeconfig"],
+        "<redacted>"
+    );
+    eventually(
+        Duration::from_secs(30),
+        "every hub as before the dry run",
+        || async { (snapshot().await == before).then_some(()) },
+    )
+    .await;
+    keep_if_asked(s.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_the_target_refuses_rolls_back_and_the_rest_complete() {
+    let s = Setup::new(2, 3).await;
+    let hub1 = kubeconfig(s.dir.path(), "hub1");
+    let hub2 = kubeconfig(s.dir.path(), "hub2");
+    annotate(
+        &hub1,
+        "cluster2",
+        "migration.open-cluster-management.io/block-move=hold",
+    )
+    .await;
+    s.apply("partial", r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2", "cluster3"], "maxFailures": 1}"#);
+    registered(&s, "partial", 2).await;
+    // The target's admin refuses cluster2's pre-created ManagedCluster; then it is unblocked.
+    kubectl_ok(
+        &hub2,
+        &[
+            "patch",
+            "managedcluster",
+            "cluster2",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"hubAcceptsClient":false}}"#,
+        ],
+        None,
+    );
+    kubectl_ok(
+        &hub1,
+        &[
+            "annotate",
+            "managedcluster",
+            "cluster2",
+            "migration.open-cluster-management.io/block-move-",
+        ],
+        None,
+    );
+    let m = s
+        .phase(
+            "partial",
+            MigrationPhase::Completed,
+            Duration::from_secs(90),
+        )
+        .await;
+    let status = m.status.unwrap();
+    let counts = status.clusters.unwrap();
+    assert_eq!((counts.registered, counts.failed), (2, 1), "{status:#?}");
+    let failure = &status.failures.unwrap()[0];
+    assert_eq!(
+        (failure.name.as_str(), failure.reason.as_str()),
+        ("cluster2", "ClusterRefused")
+    );
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    expected.insert("cluster3".into(), 2);
+    s.invariant(&expected).await;
+    keep_if_asked(s.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_manager_restarted_in_every_phase_still_completes() {
+    let mut s = Setup::new(2, 5).await;
+    s.apply("restarts", &format!(r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": {}, "maxConcurrency": 2}}"#, json_list(&names(1, 5))));
+    let mut seen = Vec::new();
+    let start = std::time::Instant::now();
+    loop {
+        let phase = s.migration("restarts").await.and_then(|m| m.status?.phase);
+        if let Some(p) = phase
+            && !seen.contains(&p)
+        {
+            seen.push(p);
+            if p.is_terminal() {
+                break;
+            }
+            // Kill it the moment it enters a phase, and start a new one.
+            drop(s.manager.take());
+            s.manager = Some(Manager::start(&s.global_kc, s.dir.path(), &[]));
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "stuck after {seen:?}:\n{}",
+            tail(&s.logs(), 60)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        seen.last(),
+        Some(&MigrationPhase::Completed),
+        "{seen:?}\n{}",
+        tail(&s.logs(), 60)
+    );
+    let mut expected = s.homes();
+    for c in names(1, 5) {
+        expected.insert(c, 2);
+    }
+    s.invariant(&expected).await;
+    no_leftovers(&s, "restarts").await;
+    keep_if_asked(s.dir);
+}

@@ -1,0 +1,399 @@
+//! `fleet demo`: the quickstart. Starts a fleet (global hub, hubs, managed clusters) with a
+//! kubelet on every hub, runs the real addon-manager against the global hub (the kubelets run
+//! the real addon-agent), enables the addon on every hub, migrates clusters from hub1 to
+//! hub2 with a live progress line, prints a summary and the kubectl commands to look around,
+//! and checks that every cluster ended Available on exactly one hub, the one it should.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use migration_api::common::condition_is_true;
+use migration_api::migration::{ManagedClusterMigration, MigrationPhase};
+use migration_api::names::ADDON_NAME;
+use migration_api::ocm::addon::ManagedClusterAddOn;
+use serde_json::json;
+
+use crate::Error;
+use crate::fleet::{Fleet, FleetKubelet, FleetOptions, cluster_name, hub_name};
+
+/// Image repository the hubs' kubelets run the agent for (the manager's default).
+pub const AGENT_IMAGE: &str = "quay.io/cluster-migration-addon/addon-agent";
+const CONFIG_NS: &str = "addon-configs";
+const CONFIG: &str = "demo";
+const MIGRATION: &str = "demo";
+const MIGRATION_NS: &str = "default";
+
+/// What the demo does.
+#[derive(Clone, Debug)]
+pub struct DemoOptions {
+    pub hubs: usize,
+    pub clusters_per_hub: usize,
+    /// How many of hub1's clusters move to hub2.
+    pub migrate: usize,
+    pub max_concurrency: Option<i32>,
+    pub join_delay: Duration,
+    pub dir: PathBuf,
+    /// Where the `addon-manager` and `addon-agent` binaries are.
+    pub bin_dir: PathBuf,
+    /// The agent version (image tag) to run.
+    pub agent_version: String,
+    pub timeout: Duration,
+}
+
+/// What the demo measured.
+#[derive(Clone, Debug)]
+pub struct DemoReport {
+    pub ready_after: Duration,
+    pub migration_took: Duration,
+    pub phase: MigrationPhase,
+    pub registered: i32,
+    pub failed: i32,
+    /// Per-phase durations as the migration's conditions show them.
+    pub misplaced: Vec<String>,
+    pub manager_peak_kib: Option<u64>,
+}
+
+/// The addon-manager child process; stopped with SIGTERM when dropped.
+#[derive(Debug)]
+pub struct ManagerProcess(Child);
+
+impl Drop for ManagerProcess {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.0.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+    }
+}
+
+/// Peak resident memory of a process (Linux `VmHWM`), in KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+fn progress_line(m: Option<&ManagedClusterMigration>, total: usize, elapsed: Duration) -> String {
+    let status = m.and_then(|m| m.status.clone()).unwrap_or_default();
+    let phase = status.phase.unwrap_or_default();
+    let c = status.clusters.unwrap_or_default();
+    let width = 30;
+    let done = (c.registered.max(0) as usize * width)
+        .checked_div(total)
+        .unwrap_or(0);
+    format!(
+        "\r[{}{}] {:<12} {:>4}/{total} registered  {:>3} switching  {:>3} failed  {:>5.1}s ",
+        "#".repeat(done),
+        ".".repeat(width - done.min(width)),
+        format!("{phase:?}"),
+        c.registered,
+        c.switching,
+        c.failed,
+        elapsed.as_secs_f64()
+    )
+}
+
+async fn enable_addon(global: &Client, hubs: &[String]) -> Result<(), Error> {
+    let pp = PatchParams::apply("fleet-demo").force();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(global.clone());
+    namespaces
+        .patch(
+            CONFIG_NS,
+            &pp,
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CONFIG_NS}}),
+            ),
+        )
+        .await?;
+    let adcs: Api<migration_api::ocm::addon::AddOnDeploymentConfig> =
+        Api::namespaced(global.clone(), CONFIG_NS);
+    adcs.patch(CONFIG, &pp, &Patch::Apply(json!({
+        "apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "AddOnDeploymentConfig",
+        "metadata": {"name": CONFIG, "namespace": CONFIG_NS},
+        // The fleet judges addon health on a one-second lease period.
+        "spec": {"customizedVariables": [{"name": "LEASE_DURATION_SECONDS", "value": "1"}]}
+    })))
+    .await?;
+    for hub in hubs {
+        let mcas: Api<ManagedClusterAddOn> = Api::namespaced(global.clone(), hub);
+        mcas.patch(ADDON_NAME, &pp, &Patch::Apply(json!({
+            "apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+            "metadata": {"name": ADDON_NAME, "namespace": hub},
+            "spec": {"configs": [{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs",
+                                  "namespace": CONFIG_NS, "name": CONFIG}]}
+        })))
+        .await?;
+    }
+    Ok(())
+}
+
+async fn addon_available(global: &Client, hubs: &[String], deadline: Instant) -> Result<(), Error> {
+    let mut poll = tokio::time::interval(Duration::from_millis(200));
+    for hub in hubs {
+        let mcas: Api<ManagedClusterAddOn> = Api::namespaced(global.clone(), hub);
+        loop {
+            poll.tick().await;
+            let ok = mcas
+                .get_opt(ADDON_NAME)
+                .await?
+                .and_then(|m| m.status)
+                .and_then(|s| s.conditions)
+                .is_some_and(|c| condition_is_true(&c, "Available"));
+            if ok {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Setup(format!(
+                    "the addon did not become Available on {hub}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs the demo; the fleet and the manager stay up while `keep` returns, then stop.
+pub async fn run(
+    opts: &DemoOptions,
+    out: &mut impl Write,
+) -> Result<(DemoReport, Fleet, ManagerProcess), Error> {
+    let started = Instant::now();
+    let manager_bin = opts.bin_dir.join("addon-manager");
+    let agent_bin = opts.bin_dir.join("addon-agent");
+    for b in [&manager_bin, &agent_bin] {
+        if !b.is_file() {
+            return Err(Error::Setup(format!(
+                "{} not found: build it first (cargo build --release -p addon-manager -p addon-agent)",
+                b.display()
+            )));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "starting a fleet: global hub, {} hubs, {} managed clusters ...",
+        opts.hubs,
+        opts.hubs * opts.clusters_per_hub
+    );
+    let fleet_opts = FleetOptions {
+        hubs: opts.hubs,
+        clusters_per_hub: opts.clusters_per_hub,
+        join_delay: opts.join_delay,
+        lease_duration_secs: 5,
+        lease_check_interval: Duration::from_millis(500),
+        status_sync_interval: Duration::from_millis(300),
+        addon_lease_period: Duration::from_secs(1),
+        kubelet: Some(FleetKubelet {
+            agent_binary: agent_bin,
+            image_repository: AGENT_IMAGE.into(),
+            known_tags: vec![opts.agent_version.clone()],
+            work_dir: opts.dir.join("pods"),
+        }),
+    };
+    let fleet = Fleet::up(&fleet_opts).await?;
+    fleet.write_kubeconfigs(&opts.dir)?;
+    fleet.wait_ready(opts.timeout).await?;
+    let ready_after = started.elapsed();
+    let _ = writeln!(
+        out,
+        "fleet ready in {ready_after:.1?}; starting the addon-manager (log: {})",
+        opts.dir.join("addon-manager.log").display()
+    );
+    let log = std::fs::File::create(opts.dir.join("addon-manager.log"))
+        .map_err(|e| Error::Setup(e.to_string()))?;
+    let err = log.try_clone().map_err(|e| Error::Setup(e.to_string()))?;
+    let child = Command::new(&manager_bin)
+        .env(
+            "KUBECONFIG",
+            opts.dir
+                .join("kubeconfig")
+                .join(format!("{}.yaml", crate::fleet::GLOBAL_HUB)),
+        )
+        .env("HEALTH_ADDR", "127.0.0.1:0")
+        .env("AGENT_VERSIONS", &opts.agent_version)
+        .env("LOG_LEVEL", "info,kube=warn")
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| Error::Setup(format!("starting {}: {e}", manager_bin.display())))?;
+    let manager = ManagerProcess(child);
+    let pid = manager.0.id();
+    let global = fleet.global.cluster.admin.clone();
+    let hubs: Vec<String> = (1..=opts.hubs).map(hub_name).collect();
+    enable_addon(&global, &hubs).await?;
+    addon_available(&global, &hubs, Instant::now() + opts.timeout).await?;
+    let _ = writeln!(out, "addon Available on {}", hubs.join(", "));
+    let moving = moving(opts);
+    let mut spec = json!({"from": "hub1", "to": "hub2", "includedManagedClusters": moving});
+    if let Some(c) = opts.max_concurrency {
+        spec["maxConcurrency"] = json!(c);
+    }
+    let mcms: Api<ManagedClusterMigration> = Api::namespaced(global.clone(), MIGRATION_NS);
+    mcms.patch(MIGRATION, &PatchParams::apply("fleet-demo").force(), &Patch::Apply(json!({
+        "apiVersion": "migration.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterMigration",
+        "metadata": {"name": MIGRATION, "namespace": MIGRATION_NS}, "spec": spec
+    })))
+    .await?;
+    let _ = writeln!(
+        out,
+        "migrating {} clusters from hub1 to hub2 (ManagedClusterMigration {MIGRATION_NS}/{MIGRATION})",
+        moving.len()
+    );
+    let t0 = Instant::now();
+    // The progress line is redrawn as the migration's status changes.
+    let mut poll = tokio::time::interval(Duration::from_millis(200));
+    let last = loop {
+        poll.tick().await;
+        let m = mcms.get_opt(MIGRATION).await?;
+        let _ = write!(
+            out,
+            "{}",
+            progress_line(m.as_ref(), moving.len(), t0.elapsed())
+        );
+        let _ = out.flush();
+        let terminal = m
+            .as_ref()
+            .and_then(|m| m.status.as_ref())
+            .and_then(|s| s.phase)
+            .is_some_and(MigrationPhase::is_terminal);
+        if terminal || t0.elapsed() > opts.timeout {
+            break m;
+        }
+    };
+    let _ = writeln!(out);
+    let migration_took = t0.elapsed();
+    let status = last.and_then(|m| m.status).unwrap_or_default();
+    let counts = status.clusters.unwrap_or_default();
+    // Every cluster on exactly one hub: the moved ones on hub2, the others where they started.
+    let mut expected: BTreeMap<String, usize> = fleet
+        .clusters
+        .iter()
+        .map(|(h, c, _)| (c.name.clone(), h + 1))
+        .collect();
+    for c in &moving {
+        expected.insert(c.clone(), 2);
+    }
+    let check_deadline = Instant::now() + Duration::from_secs(30);
+    let misplaced = loop {
+        let homes = fleet.cluster_homes().await?;
+        let misplaced: Vec<String> = expected
+            .iter()
+            .filter(|(c, h)| homes.get(*c) != Some(&vec![**h]))
+            .map(|(c, h)| {
+                format!(
+                    "{c}: expected on hub{h}, Available on {:?}",
+                    homes.get(c).cloned().unwrap_or_default()
+                )
+            })
+            .collect();
+        if misplaced.is_empty() || Instant::now() > check_deadline {
+            break misplaced;
+        }
+        poll.tick().await;
+    };
+    let report = DemoReport {
+        ready_after,
+        migration_took,
+        phase: status.phase.unwrap_or_default(),
+        registered: counts.registered,
+        failed: counts.failed,
+        misplaced,
+        manager_peak_kib: peak_rss_kib(pid),
+    };
+    let _ = writeln!(out, "\n{}", summary(&report, &status, &fleet, opts));
+    Ok((report, fleet, manager))
+}
+
+fn summary(
+    r: &DemoReport,
+    status: &migration_api::migration::ManagedClusterMigrationStatus,
+    fleet: &Fleet,
+    opts: &DemoOptions,
+) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "{:<28} {MIGRATION_NS}/{MIGRATION}: hub1 -> hub2
+",
+        "migration"
+    ));
+    s.push_str(&format!("{:<28} {:?}\n", "phase", r.phase));
+    s.push_str(&format!(
+        "{:<28} {} registered, {} failed\n",
+        "clusters", r.registered, r.failed
+    ));
+    s.push_str(&format!("{:<28} {:.1?}\n", "fleet start-up", r.ready_after));
+    s.push_str(&format!(
+        "{:<28} {:.1?}\n",
+        "migration, end to end", r.migration_took
+    ));
+    if let Some(kib) = r.manager_peak_kib {
+        s.push_str(&format!(
+            "{:<28} {:.1} MiB\n",
+            "addon-manager peak memory",
+            kib as f64 / 1024.0
+        ));
+    }
+    for c in status.conditions.iter().flatten() {
+        s.push_str(&format!(
+            "  {:<26} {:<6} {:<20} {}\n",
+            c.type_, c.status, c.reason, c.message
+        ));
+    }
+    s.push_str(&format!(
+        "{:<28} {}\n",
+        "every cluster on one hub",
+        if r.misplaced.is_empty() {
+            "yes".to_owned()
+        } else {
+            format!("NO: {}", r.misplaced.join("; "))
+        }
+    ));
+    let kc = |name: &str| opts.dir.join("kubeconfig").join(format!("{name}.yaml"));
+    s.push_str("\nlook around:\n");
+    s.push_str(&format!(
+        "  kubectl --kubeconfig {} get mcm -A\n",
+        kc(crate::fleet::GLOBAL_HUB).display()
+    ));
+    s.push_str(&format!(
+        "  kubectl --kubeconfig {} describe mcm -n {MIGRATION_NS} {MIGRATION}\n",
+        kc(crate::fleet::GLOBAL_HUB).display()
+    ));
+    s.push_str(&format!(
+        "  kubectl --kubeconfig {} get managedclusteraddon -A\n",
+        kc(crate::fleet::GLOBAL_HUB).display()
+    ));
+    for hub in fleet.hubs.iter().map(|h| h.cluster.name.clone()) {
+        s.push_str(&format!(
+            "  kubectl --kubeconfig {} get managedclusters\n",
+            kc(&hub).display()
+        ));
+    }
+    s
+}
+
+/// The names of the clusters a demo moves: the first `migrate` of hub1's.
+pub fn moving(opts: &DemoOptions) -> Vec<String> {
+    (1..=opts.migrate.min(opts.clusters_per_hub))
+        .map(cluster_name)
+        .collect()
+}
+
+/// Where the workspace's binaries are for a fleet binary at `exe`: the same directory.
+pub fn sibling_dir(exe: &Path) -> PathBuf {
+    exe.parent().map(Path::to_path_buf).unwrap_or_default()
+}
