@@ -30,8 +30,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::{condition_is_true, selector_matches};
 use migration_api::migration::{
-    CarriedAddOn, CarriedCluster, ClusterCounts, ClusterFailure, ClusterState,
-    MAX_REPORTED_FAILURES, MigrationRole, MigrationTask, TaskStage,
+    CarriedAddOn, CarriedCluster, ClusterState, MigrationRole, MigrationTask, TaskStage,
 };
 use migration_api::names::annotations::{BLOCK_MOVE, KLUSTERLET_CONFIG, MIGRATING, PRE_CREATED};
 use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED, WORK_APPLIED};
@@ -863,19 +862,33 @@ async fn target_rollback(
             }
         });
     }
-    let done = rollback_done(names, &states, &rollback);
-    Ok(Report {
-        message: format!(
-            "{} clusters rolled back on this hub",
-            states
-                .iter()
-                .filter(|s| **s == ClusterState::RolledBack)
-                .count()
-        ),
+    Ok(rollback_report(
+        names,
+        states,
+        &rollback,
+        "clusters rolled back on this hub",
+    ))
+}
+
+/// A rollback stage's report: done once every cluster to roll back is rolled back (or arrived,
+/// or is gone).
+fn rollback_report(
+    names: &[String],
+    states: Vec<ClusterState>,
+    rollback: &BTreeSet<&String>,
+    what: &str,
+) -> Report {
+    let done = rollback_done(names, &states, rollback);
+    let back = states
+        .iter()
+        .filter(|s| **s == ClusterState::RolledBack)
+        .count();
+    Report {
+        message: format!("{back} {what}"),
         state: if done { "Succeeded" } else { "Running" },
         states,
         ..Default::default()
-    })
+    }
 }
 
 fn rollback_done(names: &[String], states: &[ClusterState], rollback: &BTreeSet<&String>) -> bool {
@@ -941,19 +954,12 @@ async fn source_rollback(
             ClusterState::RollingBack
         });
     }
-    let done = rollback_done(names, &states, &rollback);
-    Ok(Report {
-        message: format!(
-            "{} clusters back on this hub",
-            states
-                .iter()
-                .filter(|s| **s == ClusterState::RolledBack)
-                .count()
-        ),
-        state: if done { "Succeeded" } else { "Running" },
+    Ok(rollback_report(
+        names,
         states,
-        ..Default::default()
-    })
+        &rollback,
+        "clusters back on this hub",
+    ))
 }
 
 /// Whether a cluster still carries this migration's annotations.
@@ -1047,27 +1053,8 @@ async fn write_status(
     names: &[String],
     report: Report,
 ) -> Result<(), Error> {
-    let count =
-        |f: &dyn Fn(ClusterState) -> bool| report.states.iter().filter(|s| f(**s)).count() as i32;
-    let counts = ClusterCounts {
-        total: names.len() as i32,
-        switching: count(&|s| s == ClusterState::Switching),
-        registered: count(&|s| s == ClusterState::Available),
-        failed: count(&|s| s.failure().is_some()),
-        rolled_back: count(&|s| s == ClusterState::RolledBack),
-    };
-    let failures: Vec<ClusterFailure> = names
-        .iter()
-        .zip(&report.states)
-        .filter_map(|(n, s)| {
-            s.failure().map(|(reason, why)| ClusterFailure {
-                name: n.clone(),
-                reason: reason.into(),
-                message: Some(format!("{n} {why}")),
-            })
-        })
-        .take(MAX_REPORTED_FAILURES)
-        .collect();
+    let counts = ClusterState::counts(&report.states);
+    let failures = ClusterState::failures(names, &report.states);
     let status = json!({
         "observedStage": task.spec.stage,
         "observedRevision": task.spec.revision,

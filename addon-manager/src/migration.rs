@@ -21,9 +21,9 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use migration_api::common::{Condition, condition_is_true, find_condition, now, set_condition};
 use migration_api::migration::{
-    CarriedCluster, ClusterCounts, ClusterFailure, ClusterState, MAX_REPORTED_FAILURES,
-    ManagedClusterMigration, ManagedClusterMigrationStatus, MigrationPhase, MigrationPlan,
-    MigrationRole, MigrationTaskSpec, PlannedObject, TaskStage,
+    CarriedCluster, ClusterCounts, ClusterState, ManagedClusterMigration,
+    ManagedClusterMigrationStatus, MigrationPhase, MigrationPlan, MigrationRole, MigrationTaskSpec,
+    PlannedObject, TaskStage,
 };
 use migration_api::names::conditions::{
     AVAILABLE, CLUSTER_AVAILABLE, CLUSTER_REGISTERED, MIGRATION_STARTED, RESOURCE_CLEANED,
@@ -236,32 +236,14 @@ impl Step {
         self.status.cluster_states = Some(ClusterState::encode(states));
         let names = self.status.resolved_clusters.clone().unwrap_or_default();
         self.status.clusters = Some(counts(states));
-        let failures: Vec<ClusterFailure> = names
-            .iter()
-            .zip(states)
-            .filter_map(|(n, s)| {
-                s.failure().map(|(reason, why)| ClusterFailure {
-                    name: n.clone(),
-                    reason: reason.into(),
-                    message: Some(format!("{n} {why}")),
-                })
-            })
-            .take(MAX_REPORTED_FAILURES)
-            .collect();
+        let failures = ClusterState::failures(&names, states);
         self.status.failures = (!failures.is_empty()).then_some(failures);
     }
 }
 
 /// Counts of a set of cluster states.
 pub fn counts(states: &[ClusterState]) -> ClusterCounts {
-    let n = |f: &dyn Fn(ClusterState) -> bool| states.iter().filter(|s| f(**s)).count() as i32;
-    ClusterCounts {
-        total: states.len() as i32,
-        switching: n(&|s| s == ClusterState::Switching),
-        registered: n(&|s| s == ClusterState::Available),
-        failed: n(&|s| s.failure().is_some()),
-        rolled_back: n(&|s| s == ClusterState::RolledBack),
-    }
+    ClusterState::counts(states)
 }
 
 async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<Action, Error> {

@@ -464,6 +464,34 @@ impl ClusterState {
         v
     }
 
+    /// How many clusters are in each state.
+    pub fn counts(states: &[Self]) -> ClusterCounts {
+        let n = |f: &dyn Fn(Self) -> bool| states.iter().filter(|s| f(**s)).count() as i32;
+        ClusterCounts {
+            total: states.len() as i32,
+            switching: n(&|s| s == Self::Switching),
+            registered: n(&|s| s == Self::Available),
+            failed: n(&|s| s.failure().is_some()),
+            rolled_back: n(&|s| s == Self::RolledBack),
+        }
+    }
+
+    /// The failed clusters with their reasons (at most [`MAX_REPORTED_FAILURES`]).
+    pub fn failures(names: &[String], states: &[Self]) -> Vec<ClusterFailure> {
+        names
+            .iter()
+            .zip(states)
+            .filter_map(|(n, s)| {
+                s.failure().map(|(reason, why)| ClusterFailure {
+                    name: n.clone(),
+                    reason: reason.into(),
+                    message: Some(format!("{n} {why}")),
+                })
+            })
+            .take(MAX_REPORTED_FAILURES)
+            .collect()
+    }
+
     /// A validation failure, with the condition reason and a sentence for people.
     pub fn failure(self) -> Option<(&'static str, &'static str)> {
         Some(match self {
