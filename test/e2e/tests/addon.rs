@@ -67,7 +67,7 @@ fn available_column(global: &Path, hub: &str) -> Option<String> {
     let col = header.iter().position(|h| *h == "AVAILABLE")?;
     lines
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|cols| cols.first() == Some(&hub))
+        .find(|cols| cols.first() == Some(&hub) && cols.get(1) == Some(&ADDON))
         .and_then(|cols| cols.get(col).map(|s| (*s).to_owned()))
 }
 
@@ -472,7 +472,10 @@ async fn all_hubs(global: &Client) -> Vec<ManagedClusterAddOn> {
         .list(&ListParams::default())
         .await
         .unwrap()
-        .items;
+        .items
+        .into_iter()
+        .filter(|m| m.name_any() == ADDON)
+        .collect();
     v.sort_by_key(|m| m.namespace());
     v
 }
