@@ -21,6 +21,10 @@ use migration_api::ocm::work::ManifestWork;
 use ocm_sim::fleet::Fleet;
 
 const ADDON: &str = "cluster-migration";
+
+/// The tests in this file run one at a time: each runs a whole fleet, and six at once on a
+/// two-core machine slowed a rollback past its deadline in CI.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const NS: &str = "default";
 
 /// Enables the addon on `hubs` with a config that renews the agents' leases every second (the
@@ -258,6 +262,7 @@ async fn no_leftovers(s: &Setup, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn happy_path_moves_every_cluster_and_leaves_nothing_behind() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let s = Setup::new(2, 20).await;
     let moving = names(1, 20);
     s.apply(
@@ -340,6 +345,7 @@ fn validation(m: &ManagedClusterMigration) -> (Option<MigrationPhase>, String, S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_inputs_fail_validation_and_touch_nothing() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let fleet = e2e::fleet(3, 2, &[migration_api_version()], dir.path()).await;
     let global_kc = kubeconfig(dir.path(), "global-hub");
@@ -486,6 +492,7 @@ async fn registered(s: &Setup, name: &str, n: i32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn block_move_holds_a_cluster_conflicts_are_refused_and_delete_rolls_back() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let s = Setup::new(3, 4).await;
     let hub1 = kubeconfig(s.dir.path(), "hub1");
     annotate(
@@ -598,6 +605,7 @@ async fn block_move_holds_a_cluster_conflicts_are_refused_and_delete_rolls_back(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dry_run_writes_a_plan_and_changes_nothing() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let s = Setup::new(2, 3).await;
     let snapshot = || async {
         let mut out = Vec::new();
@@ -697,6 +705,7 @@ async fn dry_run_writes_a_plan_and_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_the_target_refuses_rolls_back_and_the_rest_complete() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let s = Setup::new(2, 3).await;
     let hub1 = kubeconfig(s.dir.path(), "hub1");
     let hub2 = kubeconfig(s.dir.path(), "hub2");
@@ -755,6 +764,7 @@ async fn a_cluster_the_target_refuses_rolls_back_and_the_rest_complete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_manager_restarted_in_every_phase_still_completes() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let mut s = Setup::new(2, 5).await;
     s.apply("restarts", &format!(r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": {}, "maxConcurrency": 2}}"#, json_list(&names(1, 5))));
     let mut seen = Vec::new();
