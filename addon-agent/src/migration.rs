@@ -39,7 +39,7 @@ use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::agent::KlusterletAddonConfig;
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::work::ManifestWork;
-use migration_api::runtime::{ignore_not_found, requested_identity};
+use migration_api::runtime::{csr_decided, ignore_not_found, requested_identity};
 use serde_json::{Value, json};
 
 use crate::report::FIELD_MANAGER;
@@ -580,16 +580,6 @@ async fn source_register(
     })
 }
 
-fn pending(csr: &CertificateSigningRequest) -> bool {
-    !csr.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| {
-            c.iter()
-                .any(|c| c.type_ == "Approved" || c.type_ == "Denied")
-        })
-}
-
 /// Whether a CSR is a klusterlet of `cluster` registering with the migration's bootstrap
 /// identity: requested by that identity, labelled for the cluster, and asking for the
 /// cluster's agent identity only.
@@ -789,7 +779,7 @@ async fn target_register(
                 .csrs
                 .state()
                 .iter()
-                .filter(|c| pending(c) && expected_csr(c, &user, name))
+                .filter(|c| !csr_decided(c) && expected_csr(c, &user, name))
             {
                 decide_csr(ctx, csr, true).await?;
             }
@@ -842,7 +832,7 @@ async fn target_rollback(
             .csrs
             .state()
             .iter()
-            .filter(|c| pending(c) && expected_csr(c, &user, name))
+            .filter(|c| !csr_decided(c) && expected_csr(c, &user, name))
         {
             decide_csr(ctx, csr, false).await?;
         }

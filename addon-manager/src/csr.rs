@@ -14,7 +14,7 @@ use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::names::{self, KUBE_APISERVER_CLIENT_SIGNER, labels};
 use migration_api::ocm::addon::ManagedClusterAddOn;
-use migration_api::runtime::requested_identity;
+use migration_api::runtime::{csr_decided, requested_identity};
 use serde_json::json;
 
 use crate::addon::AGENT_IDENTITY;
@@ -59,16 +59,6 @@ pub fn refusal(csr: &CertificateSigningRequest, addon: &str, registered: bool) -
     None
 }
 
-fn decided(csr: &CertificateSigningRequest) -> bool {
-    csr.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| {
-            c.iter()
-                .any(|c| c.type_ == "Approved" || c.type_ == "Denied")
-        })
-}
-
 struct Ctx {
     client: Client,
     addon: String,
@@ -100,7 +90,7 @@ async fn reconcile(
     csr: Arc<CertificateSigningRequest>,
     ctx: Arc<Ctx>,
 ) -> Result<Action, kube::Error> {
-    if decided(&csr) {
+    if csr_decided(&csr) {
         return Ok(Action::await_change());
     }
     let hub = csr

@@ -21,9 +21,8 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use migration_api::common::{Condition, condition_is_true, find_condition, now, set_condition};
 use migration_api::migration::{
-    CarriedCluster, ClusterCounts, ClusterState, ManagedClusterMigration,
-    ManagedClusterMigrationStatus, MigrationPhase, MigrationPlan, MigrationRole, MigrationTaskSpec,
-    PlannedObject, TaskStage,
+    CarriedCluster, ClusterState, ManagedClusterMigration, ManagedClusterMigrationStatus,
+    MigrationPhase, MigrationPlan, MigrationRole, MigrationTaskSpec, PlannedObject, TaskStage,
 };
 use migration_api::names::conditions::{
     AVAILABLE, CLUSTER_AVAILABLE, CLUSTER_REGISTERED, MIGRATION_STARTED, RESOURCE_CLEANED,
@@ -235,15 +234,10 @@ impl Step {
     fn set_states(&mut self, states: &[ClusterState]) {
         self.status.cluster_states = Some(ClusterState::encode(states));
         let names = self.status.resolved_clusters.clone().unwrap_or_default();
-        self.status.clusters = Some(counts(states));
+        self.status.clusters = Some(ClusterState::counts(states));
         let failures = ClusterState::failures(&names, states);
         self.status.failures = (!failures.is_empty()).then_some(failures);
     }
-}
-
-/// Counts of a set of cluster states.
-pub fn counts(states: &[ClusterState]) -> ClusterCounts {
-    ClusterState::counts(states)
 }
 
 async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -625,15 +619,7 @@ async fn report(
     role: MigrationRole,
     revision: &str,
 ) -> Result<(Option<Feedback>, Option<String>), Error> {
-    let hub = if role == MigrationRole::Source {
-        &m.from
-    } else {
-        &m.to
-    };
-    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
-    let Some(work) = ignore_not_found(works.get(&names::migration_work(&m.name, role)).await)
-        .map_err(ctx_err(format!("reading the {} work", role.as_str())))?
-    else {
+    let Some(work) = existing_work(ctx, m, role).await? else {
         return Ok((None, None));
     };
     let fb = Feedback::of(&work);
@@ -649,12 +635,7 @@ async fn existing_work(
     m: &Migration,
     role: MigrationRole,
 ) -> Result<Option<ManifestWork>, Error> {
-    let hub = if role == MigrationRole::Source {
-        &m.from
-    } else {
-        &m.to
-    };
-    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), m.hub(role));
     ignore_not_found(works.get(&names::migration_work(&m.name, role)).await)
         .map_err(ctx_err(format!("reading the {} work", role.as_str())))
 }
@@ -1518,7 +1499,7 @@ async fn registering(
         }
     }
     step.set_states(&states);
-    let c = counts(&states);
+    let c = ClusterState::counts(&states);
     let timeout = mcm
         .spec
         .registering_timeout()
@@ -1690,7 +1671,7 @@ async fn rollbacking(
             "{} clusters back on {} and Available; {} stay on {}",
             to_roll.len(),
             m.from,
-            counts(&states).registered,
+            ClusterState::counts(&states).registered,
             m.to
         );
         step.condition(RESOURCE_ROLLED_BACK, "True", reasons::DONE, &msg);
@@ -1804,7 +1785,7 @@ async fn cleaning(
         );
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    let c = counts(&states);
+    let c = ClusterState::counts(&states);
     step.condition(
         RESOURCE_CLEANED,
         "True",
@@ -1840,11 +1821,7 @@ async fn cleaning(
 async fn remove_everything(ctx: &Ctx, m: &Migration) -> Result<bool, Error> {
     let mut gone = true;
     for role in [MigrationRole::Source, MigrationRole::Target] {
-        let hub = if role == MigrationRole::Source {
-            &m.from
-        } else {
-            &m.to
-        };
+        let hub = m.hub(role);
         let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
         let name = names::migration_work(&m.name, role);
         match ignore_not_found(works.get(&name).await).map_err(ctx_err("reading a work"))? {
@@ -1994,7 +1971,7 @@ mod tests {
             advance(&mut s, None, Some(&[Available; 3]), 3, 0),
             Progress::Done
         );
-        assert_eq!(counts(&s).registered, 3);
+        assert_eq!(ClusterState::counts(&s).registered, 3);
     }
 
     #[test]

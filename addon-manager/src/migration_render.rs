@@ -67,6 +67,14 @@ pub struct Migration {
 }
 
 impl Migration {
+    /// The hub that plays `role`.
+    pub fn hub(&self, role: MigrationRole) -> &str {
+        match role {
+            MigrationRole::Source => &self.from,
+            MigrationRole::Target => &self.to,
+        }
+    }
+
     /// Labels on everything rendered for this migration.
     pub fn labels(&self) -> Value {
         json!({
@@ -259,10 +267,7 @@ pub fn task_feedback(m: &Migration, task_namespace: &str, carry_over: usize) -> 
 
 /// The ManifestWork carrying one hub's part of the migration.
 pub fn work(m: &Migration, role: MigrationRole, manifests: Vec<Value>, feedback: Value) -> Value {
-    let hub = match role {
-        MigrationRole::Source => &m.from,
-        MigrationRole::Target => &m.to,
-    };
+    let hub = m.hub(role);
     json!({
         "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
         "metadata": {"name": names::migration_work(&m.name, role), "namespace": hub, "labels": m.labels()},

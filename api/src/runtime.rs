@@ -405,6 +405,17 @@ pub fn requested_identity(pem: &[u8]) -> Result<(String, Vec<String>), String> {
     Ok((user, groups))
 }
 
+/// Whether a CSR has been approved or denied already.
+pub fn csr_decided(csr: &k8s_openapi::api::certificates::v1::CertificateSigningRequest) -> bool {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "Approved" || c.type_ == "Denied")
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,19 +64,25 @@ pub struct ManagerProcess(Child);
 
 impl Drop for ManagerProcess {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.0.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
+        terminate(&mut self.0);
     }
+}
+
+/// Stops a child process the way a kubelet stops a pod: SIGTERM, up to ten seconds to exit,
+/// then SIGKILL.
+pub fn terminate(child: &mut Child) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
 }
 
 /// Peak resident memory of a process (Linux `VmHWM`), in KiB.
