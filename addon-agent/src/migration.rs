@@ -285,7 +285,7 @@ async fn reconcile(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Er
             target_register(&ctx, &task, &names).await?
         }
         (MigrationRole::Source, TaskStage::Rollbacking) => {
-            source_rollback(&ctx, &task, &names).await?
+            source_rollback(&ctx, &task, &names, false).await?
         }
         (MigrationRole::Target, TaskStage::Rollbacking) => {
             target_rollback(&ctx, &task, &names).await?
@@ -907,10 +907,15 @@ async fn lease_renewed_since(ctx: &Ctx, cluster: &str, since: &str) -> Result<bo
         .is_some_and(|t| t.0 > since))
 }
 
+/// Takes back the clusters of the task's rollback list: accepted again, the migration's
+/// annotations gone, and back once Available with a lease renewed after the restore (the
+/// `RESTORED_AT` mark). `finish` (cleanup) also removes the mark of each cluster that is back;
+/// one without the mark and without anything to restore is back already.
 async fn source_rollback(
     ctx: &Ctx,
     task: &MigrationTask,
     names: &[String],
+    finish: bool,
 ) -> Result<Report, Error> {
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
     let mut states = Vec::with_capacity(names.len());
@@ -924,7 +929,10 @@ async fn source_rollback(
             continue;
         };
         let restored_at = mc.annotations().get(RESTORED_AT).cloned();
-        if restored_at.is_none() || !mc.spec.hub_accepts_client || restore_needed(&mc, task) {
+        if (restored_at.is_none() && !finish)
+            || !mc.spec.hub_accepts_client
+            || restore_needed(&mc, task)
+        {
             let now = restored_at
                 .clone()
                 .unwrap_or_else(|| jiff::Timestamp::now().to_string());
@@ -936,8 +944,19 @@ async fn source_rollback(
             states.push(ClusterState::RollingBack);
             continue;
         }
-        let back = available(&mc)
-            && lease_renewed_since(ctx, name, restored_at.as_deref().unwrap_or_default()).await?;
+        let Some(restored_at) = restored_at else {
+            states.push(ClusterState::RolledBack);
+            continue;
+        };
+        let back = available(&mc) && lease_renewed_since(ctx, name, &restored_at).await?;
+        if back && finish {
+            patch_cluster(
+                ctx,
+                name,
+                json!({"metadata": {"annotations": {RESTORED_AT: Value::Null}}}),
+            )
+            .await?;
+        }
         states.push(if back {
             ClusterState::RolledBack
         } else {
@@ -964,9 +983,17 @@ fn restore_needed(mc: &ManagedCluster, task: &MigrationTask) -> bool {
 
 async fn source_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Result<Report, Error> {
     let detach: BTreeSet<&String> = task.spec.detach.iter().flatten().collect();
+    let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
     let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    // The clusters that stay are taken back (again, or for the first time when the rollback
+    // ran out of time) before their marks go: none is left refused by both hubs.
+    let rolled = source_rollback(ctx, task, names, true).await?;
     let mut states = Vec::with_capacity(names.len());
-    for name in names {
+    for (name, rolled_state) in names.iter().zip(rolled.states) {
+        if rollback.contains(name) {
+            states.push(rolled_state);
+            continue;
+        }
         let mc = get(&ctx.clusters, None, name);
         if detach.contains(name) {
             match mc {
@@ -992,7 +1019,7 @@ async fn source_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
     }
     let left = states
         .iter()
-        .filter(|s| **s == ClusterState::Switching)
+        .filter(|s| matches!(s, ClusterState::Switching | ClusterState::RollingBack))
         .count();
     Ok(Report {
         message: format!(
@@ -1010,15 +1037,14 @@ async fn source_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
 
 async fn target_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Result<Report, Error> {
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
+    // The rollback again: a hub that was unreachable while the migration rolled back removes
+    // its pre-created copies now (a no-op where the rollback already ran here).
+    let rolled = target_rollback(ctx, task, names).await?;
     let mut states = Vec::with_capacity(names.len());
-    for name in names {
+    for (name, rolled_state) in names.iter().zip(rolled.states) {
         let mc = get(&ctx.clusters, None, name);
         if rollback.contains(name) {
-            states.push(if mc.is_none() {
-                ClusterState::RolledBack
-            } else {
-                target_state(mc.as_deref())
-            });
+            states.push(rolled_state);
             continue;
         }
         if let Some(m) = &mc
@@ -1029,9 +1055,14 @@ async fn target_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
         }
         states.push(target_state(mc.as_deref()));
     }
+    let done = rollback_done(names, &states, &rollback);
     Ok(Report {
-        message: "migration annotations removed".into(),
-        state: "Succeeded",
+        message: if done {
+            "migration annotations removed".into()
+        } else {
+            rolled.message
+        },
+        state: if done { "Succeeded" } else { "Running" },
         states,
         ..Default::default()
     })

@@ -129,6 +129,14 @@ pub async fn ensure_cluster_management_addon(client: &Client, addon: &str) -> Re
             .is_none_or(|s| s.type_.as_deref().unwrap_or("Manual") == "Manual")
     });
     let mut desired = cluster_management_addon(addon);
+    // Installed by the Helm chart: Helm's ownership labels stay as they are (a later
+    // `helm upgrade` checks them).
+    let helm_owned = current
+        .as_ref()
+        .is_some_and(|c| c.annotations().contains_key("meta.helm.sh/release-name"));
+    if helm_owned && let Some(m) = desired["metadata"].as_object_mut() {
+        m.remove("labels");
+    }
     if manual {
         desired["spec"]["installStrategy"] = json!({"type": "Manual"});
     }

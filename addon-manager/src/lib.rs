@@ -4,6 +4,7 @@
 
 pub mod addon;
 pub mod csr;
+pub mod leader;
 pub mod migration;
 pub mod migration_render;
 pub mod render;
@@ -47,7 +48,30 @@ pub struct Args {
     /// back, unless the install placement's rolloutStrategy sets progressDeadline.
     #[arg(long, env = "PROGRESS_DEADLINE", default_value = "10m", value_parser = parse_duration)]
     pub progress_deadline: Duration,
+
+    /// Run only while holding the leader Lease, so several replicas are safe.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader Lease (the manager's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "open-cluster-management")]
+    pub leader_election_namespace: String,
+
+    /// How long a leader's Lease is valid without renewal (a standby takes over after it).
+    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub leader_election_lease_duration: Duration,
+
+    /// How long the leader keeps running without renewing before it gives up the lead.
+    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub leader_election_renew_deadline: Duration,
+
+    /// How often the leader renews (and a candidate retries after a lost race).
+    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub leader_election_retry_period: Duration,
 }
+
+/// Name of the manager's leader Lease.
+pub const LEADER_LEASE: &str = "cluster-migration-addon-manager";
 
 /// Default image repository of the addon agent.
 pub const DEFAULT_AGENT_IMAGE: &str = "quay.io/cluster-migration-addon/addon-agent";
@@ -58,6 +82,22 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 impl Args {
+    /// The leader election's settings; the identity is the pod name (or host name) with a
+    /// random suffix, so a restarted pod is a new candidate.
+    pub fn leader_config(&self) -> leader::Config {
+        let host = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| "addon-manager".into());
+        leader::Config {
+            namespace: self.leader_election_namespace.clone(),
+            name: LEADER_LEASE.into(),
+            identity: format!("{host}_{:08x}", rand::random::<u32>()),
+            lease_duration: self.leader_election_lease_duration,
+            renew_deadline: self.leader_election_renew_deadline,
+            renew_period: self.leader_election_retry_period,
+        }
+    }
+
     /// The addon controller's settings.
     pub fn addon_config(&self) -> addon::Config {
         addon::Config {
@@ -77,6 +117,25 @@ impl Args {
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let process = Process::start("addon-manager", VERSION, args.common.health_addr).await?;
     let client = runtime::client(args.common.kubeconfig.as_ref()).await?;
+    let leading = prometheus_client::metrics::gauge::Gauge::<i64>::default();
+    process.health().register(
+        "manager_leader",
+        "1 while this replica leads (runs the controllers)",
+        leading.clone(),
+    );
+    // A standby is alive and ready (it is healthy); it only does not run the controllers.
+    process.health().set_ready(true);
+    let (release_tx, release_rx) = tokio::sync::watch::channel(false);
+    let mut holder = None;
+    if args.leader_elect {
+        let cfg = args.leader_config();
+        if !leader::acquire(client.clone(), &cfg, process.stopping()).await? {
+            tracing::info!("stopped before leading");
+            return Ok(());
+        }
+        holder = Some(tokio::spawn(leader::hold(client.clone(), cfg, release_rx)));
+    }
+    leading.set(1);
     let stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -97,9 +156,28 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
         args.addon_config(),
         stop(process.stopping()),
     ));
-    process.health().set_ready(true);
     tracing::info!(addon = %args.addon_name, version = VERSION, agent_versions = ?args.agent_versions, "addon-manager started");
-    process.wait_for_shutdown().await;
+    let lost = async {
+        match holder.as_mut() {
+            Some(h) => match h.await {
+                Ok(Err(why)) => why,
+                Ok(Ok(())) => "the leader Lease was released".into(),
+                Err(e) => format!("the leader election task ended: {e}"),
+            },
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = process.wait_for_shutdown() => {}
+        why = lost => {
+            // Another replica may lead already: stop at once, without a grace period.
+            migrations.abort();
+            approver.abort();
+            controller.abort();
+            tracing::error!("{why}; stopping");
+            return Err(why.into());
+        }
+    }
     // Reconciles in flight get a moment to finish; all progress is in the API, so whatever
     // is cut short is picked up by the next manager.
     let grace = Duration::from_secs(5);
@@ -120,6 +198,11 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
             controller_abort.abort();
             tracing::info!("stopped the addon controller mid-reconcile");
         }
+    }
+    // Only now may a standby take over.
+    let _ = release_tx.send(true);
+    if let Some(h) = holder {
+        let _ = h.await;
     }
     tracing::info!("addon-manager stopped");
     Ok(())

@@ -1614,11 +1614,6 @@ async fn rollbacking(
             .collect(),
         None => BTreeSet::new(),
     };
-    let source_list: Vec<String> = to_roll
-        .iter()
-        .filter(|n| target_done.contains(n))
-        .cloned()
-        .collect();
     let target_rev = deliver_target(
         ctx,
         mcm,
@@ -1630,6 +1625,19 @@ async fn rollbacking(
     )
     .await?;
     let (target, _) = report(ctx, m, MigrationRole::Target, &target_rev).await?;
+    // A target that does not answer (its API or agent down) cannot hold the clusters hostage:
+    // after half the stage timeout the source takes back every cluster the target was never
+    // seen to admit; the target's pre-created copies go in Cleaning, once it answers again.
+    let target_silent = target.is_none() && remaining(step, stage_timeout(mcm) / 2).is_none();
+    let source_list: Vec<String> = names
+        .iter()
+        .zip(&states)
+        .filter(|(n, s)| {
+            to_roll.contains(n)
+                && (target_done.contains(n) || (target_silent && **s != ClusterState::Joined))
+        })
+        .map(|(n, _)| n.clone())
+        .collect();
     // Clusters that arrived after all stay where they are.
     if let Some(t) = &target {
         let ts = t.states(names.len());
@@ -1650,30 +1658,26 @@ async fn rollbacking(
     let target_ok = target.as_ref().is_some_and(Feedback::succeeded);
     let source_ok =
         source.as_ref().is_some_and(Feedback::succeeded) && source_list.len() == to_roll.len();
-    if let Some(sf) = &source {
-        let ss = sf.states(names.len());
-        for (i, s) in states.iter_mut().enumerate() {
-            if ss[i] == ClusterState::RolledBack
-                && *s != ClusterState::Available
-                && s.failure().is_none()
-            {
-                *s = ClusterState::RolledBack;
-            }
-        }
-    }
+    mark_rolled_back(&mut states, source.as_ref());
     step.set_states(&states);
     let back = states
         .iter()
         .filter(|s| **s == ClusterState::RolledBack)
         .count();
-    if target_ok && source_ok {
-        let msg = format!(
+    if (target_ok || target_silent) && source_ok {
+        let mut msg = format!(
             "{} clusters back on {} and Available; {} stay on {}",
             to_roll.len(),
             m.from,
             ClusterState::counts(&states).registered,
             m.to
         );
+        if !target_ok {
+            msg.push_str(&format!(
+                "; {} did not answer, so its pre-created copies are removed once it is back",
+                m.to
+            ));
+        }
         step.condition(RESOURCE_ROLLED_BACK, "True", reasons::DONE, &msg);
         step.enter(MigrationPhase::Cleaning, &msg);
         return Ok(Action::requeue(Duration::from_millis(10)));
@@ -1695,17 +1699,38 @@ async fn rollbacking(
         .and_then(|c| find_condition(c, RESOURCE_ROLLED_BACK))
         .map(|c| c.reason.clone())
         .unwrap_or_default();
-    step.condition(
-        RESOURCE_ROLLED_BACK,
-        "False",
-        &cause,
-        &format!(
-            "rolling back: {back} of {} clusters back on {}",
-            to_roll.len(),
-            m.from
-        ),
+    let mut msg = format!(
+        "rolling back: {back} of {} clusters back on {}",
+        to_roll.len(),
+        m.from
     );
+    if target.is_none() {
+        msg.push_str(&format!("; waiting for {} to answer", m.to));
+        if target_silent {
+            msg.push_str(", taking the clusters back without it");
+        }
+    }
+    step.condition(RESOURCE_ROLLED_BACK, "False", &cause, &msg);
+    if target.is_none() && !target_silent {
+        // Wake up when the target's grace ends (or earlier, on its report).
+        return Ok(until(step, stage_timeout(mcm) / 2));
+    }
     Ok(until(step, stage_timeout(mcm)))
+}
+
+/// Marks the clusters the source reports back home as rolled back (failures keep their
+/// reason).
+fn mark_rolled_back(states: &mut [ClusterState], source: Option<&Feedback>) {
+    let Some(sf) = source else { return };
+    let ss = sf.states(states.len());
+    for (s, reported) in states.iter_mut().zip(ss) {
+        if reported == ClusterState::RolledBack
+            && *s != ClusterState::Available
+            && s.failure().is_none()
+        {
+            *s = ClusterState::RolledBack;
+        }
+    }
 }
 
 async fn cleaning(
@@ -1715,7 +1740,7 @@ async fn cleaning(
     step: &mut Step,
 ) -> Result<Action, Error> {
     let names = step.status.resolved_clusters.clone().unwrap_or_default();
-    let states = step.states();
+    let mut states = step.states();
     let detach: Vec<String> = names
         .iter()
         .zip(&states)
@@ -1756,17 +1781,35 @@ async fn cleaning(
             .unwrap_or_default();
         let (source, _) = report(ctx, m, MigrationRole::Source, &src).await?;
         let (target, _) = report(ctx, m, MigrationRole::Target, &tgt).await?;
+        mark_rolled_back(&mut states, source.as_ref());
+        step.set_states(&states);
         let done = source.as_ref().is_some_and(Feedback::succeeded)
             && target.as_ref().is_some_and(Feedback::succeeded);
+        if target.is_none() && !rollback.is_empty() {
+            // Only the target can remove its pre-created copies of the clusters that did not
+            // arrive; its work stays until it has (an unreachable hub gets no deadline here).
+            step.condition(
+                RESOURCE_CLEANED,
+                "False",
+                reasons::WAITING,
+                &format!(
+                    "waiting for {} to answer: it must remove its pre-created copies of {} clusters that did not arrive",
+                    m.to,
+                    rollback.len()
+                ),
+            );
+            return Ok(Action::requeue(stage_timeout(mcm)));
+        }
         if !done && remaining(step, stage_timeout(mcm)).is_some() {
             step.condition(
                 RESOURCE_CLEANED,
                 "False",
                 reasons::WAITING,
                 &format!(
-                    "waiting for {} to detach {} moved clusters",
+                    "waiting for {} to detach {} moved clusters and take back {}",
                     m.from,
-                    detach.len()
+                    detach.len(),
+                    rollback.len()
                 ),
             );
             return Ok(until(step, stage_timeout(mcm)));
@@ -1801,8 +1844,13 @@ async fn cleaning(
         .as_deref()
         .and_then(|cs| find_condition(cs, RESOURCE_ROLLED_BACK))
         .map(|c| c.reason.clone());
+    // Completed only if every cluster moved, or those that did not are within the failures
+    // the spec allows and the rest rolled back cleanly.
+    let not_moved = (c.total - c.registered).max(0) as usize;
+    let max_fail = mcm.spec.max_failures.unwrap_or(0).max(0) as usize;
     let fatal = matches!(cause.as_deref(), Some(r) if r != "Refused" && r != reasons::DONE)
-        || c.registered == 0;
+        || c.registered == 0
+        || not_moved > max_fail;
     let summary = format!(
         "{} of {} clusters moved from {} to {}; {} rolled back",
         c.registered, c.total, m.from, m.to, c.rolled_back

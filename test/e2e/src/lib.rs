@@ -70,7 +70,12 @@ pub struct Manager {
 
 impl Manager {
     pub fn start(kubeconfig: &Path, dir: &Path, env: &[(&str, &str)]) -> Self {
-        let log = dir.join("addon-manager.log");
+        Self::start_named("addon-manager", kubeconfig, dir, env)
+    }
+
+    /// A manager whose log is `<dir>/<name>.log` (for several at once).
+    pub fn start_named(name: &str, kubeconfig: &Path, dir: &Path, env: &[(&str, &str)]) -> Self {
+        let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
         let err = out.try_clone().unwrap_or_else(|e| panic!("{e}"));
         let mut cmd = Command::new(binary("addon-manager"));
@@ -86,6 +91,12 @@ impl Manager {
             .spawn()
             .unwrap_or_else(|e| panic!("starting addon-manager: {e}"));
         Self { child, log }
+    }
+
+    /// Kills the process at once (SIGKILL): no shutdown, no Lease released.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// The manager's log so far (for failure messages).
@@ -144,4 +155,46 @@ pub fn kubectl_ok(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Stri
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The addon's name.
+pub const ADDON: &str = "cluster-migration";
+
+/// Enables the addon on `hubs` with a config that renews the agents' leases every second (the
+/// test fleet judges addon health on a one-second period).
+pub fn enable_addon(global: &Path, hubs: &[&str]) {
+    kubectl_ok(global, &["create", "namespace", "addon-configs"], None);
+    kubectl_apply(
+        global,
+        r#"{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "AddOnDeploymentConfig",
+  "metadata": {"name": "fast-lease", "namespace": "addon-configs"},
+  "spec": {"customizedVariables": [{"name": "LEASE_DURATION_SECONDS", "value": "1"}]}}"#,
+    );
+    for hub in hubs {
+        kubectl_apply(
+            global,
+            &format!(
+                r#"{{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+  "metadata": {{"name": "{ADDON}", "namespace": "{hub}"}},
+  "spec": {{"configs": [{{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs",
+                         "namespace": "addon-configs", "name": "fast-lease"}}]}}}}"#
+            ),
+        );
+    }
+}
+
+/// Waits until the addon is Available on every hub of `hubs`.
+pub async fn addon_available(global: &kube::Client, hubs: &[&str], limit: Duration) {
+    use migration_api::common::condition_is_true;
+    use migration_api::ocm::addon::ManagedClusterAddOn;
+    for hub in hubs {
+        eventually(limit, &format!("addon Available on {hub}"), || async {
+            let m = kube::Api::<ManagedClusterAddOn>::namespaced(global.clone(), hub)
+                .get_opt(ADDON)
+                .await
+                .ok()??;
+            condition_is_true(m.status?.conditions.as_deref()?, "Available").then_some(())
+        })
+        .await;
+    }
 }

@@ -625,15 +625,23 @@ async fn progressive_rollout_one_hub_at_a_time_halts_on_failure() {
         );
     }
 
-    // A version that never becomes available: the first hub fails and rolls back, the
-    // rollout halts (maxFailures 0), the others keep 0.2.0.
+    // A version that never becomes available: the hub that tries it first (one at a time)
+    // fails and rolls back, the rollout halts (maxFailures 0), the others keep 0.2.0.
     kubectl_apply(&global_kc, &adc("fleet", "0.3.0"));
-    progressing(
-        &global,
-        "hub1",
-        "Failed",
-        "rolled back to 0.2.0",
+    let first = eventually(
         Duration::from_secs(60),
+        "a hub Progressing Failed, rolled back to 0.2.0",
+        || async {
+            for hub in ["hub1", "hub2", "hub3"] {
+                let m = mca(&global, hub).await?;
+                if condition(&m, "Progressing").is_some_and(|c| {
+                    c.reason == "Failed" && c.message.contains("rolled back to 0.2.0")
+                }) {
+                    return Some(hub);
+                }
+            }
+            None
+        },
     )
     .await;
     let halted = eventually(
@@ -652,7 +660,7 @@ async fn progressive_rollout_one_hub_at_a_time_halts_on_failure() {
     )
     .await;
     assert_eq!(halted.reason, "Failed");
-    for hub in ["hub2", "hub3"] {
+    for hub in ["hub1", "hub2", "hub3"].into_iter().filter(|h| *h != first) {
         let c = progressing(&global, hub, "Waiting", "0.3.0", Duration::from_secs(20)).await;
         assert!(c.message.contains("0.2.0 keeps running"), "{}", c.message);
         let m = mca(&global, hub).await.unwrap();

@@ -8,64 +8,23 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use e2e::{Manager, eventually, kubeconfig, kubectl_apply, kubectl_ok};
+use e2e::{
+    Manager, addon_available, enable_addon, eventually, kubeconfig, kubectl_apply, kubectl_ok,
+};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use migration_api::common::{condition_is_true, find_condition};
 use migration_api::migration::{ManagedClusterMigration, MigrationPhase};
-use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::config::KlusterletConfig;
 use migration_api::ocm::msa::ManagedServiceAccount;
 use migration_api::ocm::work::ManifestWork;
 use ocm_sim::fleet::Fleet;
 
-const ADDON: &str = "cluster-migration";
-
 /// The tests in this file run one at a time: each runs a whole fleet, and six at once on a
 /// two-core machine slowed a rollback past its deadline in CI.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const NS: &str = "default";
-
-/// Enables the addon on `hubs` with a config that renews the agents' leases every second (the
-/// fleet judges addon health on a one-second period).
-fn enable_addon(global: &Path, hubs: &[&str]) {
-    kubectl_ok(global, &["create", "namespace", "addon-configs"], None);
-    kubectl_apply(
-        global,
-        r#"{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "AddOnDeploymentConfig",
-  "metadata": {"name": "fast-lease", "namespace": "addon-configs"},
-  "spec": {"customizedVariables": [{"name": "LEASE_DURATION_SECONDS", "value": "1"}]}}"#,
-    );
-    for hub in hubs {
-        kubectl_apply(
-            global,
-            &format!(
-                r#"{{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
-  "metadata": {{"name": "{ADDON}", "namespace": "{hub}"}},
-  "spec": {{"configs": [{{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs",
-                         "namespace": "addon-configs", "name": "fast-lease"}}]}}}}"#
-            ),
-        );
-    }
-}
-
-async fn addon_available(global: &Client, hubs: &[&str]) {
-    for hub in hubs {
-        eventually(
-            Duration::from_secs(60),
-            &format!("addon Available on {hub}"),
-            || async {
-                let m = Api::<ManagedClusterAddOn>::namespaced(global.clone(), hub)
-                    .get_opt(ADDON)
-                    .await
-                    .ok()??;
-                condition_is_true(m.status?.conditions.as_deref()?, "Available").then_some(())
-            },
-        )
-        .await;
-    }
-}
 
 /// A fleet of `hubs` hubs with `per_hub` clusters each, the manager running and the addon
 /// Available on every hub.
@@ -79,7 +38,12 @@ struct Setup {
 
 impl Setup {
     async fn new(hubs: usize, per_hub: usize) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        // `E2E_KEEP=1` keeps the directory even when the test fails.
+        let dir = tempfile::Builder::new()
+            .disable_cleanup(std::env::var_os("E2E_KEEP").is_some())
+            .tempdir()
+            .unwrap();
+        eprintln!("test directory: {}", dir.path().display());
         let fleet = e2e::fleet(hubs, per_hub, &[migration_api_version()], dir.path()).await;
         let global_kc = kubeconfig(dir.path(), "global-hub");
         let manager = Manager::start(&global_kc, dir.path(), &[]);
@@ -87,7 +51,7 @@ impl Setup {
         let names: Vec<String> = (1..=hubs).map(|i| format!("hub{i}")).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         enable_addon(&global_kc, &names);
-        addon_available(&global, &names).await;
+        addon_available(&global, &names, Duration::from_secs(60)).await;
         Self {
             dir,
             fleet,
@@ -265,6 +229,35 @@ async fn happy_path_moves_every_cluster_and_leaves_nothing_behind() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let s = Setup::new(2, 20).await;
     let moving = names(1, 20);
+    // What cluster1 carries over: labels, cluster set, an addon with its config reference, its
+    // KlusterletAddonConfig.
+    let hub1 = kubeconfig(s.dir.path(), "hub1");
+    kubectl_ok(
+        &hub1,
+        &[
+            "label",
+            "managedcluster",
+            "cluster1",
+            "env=prod",
+            "cluster.open-cluster-management.io/clusterset=blue",
+        ],
+        None,
+    );
+    kubectl_apply(
+        &hub1,
+        r#"{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+  "metadata": {"name": "config-policy-controller", "namespace": "cluster1"},
+  "spec": {"installNamespace": "open-cluster-management-agent-addon",
+           "configs": [{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs",
+                        "namespace": "addon-configs", "name": "fast-lease"}]}}"#,
+    );
+    kubectl_apply(
+        &hub1,
+        r#"{"apiVersion": "agent.open-cluster-management.io/v1", "kind": "KlusterletAddonConfig",
+  "metadata": {"name": "cluster1", "namespace": "cluster1"},
+  "spec": {"applicationManager": {"enabled": true}, "policyController": {"enabled": false},
+           "certPolicyController": {"enabled": true}, "searchCollector": {"enabled": false}}}"#,
+    );
     s.apply(
         "move",
         &format!(
@@ -324,6 +317,66 @@ async fn happy_path_moves_every_cluster_and_leaves_nothing_behind() {
         "left on hub1: {on_hub1:?}"
     );
     no_leftovers(&s, "move").await;
+    // cluster1 arrived with what it carried, and nothing of its source status.
+    let hub2 = kubeconfig(s.dir.path(), "hub2");
+    let c1 = Api::<ManagedCluster>::all(s.hub(2))
+        .get("cluster1")
+        .await
+        .unwrap();
+    let labels = c1.labels();
+    assert_eq!(
+        labels.get("env").map(String::as_str),
+        Some("prod"),
+        "{labels:?}"
+    );
+    assert_eq!(
+        labels
+            .get("cluster.open-cluster-management.io/clusterset")
+            .map(String::as_str),
+        Some("blue"),
+        "{labels:?}"
+    );
+    let mca: serde_json::Value = serde_json::from_str(&kubectl_ok(
+        &hub2,
+        &[
+            "get",
+            "managedclusteraddon",
+            "config-policy-controller",
+            "-n",
+            "cluster1",
+            "-o",
+            "json",
+        ],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(mca["spec"]["configs"][0]["name"], "fast-lease", "{mca:#}");
+    assert_eq!(
+        mca["spec"]["installNamespace"], "open-cluster-management-agent-addon",
+        "{mca:#}"
+    );
+    let kac: serde_json::Value = serde_json::from_str(&kubectl_ok(
+        &hub2,
+        &[
+            "get",
+            "klusterletaddonconfig",
+            "cluster1",
+            "-n",
+            "cluster1",
+            "-o",
+            "json",
+        ],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(
+        (
+            &kac["spec"]["applicationManager"]["enabled"],
+            &kac["spec"]["policyController"]["enabled"]
+        ),
+        (&serde_json::json!(true), &serde_json::json!(false)),
+        "{kac:#}"
+    );
     let out = kubectl_ok(&s.global_kc, &["get", "mcm", "-n", NS], None);
     assert!(out.contains("Completed") && out.contains("20"), "{out}");
     keep_if_asked(s.dir);
@@ -353,7 +406,7 @@ async fn bad_inputs_fail_validation_and_touch_nothing() {
     let global = fleet.global.cluster.admin.clone();
     // hub3 runs no addon.
     enable_addon(&global_kc, &["hub1", "hub2"]);
-    addon_available(&global, &["hub1", "hub2"]).await;
+    addon_available(&global, &["hub1", "hub2"], Duration::from_secs(60)).await;
     let s = Setup {
         dir,
         fleet,
@@ -464,15 +517,30 @@ async fn bad_inputs_fail_validation_and_touch_nothing() {
     keep_if_asked(s.dir);
 }
 
-async fn annotate(hub: &Path, cluster: &str, annotation: &str) {
+/// Holds a cluster with the block-move annotation (`why` is its value).
+fn block(hub: &Path, cluster: &str, why: &str) {
     kubectl_ok(
         hub,
         &[
             "annotate",
             "managedcluster",
             cluster,
-            annotation,
+            &format!("migration.open-cluster-management.io/block-move={why}"),
             "--overwrite",
+        ],
+        None,
+    );
+}
+
+/// Removes the block-move annotation from a cluster on a hub.
+fn unblock(hub: &Path, cluster: &str) {
+    kubectl_ok(
+        hub,
+        &[
+            "annotate",
+            "managedcluster",
+            cluster,
+            "migration.open-cluster-management.io/block-move-",
         ],
         None,
     );
@@ -495,12 +563,7 @@ async fn block_move_holds_a_cluster_conflicts_are_refused_and_delete_rolls_back(
     let _serial = ONE_AT_A_TIME.lock().await;
     let s = Setup::new(3, 4).await;
     let hub1 = kubeconfig(s.dir.path(), "hub1");
-    annotate(
-        &hub1,
-        "cluster2",
-        "migration.open-cluster-management.io/block-move=waiting-for-backup",
-    )
-    .await;
+    block(&hub1, "cluster2", "waiting-for-backup");
     s.apply(
         "first",
         r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"]}"#,
@@ -539,25 +602,11 @@ async fn block_move_holds_a_cluster_conflicts_are_refused_and_delete_rolls_back(
         "{message}"
     );
     // Removing the annotation lets it go.
-    kubectl_ok(
-        &hub1,
-        &[
-            "annotate",
-            "managedcluster",
-            "cluster2",
-            "migration.open-cluster-management.io/block-move-",
-        ],
-        None,
-    );
+    unblock(&hub1, "cluster2");
     s.phase("first", MigrationPhase::Completed, Duration::from_secs(90))
         .await;
     // Deleting a migration in flight rolls back what has not arrived; what arrived stays.
-    annotate(
-        &hub1,
-        "cluster4",
-        "migration.open-cluster-management.io/block-move=hold",
-    )
-    .await;
+    block(&hub1, "cluster4", "hold");
     s.apply(
         "third",
         r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster3", "cluster4"]}"#,
@@ -709,12 +758,7 @@ async fn a_cluster_the_target_refuses_rolls_back_and_the_rest_complete() {
     let s = Setup::new(2, 3).await;
     let hub1 = kubeconfig(s.dir.path(), "hub1");
     let hub2 = kubeconfig(s.dir.path(), "hub2");
-    annotate(
-        &hub1,
-        "cluster2",
-        "migration.open-cluster-management.io/block-move=hold",
-    )
-    .await;
+    block(&hub1, "cluster2", "hold");
     s.apply("partial", r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2", "cluster3"], "maxFailures": 1}"#);
     registered(&s, "partial", 2).await;
     // The target's admin refuses cluster2's pre-created ManagedCluster; then it is unblocked.
@@ -730,16 +774,7 @@ async fn a_cluster_the_target_refuses_rolls_back_and_the_rest_complete() {
         ],
         None,
     );
-    kubectl_ok(
-        &hub1,
-        &[
-            "annotate",
-            "managedcluster",
-            "cluster2",
-            "migration.open-cluster-management.io/block-move-",
-        ],
-        None,
-    );
+    unblock(&hub1, "cluster2");
     let m = s
         .phase(
             "partial",
@@ -801,5 +836,154 @@ async fn a_manager_restarted_in_every_phase_still_completes() {
     }
     s.invariant(&expected).await;
     no_leftovers(&s, "restarts").await;
+    keep_if_asked(s.dir);
+}
+
+/// The pid of the addon agent the kubelet of `hub` runs.
+fn agent_pid(s: &Setup, hub: &str) -> Option<u32> {
+    let pods = s.dir.path().join("pods").join(hub);
+    std::fs::read_dir(pods)
+        .ok()?
+        .flatten()
+        .filter(|e| e.path().join("agent.log").is_file())
+        .find_map(|e| {
+            std::fs::read_to_string(e.path().join("pid"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+}
+
+/// Kills the agent on `hub` (SIGKILL, as a node losing the pod would) and waits for the
+/// kubelet to have started a new one.
+async fn kill_agent(s: &Setup, hub: &str) {
+    let old = agent_pid(s, hub).unwrap_or_else(|| panic!("no agent pid on {hub}"));
+    let status = std::process::Command::new("kill")
+        .args(["-9", &old.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -9 {old}");
+    eventually(
+        Duration::from_secs(30),
+        &format!("a new agent on {hub}"),
+        || async { agent_pid(s, hub).filter(|p| *p != old).map(|_| ()) },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agents_killed_mid_registering_pick_up_where_they_were() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 4).await;
+    let hub1 = kubeconfig(s.dir.path(), "hub1");
+    block(&hub1, "cluster4", "hold");
+    s.apply("agents", &format!(r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": {}, "maxConcurrency": 2}}"#, json_list(&names(1, 4))));
+    registered(&s, "agents", 3).await;
+    // Both agents die while cluster4 is held, and again right after it is let go, so its
+    // release, CSR approval and acceptance all happen across restarts.
+    kill_agent(&s, "hub1").await;
+    kill_agent(&s, "hub2").await;
+    unblock(&hub1, "cluster4");
+    kill_agent(&s, "hub2").await;
+    kill_agent(&s, "hub1").await;
+    let m = s
+        .phase(
+            "agents",
+            MigrationPhase::Completed,
+            Duration::from_secs(120),
+        )
+        .await;
+    let counts = m.status.unwrap().clusters.unwrap();
+    assert_eq!((counts.registered, counts.failed), (4, 0), "{counts:?}");
+    let mut expected = s.homes();
+    for c in names(1, 4) {
+        expected.insert(c, 2);
+    }
+    s.invariant(&expected).await;
+    no_leftovers(&s, "agents").await;
+    keep_if_asked(s.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_down_past_the_timeout_rolls_back_to_the_source() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 4).await;
+    let hub1 = kubeconfig(s.dir.path(), "hub1");
+    block(&hub1, "cluster3", "hold");
+    s.apply("outage", &format!(r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": {}, "maxConcurrency": 1, "registeringTimeout": "15s", "stageTimeout": "30s"}}"#, json_list(&names(1, 3))));
+    registered(&s, "outage", 2).await;
+    // hub2's API goes down (connections refused) for longer than the stage timeouts; cluster3
+    // is let go meanwhile, so it is released towards a hub it cannot reach.
+    let hub2_api = s.fleet.hubs[1].cluster.api.faults();
+    hub2_api.set_outage(true);
+    unblock(&hub1, "cluster3");
+    // Registering times out, the source takes cluster3 back without hub2's word, and cleanup
+    // waits for hub2 (its pre-created copy of cluster3 must go).
+    eventually(
+        Duration::from_secs(90),
+        "rolled back without the target, cleanup waiting for it",
+        || async {
+            let st = s.migration("outage").await?.status?;
+            let conds = st.conditions.as_deref()?;
+            let rolled = find_condition(conds, "ResourceRolledBack")?;
+            let cleaned = find_condition(conds, "ResourceCleaned")?;
+            (st.phase == Some(MigrationPhase::Cleaning)
+                && rolled.status == "True"
+                && rolled.message.contains("hub2 did not answer")
+                && cleaned.message.contains("waiting for hub2 to answer"))
+            .then_some(())
+        },
+    )
+    .await;
+    let reg = find_condition(
+        s.migration("outage")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .conditions
+            .as_deref()
+            .unwrap(),
+        "ClusterRegistered",
+    )
+    .unwrap()
+    .clone();
+    assert_eq!(reg.reason, "Timeout", "{reg:?}");
+    // cluster3 is back home while hub2 is still down.
+    eventually(
+        Duration::from_secs(30),
+        "cluster3 accepted and Available on hub1",
+        || async {
+            let mc = Api::<ManagedCluster>::all(s.hub(1))
+                .get_opt("cluster3")
+                .await
+                .ok()??;
+            (mc.spec.hub_accepts_client
+                && condition_is_true(
+                    mc.status?.conditions.as_deref()?,
+                    "ManagedClusterConditionAvailable",
+                ))
+            .then_some(())
+        },
+    )
+    .await;
+    // hub2 comes back: its copy of cluster3 goes and the migration ends, Failed (not all
+    // moved) with the two that arrived staying on hub2.
+    hub2_api.set_outage(false);
+    let m = s
+        .phase("outage", MigrationPhase::Failed, Duration::from_secs(90))
+        .await;
+    let counts = m.status.unwrap().clusters.unwrap();
+    assert_eq!(
+        (counts.registered, counts.rolled_back),
+        (2, 1),
+        "{counts:?}"
+    );
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    expected.insert("cluster2".into(), 2);
+    s.invariant(&expected).await;
+    no_leftovers(&s, "outage").await;
     keep_if_asked(s.dir);
 }

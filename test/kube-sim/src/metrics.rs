@@ -1,12 +1,29 @@
-//! Counters of requests by verb, resource and response code.
+//! Counters of requests by verb, resource and response code, and an access log: resource
+//! requests counted by user, verb, group, resource and namespace (asked, whether allowed or
+//! not), to measure what a component does and to derive the least privilege it needs.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+
+/// One kind of resource request by one user.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Access {
+    pub user: String,
+    pub verb: String,
+    pub api_group: String,
+    /// `resource` or `resource/subresource`.
+    pub resource: String,
+    /// Empty for cluster-scoped requests and requests across namespaces.
+    pub namespace: String,
+    /// Whether authorization allowed it.
+    pub allowed: bool,
+}
 
 /// Request counters of one instance.
 #[derive(Debug, Default)]
 pub struct Metrics {
     counts: Mutex<BTreeMap<(String, String, u16), u64>>,
+    access: Mutex<BTreeMap<Access, u64>>,
 }
 
 impl Metrics {
@@ -32,9 +49,33 @@ impl Metrics {
             .sum()
     }
 
-    /// Resets every counter.
+    /// Counts one resource request in the access log.
+    pub fn record_access(&self, access: Access) {
+        if let Ok(mut c) = self.access.lock() {
+            *c.entry(access).or_default() += 1;
+        }
+    }
+
+    /// The access log: every kind of resource request with its count.
+    pub fn access_log(&self) -> BTreeMap<Access, u64> {
+        self.access.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// Resource requests made by `user`.
+    pub fn requests_by(&self, user: &str) -> u64 {
+        self.access_log()
+            .iter()
+            .filter(|(a, _)| a.user == user)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Resets every counter and the access log.
     pub fn reset(&self) {
         if let Ok(mut c) = self.counts.lock() {
+            c.clear();
+        }
+        if let Ok(mut c) = self.access.lock() {
             c.clear();
         }
     }

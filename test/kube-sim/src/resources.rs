@@ -13,6 +13,7 @@ pub enum Builtin {
     Namespace,
     Secret,
     ConfigMap,
+    Service,
     ServiceAccount,
     CoreEvent,
     Event,
@@ -115,6 +116,7 @@ impl ResourceType {
         use Builtin::*;
         Some(match self.builtin? {
             Namespace
+            | Service
             | Deployment
             | Job
             | Lease
@@ -222,6 +224,20 @@ const BUILTINS: &[Spec] = &[
         storage: "configmaps",
         builtin: Builtin::ConfigMap,
         name_rule: NameRule::Subdomain,
+        generation: false,
+        fields: &[],
+    },
+    Spec {
+        group: "",
+        version: "v1",
+        kind: "Service",
+        plural: "services",
+        namespaced: true,
+        short: &["svc"],
+        sub: &["status"],
+        storage: "services",
+        builtin: Builtin::Service,
+        name_rule: NameRule::Label,
         generation: false,
         fields: &[],
     },

@@ -402,7 +402,20 @@ async fn dispatch(
         namespace: rr.namespace.clone(),
         path: None,
     };
-    if !sim.authorize(&user, &attrs) {
+    let allowed = sim.authorize(&user, &attrs);
+    sim.inner.metrics.record_access(crate::metrics::Access {
+        allowed,
+        user: user.name.clone(),
+        verb: verb.into(),
+        api_group: attrs.api_group.clone(),
+        resource: if attrs.subresource.is_empty() {
+            resource.clone()
+        } else {
+            format!("{resource}/{}", attrs.subresource)
+        },
+        namespace: attrs.namespace.clone(),
+    });
+    if !allowed {
         return Err(fail(
             verb,
             &resource,

@@ -37,12 +37,25 @@ pub struct DemoOptions {
     pub migrate: usize,
     pub max_concurrency: Option<i32>,
     pub join_delay: Duration,
+    /// The fleet's timing (see [`FleetOptions`]); [`DemoOptions::quick_timing`] suits a
+    /// demo of a few dozen clusters, [`FleetOptions::default`]'s values a large fleet.
+    pub lease_duration_secs: i32,
+    pub lease_check_interval: Duration,
+    pub status_sync_interval: Duration,
     pub dir: PathBuf,
     /// Where the `addon-manager` and `addon-agent` binaries are.
     pub bin_dir: PathBuf,
     /// The agent version (image tag) to run.
     pub agent_version: String,
     pub timeout: Duration,
+}
+
+impl DemoOptions {
+    /// Quick leases and status syncs (5 s, 500 ms, 300 ms): a demo of a few dozen clusters
+    /// finishes in seconds. Too much traffic for hundreds of clusters on two cores.
+    pub const fn quick_timing() -> (i32, Duration, Duration) {
+        (5, Duration::from_millis(500), Duration::from_millis(300))
+    }
 }
 
 /// What the demo measured.
@@ -71,6 +84,9 @@ impl Drop for ManagerProcess {
 /// Stops a child process the way a kubelet stops a pod: SIGTERM, up to ten seconds to exit,
 /// then SIGKILL.
 pub fn terminate(child: &mut Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())
@@ -174,10 +190,31 @@ async fn addon_available(global: &Client, hubs: &[String], deadline: Instant) ->
 }
 
 /// Runs the demo; the fleet and the manager stay up while `keep` returns, then stop.
+/// A fleet with the addon-manager running and the addon Available on every hub.
+#[derive(Debug)]
+pub struct Running {
+    pub fleet: Fleet,
+    pub manager: ManagerProcess,
+    pub ready_after: Duration,
+}
+
+/// The user the addon-manager runs as on the global hub (its own identity, so its requests
+/// can be told apart from the simulated OCM components').
+pub const MANAGER_USER: &str =
+    "system:serviceaccount:open-cluster-management:cluster-migration-addon-manager";
+
+/// The whole quickstart: [`start`], then [`migrate`].
 pub async fn run(
     opts: &DemoOptions,
     out: &mut impl Write,
 ) -> Result<(DemoReport, Fleet, ManagerProcess), Error> {
+    let running = start(opts, out).await?;
+    let report = migrate(&running, opts, out).await?;
+    Ok((report, running.fleet, running.manager))
+}
+
+/// Starts the fleet and the manager and enables the addon on every hub.
+pub async fn start(opts: &DemoOptions, out: &mut impl Write) -> Result<Running, Error> {
     let started = Instant::now();
     let manager_bin = opts.bin_dir.join("addon-manager");
     let agent_bin = opts.bin_dir.join("addon-agent");
@@ -199,9 +236,9 @@ pub async fn run(
         hubs: opts.hubs,
         clusters_per_hub: opts.clusters_per_hub,
         join_delay: opts.join_delay,
-        lease_duration_secs: 5,
-        lease_check_interval: Duration::from_millis(500),
-        status_sync_interval: Duration::from_millis(300),
+        lease_duration_secs: opts.lease_duration_secs,
+        lease_check_interval: opts.lease_check_interval,
+        status_sync_interval: opts.status_sync_interval,
         addon_lease_period: Duration::from_secs(1),
         kubelet: Some(FleetKubelet {
             agent_binary: agent_bin,
@@ -222,13 +259,14 @@ pub async fn run(
     let log = std::fs::File::create(opts.dir.join("addon-manager.log"))
         .map_err(|e| Error::Setup(e.to_string()))?;
     let err = log.try_clone().map_err(|e| Error::Setup(e.to_string()))?;
+    let api = &fleet.global.cluster.api;
+    let token = format!("manager-{:016x}", rand::random::<u64>());
+    api.add_token(&token, MANAGER_USER, &["system:masters"]);
+    let manager_kubeconfig = opts.dir.join("addon-manager.kubeconfig");
+    std::fs::write(&manager_kubeconfig, api.kubeconfig_for_token(&token))
+        .map_err(|e| Error::Setup(format!("{}: {e}", manager_kubeconfig.display())))?;
     let child = Command::new(&manager_bin)
-        .env(
-            "KUBECONFIG",
-            opts.dir
-                .join("kubeconfig")
-                .join(format!("{}.yaml", crate::fleet::GLOBAL_HUB)),
-        )
+        .env("KUBECONFIG", &manager_kubeconfig)
         .env("HEALTH_ADDR", "127.0.0.1:0")
         .env("AGENT_VERSIONS", &opts.agent_version)
         .env("LOG_LEVEL", "info,kube=warn")
@@ -238,12 +276,26 @@ pub async fn run(
         .spawn()
         .map_err(|e| Error::Setup(format!("starting {}: {e}", manager_bin.display())))?;
     let manager = ManagerProcess(child);
-    let pid = manager.0.id();
     let global = fleet.global.cluster.admin.clone();
     let hubs: Vec<String> = (1..=opts.hubs).map(hub_name).collect();
     enable_addon(&global, &hubs).await?;
     addon_available(&global, &hubs, Instant::now() + opts.timeout).await?;
     let _ = writeln!(out, "addon Available on {}", hubs.join(", "));
+    Ok(Running {
+        fleet,
+        manager,
+        ready_after,
+    })
+}
+
+/// Migrates the demo's clusters from hub1 to hub2 with a progress line and reports.
+pub async fn migrate(
+    running: &Running,
+    opts: &DemoOptions,
+    out: &mut impl Write,
+) -> Result<DemoReport, Error> {
+    let fleet = &running.fleet;
+    let global = fleet.global.cluster.admin.clone();
     let moving = moving(opts);
     let mut spec = json!({"from": "hub1", "to": "hub2", "includedManagedClusters": moving});
     if let Some(c) = opts.max_concurrency {
@@ -313,16 +365,16 @@ pub async fn run(
         poll.tick().await;
     };
     let report = DemoReport {
-        ready_after,
+        ready_after: running.ready_after,
         migration_took,
         phase: status.phase.unwrap_or_default(),
         registered: counts.registered,
         failed: counts.failed,
         misplaced,
-        manager_peak_kib: peak_rss_kib(pid),
+        manager_peak_kib: peak_rss_kib(running.manager.0.id()),
     };
-    let _ = writeln!(out, "\n{}", summary(&report, &status, &fleet, opts));
-    Ok((report, fleet, manager))
+    let _ = writeln!(out, "\n{}", summary(&report, &status, fleet, opts));
+    Ok(report)
 }
 
 fn summary(
@@ -402,4 +454,36 @@ pub fn moving(opts: &DemoOptions) -> Vec<String> {
 /// Where the workspace's binaries are for a fleet binary at `exe`: the same directory.
 pub fn sibling_dir(exe: &Path) -> PathBuf {
     exe.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// Makes sure `dir` (a cargo profile directory such as `target/release`) holds current
+/// `addon-manager` and `addon-agent` binaries: inside the workspace `cargo build` with that
+/// profile brings them up to date (a no-op when they are); elsewhere they must be there.
+/// Returns `dir`.
+pub fn ensure_binaries(dir: &Path, workspace: &Path) -> Result<PathBuf, String> {
+    let present = dir.join("addon-manager").is_file() && dir.join("addon-agent").is_file();
+    if !workspace.join("Cargo.toml").is_file() {
+        return if present {
+            Ok(dir.to_path_buf())
+        } else {
+            Err(format!(
+                "addon-manager and addon-agent not found in {}",
+                dir.display()
+            ))
+        };
+    }
+    let release = dir.file_name().is_some_and(|n| n == "release");
+    eprintln!("building addon-manager and addon-agent (a no-op when they are up to date) ...");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace)
+        .args(["build", "-q", "-p", "addon-manager", "-p", "addon-agent"]);
+    if release {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().map_err(|e| format!("running cargo: {e}"))?;
+    if !status.success() {
+        return Err("building addon-manager and addon-agent failed".into());
+    }
+    Ok(dir.to_path_buf())
 }

@@ -131,6 +131,7 @@ impl Fleet {
                 let kopts = crate::kubelet::KubeletOptions {
                     agent_binary: k.agent_binary.clone(),
                     image_repository: k.image_repository.clone(),
+                    other_images: Vec::new(),
                     known_tags: k.known_tags.clone(),
                     work_dir: k.work_dir.join(&hub.cluster.name),
                     api_url: hub.cluster.api.url(),

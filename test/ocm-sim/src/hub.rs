@@ -252,33 +252,25 @@ impl Agent {
         };
         let managed = cluster.admin.clone();
         let name = cluster.name.clone();
-        let registration = tokio::spawn(async move {
-            if let Err(e) = klusterlet::run(managed, opts).await {
-                tracing::warn!(cluster = %name, error = %e, "registration agent stopped");
-            }
+        let registration = restarting(name.clone(), "registration agent", move || {
+            klusterlet::run(managed.clone(), opts.clone())
         });
         let managed = cluster.admin.clone();
-        let name = cluster.name.clone();
         let work_opts = WorkAgentOptions {
             cluster_name: name.clone(),
             status_sync_interval: agent.status_sync_interval,
         };
-        let work = tokio::spawn(async move {
-            if let Err(e) = work_agent::run(managed, work_opts).await {
-                tracing::warn!(cluster = %name, error = %e, "work agent stopped");
-            }
+        let work = restarting(name.clone(), "work agent", move || {
+            work_agent::run(managed.clone(), work_opts.clone())
         });
         let managed = cluster.admin.clone();
-        let name = cluster.name.clone();
         let addon_opts = AddonAgentOptions {
             cluster_name: name.clone(),
             lease_period: agent.addon_lease_period,
             resync: agent.status_sync_interval,
         };
-        let addons = tokio::spawn(async move {
-            if let Err(e) = addon_agent::run(managed, addon_opts).await {
-                tracing::warn!(cluster = %name, error = %e, "addon agent stopped");
-            }
+        let addons = restarting(name, "addon agent", move || {
+            addon_agent::run(managed.clone(), addon_opts.clone())
         });
         Ok(Self {
             tasks: vec![registration, work, addons],
@@ -291,6 +283,31 @@ impl Agent {
             t.abort();
         }
     }
+}
+
+/// Runs an agent the way a Deployment's pod runs: when it stops on an error (its cluster's
+/// API was down, say) it is started again after a restart back-off, doubling from 1 s up to
+/// 10 s (the kubelet's CrashLoopBackOff, shortened for tests).
+fn restarting<F, Fut, E>(cluster: String, what: &'static str, run: F) -> tokio::task::JoinHandle<()>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Display,
+{
+    tokio::spawn(async move {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let started = std::time::Instant::now();
+            if let Err(e) = run().await {
+                tracing::warn!(%cluster, error = %e, "{what} stopped; restarting it");
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                backoff = Duration::from_secs(1);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+        }
+    })
 }
 
 impl Drop for Agent {

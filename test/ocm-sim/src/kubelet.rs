@@ -4,8 +4,10 @@
 //! kubeconfig from a token request) and its secret volumes written to files (container paths in
 //! args and env are mapped to those files). Deployment status follows the process: Available
 //! once the agent's `/readyz` answers, unavailable while it is not. The image tag is the version:
-//! a tag the kubelet does not know never starts (an image pull failure). A changed pod template
-//! restarts the process; a deleted Deployment stops it. Jobs with the agent's image (the
+//! a tag the kubelet does not know never starts (an image pull failure). A Deployment gets
+//! `replicas` processes (pod directories `<ns>-<name>`, `<ns>-<name>-1`, ...). A changed pod
+//! template restarts them, and so does a process exiting (restartPolicy Always); each pid is
+//! in its pod directory's `pid` file. A deleted Deployment stops them. Jobs with the agent's image (the
 //! addon's pre-delete hook) run the binary to completion and report succeeded or failed.
 
 use std::collections::{BTreeMap, HashMap};
@@ -34,6 +36,9 @@ pub struct KubeletOptions {
     pub image_repository: String,
     /// Tags that exist (any other tag fails to pull).
     pub known_tags: Vec<String>,
+    /// More images this kubelet can run: (repository, executable), e.g. the addon-manager's
+    /// on the global hub. Same tags as the agent's.
+    pub other_images: Vec<(String, PathBuf)>,
     /// Where pod files and logs go.
     pub work_dir: PathBuf,
     /// URL and CA of this cluster's API (for the pods' kubeconfig).
@@ -50,9 +55,26 @@ struct Pod {
 struct Ctx {
     client: Client,
     opts: KubeletOptions,
-    pods: Mutex<HashMap<(String, String), Pod>>,
+    /// The pods of each Deployment, by replica index.
+    pods: Mutex<HashMap<(String, String), Vec<Pod>>>,
     /// Jobs with a run in progress (by uid).
     jobs: Mutex<std::collections::HashSet<String>>,
+}
+
+/// The executable and tag for an image this kubelet runs, if it is one of its images.
+fn executable<'a>(opts: &'a KubeletOptions, image: &'a str) -> Option<(&'a Path, &'a str)> {
+    std::iter::once((opts.image_repository.as_str(), opts.agent_binary.as_path()))
+        .chain(
+            opts.other_images
+                .iter()
+                .map(|(r, b)| (r.as_str(), b.as_path())),
+        )
+        .find_map(|(repo, bin)| {
+            image
+                .strip_prefix(repo)
+                .and_then(|rest| rest.strip_prefix(':'))
+                .map(|tag| (bin, tag))
+        })
 }
 
 /// Runs until aborted; child processes are killed when the kubelet stops.
@@ -100,7 +122,7 @@ async fn reconcile_job(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action, kube::Err
         return Ok(Action::await_change());
     };
     let image = container.image.clone().unwrap_or_default();
-    let Some(tag) = image.strip_prefix(&format!("{}:", ctx.opts.image_repository)) else {
+    let Some((_, tag)) = executable(&ctx.opts, &image) else {
         return Ok(Action::await_change());
     };
     let status = job.status.clone().unwrap_or_default();
@@ -161,17 +183,20 @@ fn template_hash(d: &Deployment) -> u64 {
 async fn set_status(
     api: &Api<Deployment>,
     d: &Deployment,
-    ready: bool,
+    ready: i32,
     reason: &str,
     message: &str,
 ) -> Result<(), kube::Error> {
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
-    let n = i32::from(ready);
+    let want = replicas(d);
+    let n = ready;
+    // Available once the minimum (all but maxUnavailable, here: at least one) is ready.
+    let ready = n >= want.min(1);
     let status = json!({"status": {
         "observedGeneration": d.metadata.generation,
-        "replicas": 1, "updatedReplicas": 1, "readyReplicas": n, "availableReplicas": n, "unavailableReplicas": 1 - n,
+        "replicas": want, "updatedReplicas": want, "readyReplicas": n, "availableReplicas": n, "unavailableReplicas": (want - n).max(0),
         "conditions": [
             {"type": "Available", "status": if ready { "True" } else { "False" },
              "reason": if ready { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" },
@@ -200,6 +225,11 @@ async fn set_status(
     Ok(())
 }
 
+/// The Deployment's desired replicas (1 when unset, as the API defaults it).
+fn replicas(d: &Deployment) -> i32 {
+    d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1).max(0)
+}
+
 async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
     let ns = d.namespace().unwrap_or_default();
     let name = d.name_any();
@@ -219,8 +249,8 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Er
         return Ok(Action::await_change());
     };
     let image = container.image.clone().unwrap_or_default();
-    let Some(tag) = image.strip_prefix(&format!("{}:", ctx.opts.image_repository)) else {
-        // Not ours: this kubelet only runs the addon agent.
+    let Some((_, tag)) = executable(&ctx.opts, &image) else {
+        // Not ours: this kubelet only runs the addon's images.
         return Ok(Action::await_change());
     };
     if current.metadata.deletion_timestamp.is_some()
@@ -234,7 +264,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Er
         set_status(
             &api,
             &current,
-            false,
+            0,
             "ImagePullBackOff",
             &format!("Back-off pulling image \"{image}\": tag {tag} not found"),
         )
@@ -242,51 +272,76 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Er
         return Ok(Action::await_change());
     }
     let hash = template_hash(&current);
-    let mut pods = ctx.pods.lock().await;
-    let alive = match pods.get_mut(&key) {
-        Some(p) if p.template_hash == hash => p.child.try_wait().ok().flatten().is_none(),
-        _ => false,
-    };
-    if !alive {
-        if let Some(mut old) = pods.remove(&key) {
+    let want = usize::try_from(replicas(&current)).unwrap_or(0);
+    let mut all = ctx.pods.lock().await;
+    let pods = all.entry(key.clone()).or_default();
+    // Scaled down: the highest replicas go.
+    while pods.len() > want {
+        if let Some(mut p) = pods.pop() {
+            let _ = p.child.kill().await;
+        }
+    }
+    let pod_spec = current
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+        .unwrap_or_default();
+    for i in 0..want {
+        let alive = match pods.get_mut(i) {
+            Some(p) if p.template_hash == hash => p.child.try_wait().ok().flatten().is_none(),
+            _ => false,
+        };
+        if alive {
+            continue;
+        }
+        if let Some(old) = pods.get_mut(i) {
             let _ = old.child.kill().await;
         }
-        let pod_spec = current
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.spec.clone())
-            .unwrap_or_default();
-        match start(&ctx, &ns, &name, &pod_spec, &container).await {
+        // Replica 0 keeps the Deployment's name for its directory; others get a suffix.
+        let pod = if i == 0 {
+            name.clone()
+        } else {
+            format!("{name}-{i}")
+        };
+        match start(&ctx, &ns, &pod, &pod_spec, &container).await {
             Ok((child, port)) => {
-                pods.insert(
-                    key.clone(),
-                    Pod {
-                        child,
-                        template_hash: hash,
-                        health_port: port,
-                    },
-                );
+                let p = Pod {
+                    child,
+                    template_hash: hash,
+                    health_port: port,
+                };
+                if i < pods.len() {
+                    pods[i] = p;
+                } else {
+                    pods.push(p);
+                }
             }
             Err(e) => {
-                drop(pods);
-                set_status(&api, &current, false, "CreateContainerError", &e).await?;
+                drop(all);
+                set_status(&api, &current, 0, "CreateContainerError", &e).await?;
                 return Ok(Action::requeue(Duration::from_secs(2)));
             }
         }
     }
-    let port = pods.get(&key).map(|p| p.health_port).unwrap_or(0);
-    drop(pods);
-    let ready = probe(port).await;
+    let ports: Vec<u16> = pods.iter().map(|p| p.health_port).collect();
+    drop(all);
+    let mut ready = 0;
+    for port in ports {
+        if probe(port).await {
+            ready += 1;
+        }
+    }
+    let all_ready = ready == i32::try_from(want).unwrap_or(i32::MAX);
     set_status(
         &api,
         &current,
         ready,
-        if ready {
+        if all_ready {
             "NewReplicaSetAvailable"
         } else {
             "ReplicaSetUpdated"
         },
-        if ready {
+        if all_ready {
             "the agent is ready"
         } else {
             "waiting for the agent to be ready"
@@ -298,8 +353,10 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Er
 }
 
 async fn stop(ctx: &Ctx, key: &(String, String)) {
-    if let Some(mut p) = ctx.pods.lock().await.remove(key) {
-        let _ = p.child.kill().await;
+    if let Some(pods) = ctx.pods.lock().await.remove(key) {
+        for mut p in pods {
+            let _ = p.child.kill().await;
+        }
     }
 }
 
@@ -402,7 +459,11 @@ async fn start(
         .port();
     let log = std::fs::File::create(dir.join("agent.log")).map_err(|e| e.to_string())?;
     let log2 = log.try_clone().map_err(|e| e.to_string())?;
-    let mut cmd = tokio::process::Command::new(&ctx.opts.agent_binary);
+    let image = container.image.clone().unwrap_or_default();
+    let binary = executable(&ctx.opts, &image)
+        .map(|(b, _)| b.to_path_buf())
+        .ok_or_else(|| format!("image {image} is not one this kubelet runs"))?;
+    let mut cmd = tokio::process::Command::new(&binary);
     for a in container.args.iter().flatten() {
         cmd.arg(map_path(a, &mounts));
     }
@@ -414,6 +475,27 @@ async fn start(
         if let Some(v) = &e.value {
             cmd.env(&e.name, map_path(v, &mounts));
         }
+        // The downward API fields the addon's pods use.
+        let field = e
+            .value_from
+            .as_ref()
+            .and_then(|f| f.field_ref.as_ref())
+            .map(|f| f.field_path.as_str());
+        match field {
+            Some("metadata.namespace") => {
+                cmd.env(&e.name, &ns);
+            }
+            Some("metadata.name") => {
+                cmd.env(
+                    &e.name,
+                    format!("{name}-{:05x}", rand::random::<u32>() & 0xfffff),
+                );
+            }
+            Some("spec.serviceAccountName") => {
+                cmd.env(&e.name, &sa);
+            }
+            _ => {}
+        }
     }
     cmd.env("KUBECONFIG", &kubeconfig_path)
         .env("HEALTH_ADDR", format!("127.0.0.1:{port}"))
@@ -423,7 +505,11 @@ async fn start(
         .kill_on_drop(true);
     let child = cmd
         .spawn()
-        .map_err(|e| format!("starting {}: {e}", ctx.opts.agent_binary.display()))?;
+        .map_err(|e| format!("starting {}: {e}", binary.display()))?;
+    // The container's process id, for tests that kill it (the kubelet then restarts it).
+    if let Some(pid) = child.id() {
+        std::fs::write(dir.join("pid"), pid.to_string()).map_err(|e| e.to_string())?;
+    }
     Ok((child, port))
 }
 

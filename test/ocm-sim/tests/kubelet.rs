@@ -70,6 +70,7 @@ async fn runs_the_agent_for_its_deployment() {
     let opts = KubeletOptions {
         agent_binary: agent,
         image_repository: REPO.into(),
+        other_images: Vec::new(),
         known_tags: vec!["0.1.0".into()],
         work_dir: work.path().to_path_buf(),
         api_url: hub1.api.url(),

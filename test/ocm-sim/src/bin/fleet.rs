@@ -78,25 +78,8 @@ enum Command {
 /// a fresh checkout).
 fn agent_binaries() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let dir = ocm_sim::demo::sibling_dir(&exe);
-    if dir.join("addon-manager").is_file() && dir.join("addon-agent").is_file() {
-        return Ok(dir);
-    }
-    let release = dir.file_name().is_some_and(|n| n == "release");
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    eprintln!("fleet: building addon-manager and addon-agent ...");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = std::process::Command::new(cargo);
-    cmd.current_dir(&workspace)
-        .args(["build", "-p", "addon-manager", "-p", "addon-agent"]);
-    if release {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().map_err(|e| format!("running cargo: {e}"))?;
-    if !status.success() {
-        return Err("building addon-manager and addon-agent failed".into());
-    }
-    Ok(dir)
+    ocm_sim::demo::ensure_binaries(&ocm_sim::demo::sibling_dir(&exe), &workspace)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -142,12 +125,17 @@ async fn demo(
         eprintln!("fleet demo: {}: {e}", dir.display());
         return ExitCode::FAILURE;
     }
+    let (lease_duration_secs, lease_check_interval, status_sync_interval) =
+        ocm_sim::demo::DemoOptions::quick_timing();
     let opts = ocm_sim::demo::DemoOptions {
         hubs,
         clusters_per_hub,
         migrate,
         max_concurrency,
         join_delay: Duration::from_secs_f64(join_delay),
+        lease_duration_secs,
+        lease_check_interval,
+        status_sync_interval,
         dir: dir.clone(),
         bin_dir,
         agent_version: env!("CARGO_PKG_VERSION").into(),
@@ -233,11 +221,28 @@ async fn main() -> ExitCode {
         eprintln!("fleet: --join-delay must be a non-negative number of seconds");
         return ExitCode::from(2);
     }
+    // With the addon agent built next to this binary, every hub gets a kubelet that runs it, so
+    // an addon-manager pointed at the global hub can install agents.
+    let kubelet = ocm_sim::kubelet::find_agent_binary().map(|agent_binary| {
+        eprintln!(
+            "fleet: hubs run {} for Deployments of {}:{}",
+            agent_binary.display(),
+            ocm_sim::demo::AGENT_IMAGE,
+            env!("CARGO_PKG_VERSION")
+        );
+        ocm_sim::fleet::FleetKubelet {
+            agent_binary,
+            image_repository: ocm_sim::demo::AGENT_IMAGE.into(),
+            known_tags: vec![env!("CARGO_PKG_VERSION").into()],
+            work_dir: dir.join("pods"),
+        }
+    });
     let opts = FleetOptions {
         hubs,
         clusters_per_hub,
         join_delay: Duration::from_secs_f64(join_delay),
         lease_duration_secs: lease_duration,
+        kubelet,
         ..Default::default()
     };
     let started = Instant::now();
