@@ -172,6 +172,7 @@ pub async fn run(
         // watched by kind).
         tokio::select! {
             _ = &mut stop => return Ok(()),
+            // Retry back-off of our own failed write (justified above), not a wait for a result.
             _ = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(30));

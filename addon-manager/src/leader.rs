@@ -160,13 +160,9 @@ async fn try_acquire(api: &Api<Lease>, cfg: &Config) -> Result<Outcome, Error> {
     }
 }
 
-/// Waits until this candidate leads (`Ok(true)`) or the process is stopping (`Ok(false)`).
-/// Errors reading the Lease are retried with back-off (the API may be briefly unreachable).
-pub async fn acquire(
-    client: Client,
-    cfg: &Config,
-    mut stopping: watch::Receiver<bool>,
-) -> Result<bool, Error> {
+/// Waits until this candidate leads (`true`) or the process is stopping (`false`). Errors
+/// reading the Lease are logged and retried with back-off (the API may be briefly unreachable).
+pub async fn acquire(client: Client, cfg: &Config, mut stopping: watch::Receiver<bool>) -> bool {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     // Changes to the Lease wake the candidate early (a release, a deletion).
     let changes = watcher(
@@ -181,7 +177,7 @@ pub async fn acquire(
         let wait = match try_acquire(&api, cfg).await {
             Ok(Outcome::Acquired) => {
                 tracing::info!(lease = %cfg.name, identity = %cfg.identity, "became the leader");
-                return Ok(true);
+                return true;
             }
             Ok(Outcome::Held { holder, expires_in }) => {
                 if holder != announced && !holder.is_empty() {
@@ -207,8 +203,11 @@ pub async fn acquire(
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             tokio::select! {
+                // Not a fixed wait: the deadline is the Lease's own expiry (a time, which no
+                // watch reports) or the retry back-off after an error; a change to the Lease
+                // (release, deletion) ends the wait early through the watch below.
                 _ = tokio::time::sleep_until(deadline) => break,
-                _ = stopping.wait_for(|s| *s) => return Ok(false),
+                _ = stopping.wait_for(|s| *s) => return false,
                 ev = changes.next() => match ev {
                     Some(Ok(watcher::Event::Delete(_))) => break,
                     Some(Ok(watcher::Event::Apply(l))) if valid_for(&l, jiff::Timestamp::now()).is_zero() => break,

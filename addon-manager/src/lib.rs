@@ -129,7 +129,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
     let mut holder = None;
     if args.leader_elect {
         let cfg = args.leader_config();
-        if !leader::acquire(client.clone(), &cfg, process.stopping()).await? {
+        if !leader::acquire(client.clone(), &cfg, process.stopping()).await {
             tracing::info!("stopped before leading");
             return Ok(());
         }

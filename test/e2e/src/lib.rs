@@ -160,6 +160,17 @@ pub fn kubectl_ok(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Stri
 /// The addon's name.
 pub const ADDON: &str = "cluster-migration";
 
+/// A test's directory (kubeconfigs, manager and pod logs), printed; `E2E_KEEP=1` keeps it,
+/// even when the test fails.
+pub fn test_dir() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .disable_cleanup(std::env::var_os("E2E_KEEP").is_some())
+        .tempdir()
+        .unwrap_or_else(|e| panic!("test directory: {e}"));
+    eprintln!("test directory: {}", dir.path().display());
+    dir
+}
+
 /// Enables the addon on `hubs` with a config that renews the agents' leases every second (the
 /// test fleet judges addon health on a one-second period).
 pub fn enable_addon(global: &Path, hubs: &[&str]) {
@@ -171,16 +182,21 @@ pub fn enable_addon(global: &Path, hubs: &[&str]) {
   "spec": {"customizedVariables": [{"name": "LEASE_DURATION_SECONDS", "value": "1"}]}}"#,
     );
     for hub in hubs {
-        kubectl_apply(
-            global,
-            &format!(
-                r#"{{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+        enable_addon_on(global, hub);
+    }
+}
+
+/// Enables the addon on one more hub, with the config [`enable_addon`] created.
+pub fn enable_addon_on(global: &Path, hub: &str) {
+    kubectl_apply(
+        global,
+        &format!(
+            r#"{{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
   "metadata": {{"name": "{ADDON}", "namespace": "{hub}"}},
   "spec": {{"configs": [{{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs",
                          "namespace": "addon-configs", "name": "fast-lease"}}]}}}}"#
-            ),
-        );
-    }
+        ),
+    );
 }
 
 /// Waits until the addon is Available on every hub of `hubs`.

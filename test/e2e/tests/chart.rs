@@ -204,12 +204,7 @@ fn granted(rules: &[PolicyRule]) -> BTreeSet<(String, String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_chart_installs_a_manager_that_works_with_exactly_its_rbac() {
     let sdk = sdk_or_skip!();
-    // `E2E_KEEP=1` keeps the directory (kubeconfigs, pod logs).
-    let dir = tempfile::Builder::new()
-        .disable_cleanup(std::env::var_os("E2E_KEEP").is_some())
-        .tempdir()
-        .unwrap();
-    eprintln!("test directory: {}", dir.path().display());
+    let dir = e2e::test_dir();
     let version = env!("CARGO_PKG_VERSION");
     let fleet = e2e::fleet(2, 2, &[version], dir.path()).await;
     let global_kc = kubeconfig(dir.path(), "global-hub");

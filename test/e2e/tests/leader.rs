@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use e2e::{Manager, addon_available, enable_addon, eventually, kubeconfig};
+use e2e::{Manager, addon_available, enable_addon, enable_addon_on, eventually, kubeconfig};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
@@ -47,7 +47,7 @@ fn leads(m: &Manager) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_second_replica_stays_passive_until_the_leaders_lease_expires() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = e2e::test_dir();
     let fleet = e2e::fleet(2, 1, &[env!("CARGO_PKG_VERSION")], dir.path()).await;
     let kc = kubeconfig(dir.path(), "global-hub");
     let global = fleet.global.cluster.admin.clone();
@@ -147,18 +147,4 @@ async fn a_second_replica_stays_passive_until_the_leaders_lease_expires() {
     );
     drop(c);
     drop(a);
-}
-
-/// The addon on one more hub (the config namespace exists already).
-fn enable_addon_on(kc: &Path, hub: &str) {
-    e2e::kubectl_apply(
-        kc,
-        &format!(
-            r#"{{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
-  "metadata": {{"name": "{}", "namespace": "{hub}"}},
-  "spec": {{"configs": [{{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs",
-                         "namespace": "addon-configs", "name": "fast-lease"}}]}}}}"#,
-            e2e::ADDON
-        ),
-    );
 }

@@ -38,12 +38,7 @@ struct Setup {
 
 impl Setup {
     async fn new(hubs: usize, per_hub: usize) -> Self {
-        // `E2E_KEEP=1` keeps the directory even when the test fails.
-        let dir = tempfile::Builder::new()
-            .disable_cleanup(std::env::var_os("E2E_KEEP").is_some())
-            .tempdir()
-            .unwrap();
-        eprintln!("test directory: {}", dir.path().display());
+        let dir = e2e::test_dir();
         let fleet = e2e::fleet(hubs, per_hub, &[migration_api_version()], dir.path()).await;
         let global_kc = kubeconfig(dir.path(), "global-hub");
         let manager = Manager::start(&global_kc, dir.path(), &[]);
@@ -141,13 +136,6 @@ impl Setup {
             .iter()
             .map(|(h, c, _)| (c.name.clone(), h + 1))
             .collect()
-    }
-}
-
-/// `E2E_KEEP=1` keeps a test's directory (kubeconfigs, manager and agent logs) for a look.
-fn keep_if_asked(dir: tempfile::TempDir) {
-    if std::env::var_os("E2E_KEEP").is_some() {
-        eprintln!("kept {}", dir.keep().display());
     }
 }
 
@@ -379,7 +367,6 @@ async fn happy_path_moves_every_cluster_and_leaves_nothing_behind() {
     );
     let out = kubectl_ok(&s.global_kc, &["get", "mcm", "-n", NS], None);
     assert!(out.contains("Completed") && out.contains("20"), "{out}");
-    keep_if_asked(s.dir);
 }
 
 /// The phase a migration ended in, and its ResourceValidated reason and message.
@@ -514,7 +501,6 @@ async fn bad_inputs_fail_validation_and_touch_nothing() {
             .any(|k| k.starts_with("migration.")),
         "{on_hub2:?}"
     );
-    keep_if_asked(s.dir);
 }
 
 /// Holds a cluster with the block-move annotation (`why` is its value).
@@ -649,7 +635,6 @@ async fn block_move_holds_a_cluster_conflicts_are_refused_and_delete_rolls_back(
             .is_none(),
         "cluster4's pre-created copy left on hub2"
     );
-    keep_if_asked(s.dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -749,7 +734,6 @@ async fn dry_run_writes_a_plan_and_changes_nothing() {
         || async { (snapshot().await == before).then_some(()) },
     )
     .await;
-    keep_if_asked(s.dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -794,7 +778,6 @@ async fn a_cluster_the_target_refuses_rolls_back_and_the_rest_complete() {
     expected.insert("cluster1".into(), 2);
     expected.insert("cluster3".into(), 2);
     s.invariant(&expected).await;
-    keep_if_asked(s.dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -836,7 +819,6 @@ async fn a_manager_restarted_in_every_phase_still_completes() {
     }
     s.invariant(&expected).await;
     no_leftovers(&s, "restarts").await;
-    keep_if_asked(s.dir);
 }
 
 /// The pid of the addon agent the kubelet of `hub` runs.
@@ -902,7 +884,6 @@ async fn agents_killed_mid_registering_pick_up_where_they_were() {
     }
     s.invariant(&expected).await;
     no_leftovers(&s, "agents").await;
-    keep_if_asked(s.dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -993,5 +974,4 @@ async fn a_target_down_past_the_timeout_rolls_back_to_the_source() {
     expected.insert("cluster2".into(), 2);
     s.invariant(&expected).await;
     no_leftovers(&s, "outage").await;
-    keep_if_asked(s.dir);
 }
