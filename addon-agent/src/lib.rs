@@ -3,6 +3,7 @@
 //! AddOnPlacementScore) and carries out the hub's part of migrations. `cleanup` is the
 //! pre-delete hook: it removes what the agent created.
 
+pub mod klusterlet_work;
 pub mod lease;
 pub mod migration;
 pub mod report;

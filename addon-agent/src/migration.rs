@@ -22,6 +22,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -30,8 +31,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::{condition_is_true, selector_matches};
 use migration_api::migration::{
-    CarriedAddOn, CarriedCluster, ClusterState, MigrationRole, MigrationTask, TaskStage,
+    BootstrapDelivery, CarriedAddOn, CarriedCluster, ClusterState, MigrationRole, MigrationTask,
+    TaskStage,
 };
+use migration_api::names;
 use migration_api::names::annotations::{BLOCK_MOVE, KLUSTERLET_CONFIG, MIGRATING, PRE_CREATED};
 use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED, WORK_APPLIED};
 use migration_api::names::labels::{CLUSTER_NAME, CLUSTER_SET, LOCAL_CLUSTER};
@@ -42,6 +45,7 @@ use migration_api::ocm::work::ManifestWork;
 use migration_api::runtime::{csr_decided, ignore_not_found, requested_identity};
 use serde_json::{Value, json};
 
+use crate::klusterlet_work::{self as kw, Registration, Step};
 use crate::report::FIELD_MANAGER;
 
 /// When a rolled-back cluster's acceptance was restored on the source (RFC 3339): it is back
@@ -60,10 +64,15 @@ pub struct Options {
     pub namespace: String,
 }
 
+/// Clusters whose return to this hub is awaited: their lease renewals wake the handler.
+type Awaited = Arc<std::sync::Mutex<BTreeSet<String>>>;
+
 struct Ctx {
     client: Client,
     clusters: Store<ManagedCluster>,
     works: Store<ManifestWork>,
+    leases: Store<Lease>,
+    awaited: Awaited,
     csrs: Store<CertificateSigningRequest>,
 }
 
@@ -84,6 +93,7 @@ pub async fn run(client: Client, opts: Options) {
     let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded::<()>();
     let clusters = spawn_reflector(
         Api::<ManagedCluster>::all(client.clone()),
+        watcher::Config::default(),
         trigger_tx.clone(),
         |mc: &ManagedCluster| {
             Some(
@@ -96,6 +106,7 @@ pub async fn run(client: Client, opts: Options) {
     // status is rewritten often).
     let works = spawn_reflector(
         Api::<ManifestWork>::all(client.clone()),
+        watcher::Config::default(),
         trigger_tx.clone(),
         |w: &ManifestWork| {
             w.name_any().ends_with("-klusterlet").then(|| {
@@ -108,12 +119,32 @@ pub async fn run(client: Client, opts: Options) {
                             .find(|c| c.type_ == WORK_APPLIED)
                             .map(|c| (c.status.clone(), c.observed_generation))
                     });
-                format!("{:?}/{applied:?}", w.metadata.generation)
+                format!(
+                    "{:?}/{applied:?}/{}/{}",
+                    w.metadata.generation,
+                    kw::probed(w).is_some(),
+                    w.metadata.deletion_timestamp.is_some()
+                )
             })
+        },
+    );
+    // A cluster taken back is back once its lease is renewed: renewals of the clusters
+    // awaited wake the handler (the others' are only cached).
+    let awaited: Awaited = Arc::default();
+    let watching = awaited.clone();
+    let leases = spawn_reflector(
+        Api::<Lease>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={CLUSTER_LEASE}")),
+        trigger_tx.clone(),
+        move |l: &Lease| {
+            let ns = l.namespace().unwrap_or_default();
+            let awaited = watching.lock().is_ok_and(|a| a.contains(&ns));
+            awaited.then(|| format!("{:?}", l.spec.as_ref().and_then(|s| s.renew_time.as_ref())))
         },
     );
     let csrs = spawn_reflector(
         Api::<CertificateSigningRequest>::all(client.clone()),
+        watcher::Config::default(),
         trigger_tx,
         |c: &CertificateSigningRequest| {
             Some(format!(
@@ -128,6 +159,7 @@ pub async fn run(client: Client, opts: Options) {
         ("ManagedClusters", clusters.wait_until_ready().await),
         ("ManifestWorks", works.wait_until_ready().await),
         ("CSRs", csrs.wait_until_ready().await),
+        ("Leases", leases.wait_until_ready().await),
     ] {
         if ready.is_err() {
             tracing::warn!(%what, "cache never became ready; migration handler not started");
@@ -139,6 +171,8 @@ pub async fn run(client: Client, opts: Options) {
         client,
         clusters,
         works,
+        leases,
+        awaited,
         csrs,
     });
     Controller::new(tasks, watcher::Config::default())
@@ -157,10 +191,11 @@ pub async fn run(client: Client, opts: Options) {
 
 /// Mirrors `api` into a store and triggers the controller when an object appears, goes, or its
 /// `fingerprint` (what the handler cares about; `None`: never) changes.
-fn spawn_reflector<K>(
+fn spawn_reflector<K, F>(
     api: Api<K>,
+    config: watcher::Config,
     trigger: futures::channel::mpsc::UnboundedSender<()>,
-    fingerprint: fn(&K) -> Option<String>,
+    fingerprint: F,
 ) -> Store<K>
 where
     K: kube::Resource<DynamicType = ()>
@@ -170,10 +205,10 @@ where
         + Send
         + Sync
         + 'static,
+    F: Fn(&K) -> Option<String> + Send + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream =
-        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
     tokio::spawn(async move {
         let mut seen: std::collections::HashMap<String, Option<String>> = Default::default();
         let mut stream = std::pin::pin!(stream);
@@ -464,11 +499,20 @@ fn target_validate(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Report 
 }
 
 async fn source_deploy(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Result<Report, Error> {
-    let name = task.spec.klusterlet_config_name.clone().unwrap_or_default();
-    let kcs: Api<migration_api::ocm::config::KlusterletConfig> = Api::all(ctx.client.clone());
-    let present = ignore_not_found(kcs.get(&name).await)
-        .map_err(ctx_err(format!("reading KlusterletConfig {name}")))?
-        .is_some();
+    let (present, name) = if plain(task) {
+        let secret = task.spec.bootstrap_secret_name.clone().unwrap_or_default();
+        (
+            bootstrap_secret_data(ctx, task).await?.is_some(),
+            format!("bootstrap secret {secret}"),
+        )
+    } else {
+        let name = task.spec.klusterlet_config_name.clone().unwrap_or_default();
+        let kcs: Api<migration_api::ocm::config::KlusterletConfig> = Api::all(ctx.client.clone());
+        let present = ignore_not_found(kcs.get(&name).await)
+            .map_err(ctx_err(format!("reading KlusterletConfig {name}")))?
+            .is_some();
+        (present, format!("KlusterletConfig {name}"))
+    };
     // The clusters are annotated now, so their klusterlets have the target's bootstrap
     // kubeconfig by the time Registering starts.
     let annotated = source_register(ctx, task, names).await?;
@@ -476,9 +520,9 @@ async fn source_deploy(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Res
         states: annotated.states,
         state: if present { "Succeeded" } else { "Running" },
         message: if present {
-            format!("KlusterletConfig {name} in place")
+            format!("{name} in place")
         } else {
-            format!("waiting for KlusterletConfig {name}")
+            format!("waiting for {name}")
         },
         ..Default::default()
     })
@@ -527,6 +571,193 @@ fn bootstrap_delivered(works: &Store<ManifestWork>, cluster: &str, secret: &str)
     carries && applied
 }
 
+/// Whether the task's clusters get the bootstrap kubeconfig through a ManifestWork each
+/// (plain OCM) rather than a KlusterletConfig.
+fn plain(task: &MigrationTask) -> bool {
+    task.spec.delivery == Some(BootstrapDelivery::ManifestWork)
+}
+
+/// Whether the source hub serves the older KlusterletConfig shape (target alone).
+fn legacy(task: &MigrationTask) -> bool {
+    task.spec.delivery == Some(BootstrapDelivery::LegacyKlusterletConfig)
+}
+
+/// The data of the bootstrap secret the manager delivered next to the task (plain OCM).
+async fn bootstrap_secret_data(ctx: &Ctx, task: &MigrationTask) -> Result<Option<Value>, Error> {
+    let name = task.spec.bootstrap_secret_name.clone().unwrap_or_default();
+    let ns = task.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let secret = ignore_not_found(secrets.get(&name).await)
+        .map_err(ctx_err(format!("reading the bootstrap secret {ns}/{name}")))?;
+    Ok(secret
+        .and_then(|s| s.data)
+        .and_then(|d| serde_json::to_value(d).ok()))
+}
+
+fn klusterlet_work(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> Option<Arc<ManifestWork>> {
+    get(
+        &ctx.works,
+        Some(cluster),
+        &names::migration_klusterlet_work(&task.spec.migration),
+    )
+}
+
+/// Puts a cluster's klusterlet work at `step` unless it is there already.
+async fn put_klusterlet_work(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    cluster: &str,
+    step: &Step,
+) -> Result<(), Error> {
+    let current = klusterlet_work(ctx, task, cluster);
+    if current.as_deref().and_then(kw::step_of).as_ref() == Some(step) {
+        return Ok(());
+    }
+    let secret = task.spec.bootstrap_secret_name.clone().unwrap_or_default();
+    let secret_data = bootstrap_secret_data(ctx, task).await?;
+    let wctx = kw::WorkContext {
+        migration: &task.spec.migration,
+        cluster,
+        secret_name: &secret,
+        secret_data: secret_data.as_ref(),
+    };
+    let Some(body) = kw::work(&wctx, step) else {
+        tracing::info!(%cluster, "the bootstrap secret is not on this hub; the klusterlet work waits for it");
+        return Ok(());
+    };
+    let name = names::migration_klusterlet_work(&task.spec.migration);
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), cluster);
+    works
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(ctx_err(format!("applying ManifestWork {cluster}/{name}")))?;
+    tracing::info!(%cluster, step = ?step, "klusterlet work updated");
+    Ok(())
+}
+
+/// Deletes a cluster's klusterlet work. `abandon`: the cluster's work agent serves another hub
+/// now, so nothing here will ever finish the deletion: the finalizer goes too (what it applied
+/// stays with the cluster, where the target's own work has taken it over).
+async fn delete_klusterlet_work(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    cluster: &str,
+    abandon: bool,
+) -> Result<(), Error> {
+    let Some(work) = klusterlet_work(ctx, task, cluster) else {
+        return Ok(());
+    };
+    let name = work.name_any();
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), cluster);
+    if work.metadata.deletion_timestamp.is_none() {
+        ignore_not_found(works.delete(&name, &DeleteParams::default()).await)
+            .map_err(ctx_err(format!("deleting ManifestWork {cluster}/{name}")))?;
+    }
+    if abandon && !work.finalizers().is_empty() {
+        ignore_not_found(
+            works
+                .patch(
+                    &name,
+                    &merge_params(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                )
+                .await,
+        )
+        .map_err(ctx_err(format!("releasing ManifestWork {cluster}/{name}")))?;
+    }
+    Ok(())
+}
+
+/// Moves a cluster's klusterlet work on: `next` reads the work as it is (`None`: there is
+/// none) and answers the step to put it at, or `Err(done)` when there is nothing to change.
+/// Returns whether it is done; a work being deleted is waited for.
+async fn drive_klusterlet_work(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    cluster: &str,
+    next: impl FnOnce(Option<&ManifestWork>) -> Result<Step, bool>,
+) -> Result<bool, Error> {
+    let work = klusterlet_work(ctx, task, cluster);
+    if work
+        .as_ref()
+        .is_some_and(|w| w.metadata.deletion_timestamp.is_some())
+    {
+        return Ok(false);
+    }
+    match next(work.as_deref()) {
+        Err(done) => Ok(done),
+        Ok(step) => {
+            put_klusterlet_work(ctx, task, cluster, &step).await?;
+            Ok(false)
+        }
+    }
+}
+
+/// Source, plain OCM: probes the cluster's Klusterlet, then gives it the MultipleHubs
+/// configuration; true once that is applied.
+async fn klusterlet_switch(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> Result<bool, Error> {
+    drive_klusterlet_work(ctx, task, cluster, |work| {
+        match work.map(|w| (w, kw::step_of(w))) {
+            Some((w, Some(Step::Switch(_)))) => Err(kw::applied(w)),
+            Some((w, Some(Step::Probe))) => match kw::probed(w) {
+                // A Klusterlet a migration changed before keeps the settings it had then.
+                Some((now, recorded)) => Ok(Step::Switch(recorded.unwrap_or(now))),
+                None => Err(false),
+            },
+            Some((_, Some(Step::Restore(o) | Step::Settle(o)))) => Ok(Step::Switch(o)),
+            _ => Ok(Step::Probe),
+        }
+    })
+    .await
+}
+
+/// Source rollback, plain OCM: puts the Klusterlet's settings back, then removes the work;
+/// true once it is gone.
+async fn klusterlet_restore(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> Result<bool, Error> {
+    let Some(work) = klusterlet_work(ctx, task, cluster) else {
+        return Ok(true);
+    };
+    if work.metadata.deletion_timestamp.is_some() {
+        return Ok(false);
+    }
+    match kw::step_of(&work) {
+        Some(Step::Switch(o)) => {
+            put_klusterlet_work(ctx, task, cluster, &Step::Restore(o)).await?;
+        }
+        Some(Step::Restore(_)) if !kw::applied(&work) => {}
+        // Restored, or never changed (a probe): the work can go.
+        _ => delete_klusterlet_work(ctx, task, cluster, false).await?,
+    }
+    Ok(false)
+}
+
+/// Target, plain OCM, for a cluster that arrived: reads what the Klusterlet had before the
+/// migration and puts it back, with this hub's bootstrap kubeconfig as the cluster's own;
+/// true once applied.
+async fn klusterlet_settle(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> Result<bool, Error> {
+    drive_klusterlet_work(ctx, task, cluster, |work| {
+        match work.map(|w| (w, kw::step_of(w))) {
+            Some((w, Some(Step::Settle(_)))) => Err(kw::applied(w)),
+            Some((w, Some(Step::Probe))) => match kw::probed(w) {
+                Some((_, Some(recorded))) => Ok(Step::Settle(recorded)),
+                // No record (the Klusterlet was changed by hand since): the gates stay, the
+                // bootstrap list goes, so this hub's bootstrap kubeconfig is the only one.
+                Some((now, None)) => Ok(Step::Settle(Registration {
+                    feature_gates: now.feature_gates,
+                    bootstrap_kube_configs: None,
+                })),
+                None => Err(false),
+            },
+            _ => Ok(Step::Probe),
+        }
+    })
+    .await
+}
+
 async fn source_register(
     ctx: &Ctx,
     task: &MigrationTask,
@@ -534,7 +765,7 @@ async fn source_register(
 ) -> Result<Report, Error> {
     let spec = &task.spec;
     let released: BTreeSet<&String> = spec.released.iter().flatten().collect();
-    let config = spec.klusterlet_config_name.clone().unwrap_or_default();
+    let config = spec.klusterlet_config_name.clone();
     let secret = spec.bootstrap_secret_name.clone().unwrap_or_default();
     let mut states = Vec::with_capacity(names.len());
     for name in names {
@@ -544,25 +775,47 @@ async fn source_register(
         };
         let blocked = mc.annotations().contains_key(BLOCK_MOVE);
         if blocked && !released.contains(name) {
+            // Plain OCM: the Klusterlet is made ready while the cluster is held (it still
+            // stays where it is until released), so it can switch as soon as it is let go.
+            if plain(task) {
+                klusterlet_switch(ctx, task, name).await?;
+            }
             states.push(ClusterState::Blocked);
             continue;
         }
-        let annotated = mc.annotations().get(KLUSTERLET_CONFIG) == Some(&config)
-            && mc.annotations().get(MIGRATING) == Some(&spec.migration);
         let release = released.contains(name);
-        if !annotated || (release && mc.spec.hub_accepts_client) {
+        // Plain OCM: no KlusterletConfig to select, the migrating marker alone. The older
+        // KlusterletConfig shape lists the target alone, so a cluster selects it only when it
+        // is released, and stops being accepted here once its klusterlet has it.
+        let config = if legacy(task) && !release {
+            None
+        } else {
+            config.clone()
+        };
+        let annotated = mc.annotations().get(KLUSTERLET_CONFIG) == config.as_ref()
+            && mc.annotations().get(MIGRATING) == Some(&spec.migration);
+        let refuse = release
+            && mc.spec.hub_accepts_client
+            && (!legacy(task) || bootstrap_delivered(&ctx.works, name, &secret));
+        if !annotated || refuse {
             let mut patch = json!({"metadata": {"annotations": {KLUSTERLET_CONFIG: config, MIGRATING: spec.migration}}});
-            if release {
+            if refuse {
                 patch["spec"] = json!({"hubAcceptsClient": false});
             }
             patch_cluster(ctx, name, patch).await?;
-            if release {
+            if refuse {
                 tracing::info!(cluster = %name, "released: this hub no longer accepts it");
             }
         }
         states.push(if release {
             ClusterState::Switching
-        } else if bootstrap_delivered(&ctx.works, name, &secret) {
+        } else if plain(task) {
+            if klusterlet_switch(ctx, task, name).await? {
+                ClusterState::Ready
+            } else {
+                ClusterState::Waiting
+            }
+        } else if legacy(task) || bootstrap_delivered(&ctx.works, name, &secret) {
             ClusterState::Ready
         } else {
             ClusterState::Waiting
@@ -771,6 +1024,15 @@ async fn target_register(
             Some(m) => target_state(Some(m)),
             None => ClusterState::Created,
         };
+        // Plain OCM: a cluster counts as registered once its Klusterlet is settled here.
+        let state = if plain(task)
+            && state == ClusterState::Available
+            && !klusterlet_settle(ctx, task, name).await?
+        {
+            ClusterState::Joined
+        } else {
+            state
+        };
         if registering
             && !user.is_empty()
             && matches!(state, ClusterState::Created | ClusterState::Joined)
@@ -894,17 +1156,25 @@ fn rollback_done(names: &[String], states: &[ClusterState], rollback: &BTreeSet<
         })
 }
 
-async fn lease_renewed_since(ctx: &Ctx, cluster: &str, since: &str) -> Result<bool, Error> {
+fn lease_renewed_since(ctx: &Ctx, cluster: &str, since: &str) -> bool {
     let Ok(since) = since.parse::<jiff::Timestamp>() else {
-        return Ok(false);
+        return false;
     };
-    let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), cluster);
-    let lease = ignore_not_found(leases.get(CLUSTER_LEASE).await)
-        .map_err(ctx_err(format!("reading the lease of {cluster}")))?;
-    Ok(lease
-        .and_then(|l| l.spec)
+    get(&ctx.leases, Some(cluster), CLUSTER_LEASE)
+        .and_then(|l| l.spec.clone())
         .and_then(|s| s.renew_time)
-        .is_some_and(|t| t.0 > since))
+        .is_some_and(|t| t.0 > since)
+}
+
+/// Marks a cluster as awaited (its lease renewals wake the handler) or not.
+fn await_return(ctx: &Ctx, cluster: &str, awaited: bool) {
+    if let Ok(mut a) = ctx.awaited.lock() {
+        if awaited {
+            a.insert(cluster.to_owned());
+        } else {
+            a.remove(cluster);
+        }
+    }
 }
 
 /// Takes back the clusters of the task's rollback list: accepted again, the migration's
@@ -928,6 +1198,9 @@ async fn source_rollback(
             states.push(ClusterState::NotFound);
             continue;
         };
+        // Plain OCM: the Klusterlet's own settings go back too (its work applies them once
+        // the cluster is connected here again).
+        let settings_back = !plain(task) || klusterlet_restore(ctx, task, name).await?;
         let restored_at = mc.annotations().get(RESTORED_AT).cloned();
         if (restored_at.is_none() && !finish)
             || !mc.spec.hub_accepts_client
@@ -941,14 +1214,20 @@ async fn source_rollback(
                 "spec": {"hubAcceptsClient": true}
             }))
             .await?;
+            await_return(ctx, name, true);
             states.push(ClusterState::RollingBack);
             continue;
         }
         let Some(restored_at) = restored_at else {
-            states.push(ClusterState::RolledBack);
+            states.push(if settings_back {
+                ClusterState::RolledBack
+            } else {
+                ClusterState::RollingBack
+            });
             continue;
         };
-        let back = available(&mc) && lease_renewed_since(ctx, name, &restored_at).await?;
+        let back = settings_back && available(&mc) && lease_renewed_since(ctx, name, &restored_at);
+        await_return(ctx, name, !back);
         if back && finish {
             patch_cluster(
                 ctx,
@@ -999,6 +1278,9 @@ async fn source_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
             match mc {
                 None => states.push(ClusterState::Detached),
                 Some(m) => {
+                    if plain(task) {
+                        delete_klusterlet_work(ctx, task, name, true).await?;
+                    }
                     if m.metadata.deletion_timestamp.is_none() {
                         ignore_not_found(api.delete(name, &DeleteParams::default()).await)
                             .map_err(ctx_err(format!("detaching ManagedCluster {name}")))?;
@@ -1015,7 +1297,12 @@ async fn source_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
         {
             patch_cluster(ctx, name, json!({"metadata": {"annotations": {KLUSTERLET_CONFIG: Value::Null, MIGRATING: Value::Null, RESTORED_AT: Value::Null}}})).await?;
         }
-        states.push(ClusterState::RolledBack);
+        let settings_back = !plain(task) || klusterlet_restore(ctx, task, name).await?;
+        states.push(if settings_back {
+            ClusterState::RolledBack
+        } else {
+            ClusterState::RollingBack
+        });
     }
     let left = states
         .iter()
@@ -1041,8 +1328,12 @@ async fn target_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
     // its pre-created copies now (a no-op where the rollback already ran here).
     let rolled = target_rollback(ctx, task, names).await?;
     let mut states = Vec::with_capacity(names.len());
+    let mut works_left = 0;
     for (name, rolled_state) in names.iter().zip(rolled.states) {
         let mc = get(&ctx.clusters, None, name);
+        if plain(task) && !target_work_removed(ctx, task, name, mc.as_deref()).await? {
+            works_left += 1;
+        }
         if rollback.contains(name) {
             states.push(rolled_state);
             continue;
@@ -1055,10 +1346,12 @@ async fn target_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
         }
         states.push(target_state(mc.as_deref()));
     }
-    let done = rollback_done(names, &states, &rollback);
+    let done = rollback_done(names, &states, &rollback) && works_left == 0;
     Ok(Report {
         message: if done {
             "migration annotations removed".into()
+        } else if works_left > 0 {
+            format!("removing the klusterlet works of {works_left} clusters")
         } else {
             rolled.message
         },
@@ -1066,6 +1359,30 @@ async fn target_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
         states,
         ..Default::default()
     })
+}
+
+/// Target cleanup, plain OCM: a cluster's klusterlet work is removed once it has settled the
+/// Klusterlet of a cluster that arrived (the migration's secret goes with it); true once gone.
+async fn target_work_removed(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    cluster: &str,
+    mc: Option<&ManagedCluster>,
+) -> Result<bool, Error> {
+    let Some(work) = klusterlet_work(ctx, task, cluster) else {
+        return Ok(true);
+    };
+    let settled = matches!(kw::step_of(&work), Some(Step::Settle(_))) && kw::applied(&work);
+    let arrived = target_state(mc) == ClusterState::Available;
+    if arrived && !settled && work.metadata.deletion_timestamp.is_none() {
+        if bootstrap_secret_data(ctx, task).await?.is_some() {
+            klusterlet_settle(ctx, task, cluster).await?;
+            return Ok(false);
+        }
+        tracing::warn!(%cluster, "the bootstrap secret is gone before the Klusterlet settled here; its MultipleHubs settings stay as the source left them");
+    }
+    delete_klusterlet_work(ctx, task, cluster, false).await?;
+    Ok(false)
 }
 
 async fn write_status(

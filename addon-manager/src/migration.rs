@@ -860,7 +860,7 @@ async fn validating(
     }
     let Some(shape) = source.shape.as_deref().and_then(Shape::from_report) else {
         step.fail_validation(reasons::HUB_INVALID, &format!(
-            "source hub {} serves no KlusterletConfig API (a plain OCM hub); delivering bootstrap kubeconfigs through each cluster's klusterlet ManifestWork is not supported yet", m.from));
+            "source hub {}'s agent did not say whether the hub serves a KlusterletConfig API (an agent older than this manager?); upgrade the addon on that hub", m.from));
         return Ok(Action::requeue(Duration::from_millis(10)));
     };
     // The target checks that none of them exists there.
@@ -874,7 +874,7 @@ async fn validating(
         ctx,
         m,
         MigrationRole::Target,
-        mr::target_manifests(m, &target_ns, target_task, None)?,
+        mr::target_manifests(m, &target_ns, target_task, None, None)?,
         0,
         &target_ns,
     )
@@ -954,7 +954,7 @@ async fn validating(
         ctx,
         m,
         MigrationRole::Target,
-        mr::target_manifests(m, &target_ns, keep, None)?,
+        mr::target_manifests(m, &target_ns, keep, None, None)?,
         0,
         &target_ns,
     )
@@ -1183,15 +1183,24 @@ async fn initializing(
         }
         Err(e) => return Err(e),
     }
+    let rendered = match shape_of(step) {
+        Shape::ManifestWork => format!(
+            "bootstrap secret {} rendered for each cluster's klusterlet work",
+            names::migration_bootstrap_secret(&m.to)
+        ),
+        _ => format!(
+            "KlusterletConfig {} rendered",
+            names::migration_klusterlet_config(&m.to)
+        ),
+    };
     step.condition(
         RESOURCE_INITIALIZED,
         "True",
         reasons::DONE,
         &format!(
-            "bootstrap identity ready on {} (token valid {}), KlusterletConfig {} rendered",
+            "bootstrap identity ready on {} (token valid {}), {rendered}",
             m.to,
             mr::BOOTSTRAP_TOKEN_VALIDITY,
-            names::migration_klusterlet_config(&m.to)
         ),
     );
     step.enter(
@@ -1205,9 +1214,32 @@ async fn initializing(
 // Deploying, Registering, Rollbacking, Cleaning: both works, rendered from the status
 
 fn shape_of(step: &Step) -> Shape {
-    match step.status.bootstrap_delivery.as_deref() {
-        Some(d) if d.ends_with("bootstrapKubeConfigs") => Shape::BootstrapKubeConfigs,
-        _ => Shape::MultipleHubsConfig,
+    Shape::from_delivery(
+        step.status
+            .bootstrap_delivery
+            .as_deref()
+            .unwrap_or_default(),
+    )
+}
+
+/// What the source receives in Deploying, for people.
+fn delivered_what(step: &Step) -> &'static str {
+    match shape_of(step) {
+        Shape::ManifestWork => {
+            "bootstrap kubeconfig (configuring each Klusterlet through a ManifestWork)"
+        }
+        _ => "KlusterletConfig and bootstrap kubeconfig",
+    }
+}
+
+/// Tells a task how the bootstrap kubeconfig travels (the default, a current KlusterletConfig,
+/// is left unsaid; plain OCM has no KlusterletConfig).
+fn set_delivery(task: &mut MigrationTaskSpec, shape: Shape) {
+    if shape != Shape::MultipleHubsConfig {
+        task.delivery = Some(shape.task_delivery());
+    }
+    if shape == Shape::ManifestWork {
+        task.klusterlet_config_name = None;
     }
 }
 
@@ -1243,7 +1275,22 @@ async fn deliver_target(
     target.carry_over = carry;
     target.bootstrap_user = Some(mr::bootstrap_user(m, &msa_ns));
     target.rollback = non_empty(rollback);
-    let manifests = mr::target_manifests(m, &target_ns, target, rbac.then_some(msa_ns.as_str()))?;
+    let shape = shape_of(step);
+    set_delivery(&mut target, shape);
+    // Plain OCM: the clusters that arrive keep the target's bootstrap kubeconfig (cleanup may
+    // still have to settle one that arrived as Registering ended).
+    let kubeconfig = if shape == Shape::ManifestWork {
+        bootstrap(ctx, m).await?
+    } else {
+        None
+    };
+    let manifests = mr::target_manifests(
+        m,
+        &target_ns,
+        target,
+        rbac.then_some(msa_ns.as_str()),
+        kubeconfig.as_deref(),
+    )?;
     deliver(ctx, m, MigrationRole::Target, manifests, 0, &target_ns).await
 }
 
@@ -1282,6 +1329,7 @@ async fn deliver_source(
     source.rollback = non_empty(part.rollback);
     source.detach = non_empty(part.detach);
     let shape = shape_of(step);
+    set_delivery(&mut source, shape);
     let manifests = mr::source_manifests(
         m,
         &source_ns,
@@ -1329,8 +1377,9 @@ async fn deploying(
             return Ok(Action::requeue(Duration::from_millis(10)));
         }
         let msg = format!(
-            "waiting for {} to confirm the KlusterletConfig and {} to pre-create the clusters{}",
+            "waiting for {} to confirm the {} and {} to pre-create the clusters{}",
             m.from,
+            delivered_what(step),
             m.to,
             err_suffix(source_err.or(target_err))
         );
@@ -1342,7 +1391,8 @@ async fn deploying(
         "True",
         reasons::DONE,
         &format!(
-            "KlusterletConfig and bootstrap kubeconfig on {}; {} clusters pre-created on {}",
+            "{} on {}; {} clusters pre-created on {}",
+            delivered_what(step),
             m.from,
             step.status.resolved_clusters.as_ref().map_or(0, Vec::len),
             m.to
@@ -1851,9 +1901,11 @@ async fn cleaning(
     let fatal = matches!(cause.as_deref(), Some(r) if r != "Refused" && r != reasons::DONE)
         || c.registered == 0
         || not_moved > max_fail;
+    // The counts keep each cluster's last state (a refused cluster stays "failed"), so the
+    // ones that stayed are the ones that did not move.
     let summary = format!(
-        "{} of {} clusters moved from {} to {}; {} rolled back",
-        c.registered, c.total, m.from, m.to, c.rolled_back
+        "{} of {} clusters moved from {} to {}; {not_moved} stayed on {}",
+        c.registered, c.total, m.from, m.to, m.from
     );
     if fatal {
         step.enter(MigrationPhase::Failed, &summary);
@@ -1945,6 +1997,7 @@ async fn plan(
         clusters.to_vec(),
     );
     source.released = Some(clusters.to_vec());
+    set_delivery(&mut source, shape);
     let mut target = base_task(
         mcm,
         MigrationRole::Target,
@@ -1953,12 +2006,14 @@ async fn plan(
     );
     target.carry_over = Some(carry.to_vec());
     target.bootstrap_user = Some(mr::bootstrap_user(m, &msa_ns));
+    set_delivery(&mut target, shape);
     let mut objects = vec![planned(GLOBAL_HUB, &m.service_account())];
     for o in mr::source_manifests(m, source_ns, source, Some((&kubeconfig, shape)))? {
         objects.push(planned(&m.from, &mr::redact(&o)));
     }
-    for o in mr::target_manifests(m, target_ns, target, Some(&msa_ns))? {
-        objects.push(planned(&m.to, &o));
+    let target_bootstrap = (shape == Shape::ManifestWork).then_some(kubeconfig.as_str());
+    for o in mr::target_manifests(m, target_ns, target, Some(&msa_ns), target_bootstrap)? {
+        objects.push(planned(&m.to, &mr::redact(&o)));
     }
     for c in carry.iter().take(PLAN_CLUSTER_OBJECTS) {
         let mut labels = c.labels.clone();

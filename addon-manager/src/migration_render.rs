@@ -4,7 +4,7 @@
 //! Templates live in `templates/migration-*.yaml.hbs`; nothing here does I/O.
 
 use base64::Engine;
-use migration_api::migration::{MigrationRole, MigrationTaskSpec};
+use migration_api::migration::{BootstrapDelivery, MigrationRole, MigrationTaskSpec};
 use migration_api::names::{self, labels};
 use migration_api::ocm::addon::ProxyConfig;
 use serde_json::{Value, json};
@@ -36,15 +36,37 @@ pub enum Shape {
     MultipleHubsConfig,
     /// `spec.bootstrapKubeConfigs` (older ACM/MCE).
     BootstrapKubeConfigs,
+    /// No KlusterletConfig API (plain OCM): the source agent configures each cluster's
+    /// Klusterlet through a ManifestWork of its own.
+    ManifestWork,
 }
 
 impl Shape {
-    /// The shape a source agent reported (`None` for a hub without the API).
+    /// The shape a source agent reported (`None` reported: a hub without the API).
     pub fn from_report(text: &str) -> Option<Self> {
         match text {
             "multipleHubsConfig" => Some(Self::MultipleHubsConfig),
             "bootstrapKubeConfigs" => Some(Self::BootstrapKubeConfigs),
+            "None" => Some(Self::ManifestWork),
             _ => None,
+        }
+    }
+
+    /// The shape a migration's status names (see [`Shape::delivery`]).
+    pub fn from_delivery(text: &str) -> Self {
+        match text {
+            "ManifestWork" => Self::ManifestWork,
+            t if t.ends_with("bootstrapKubeConfigs") => Self::BootstrapKubeConfigs,
+            _ => Self::MultipleHubsConfig,
+        }
+    }
+
+    /// How the agents deliver the bootstrap kubeconfig.
+    pub fn task_delivery(self) -> BootstrapDelivery {
+        match self {
+            Self::ManifestWork => BootstrapDelivery::ManifestWork,
+            Self::BootstrapKubeConfigs => BootstrapDelivery::LegacyKlusterletConfig,
+            Self::MultipleHubsConfig => BootstrapDelivery::KlusterletConfig,
         }
     }
 
@@ -53,6 +75,7 @@ impl Shape {
         match self {
             Self::MultipleHubsConfig => "KlusterletConfig/multipleHubsConfig",
             Self::BootstrapKubeConfigs => "KlusterletConfig/bootstrapKubeConfigs",
+            Self::ManifestWork => "ManifestWork",
         }
     }
 }
@@ -176,8 +199,25 @@ fn task(m: &Migration, namespace: &str, mut spec: MigrationTaskSpec) -> Result<V
     Ok(render_template("migration-task", TASK, &ctx)?.remove(0))
 }
 
-/// The source hub's objects: the bootstrap secret and KlusterletConfig once there is a
-/// bootstrap kubeconfig (`None` while validating), then the task.
+fn bootstrap_secret(
+    m: &Migration,
+    namespace: &str,
+    kubeconfig: &str,
+) -> Result<Vec<Value>, RenderError> {
+    render_template(
+        "migration-bootstrap-kubeconfig",
+        BOOTSTRAP_SECRET,
+        &json!({
+            "secretName": names::migration_bootstrap_secret(&m.to), "secretNamespace": namespace,
+            "labels": m.labels(),
+            "kubeconfigBase64": base64::engine::general_purpose::STANDARD.encode(kubeconfig),
+        }),
+    )
+}
+
+/// The source hub's objects once there is a bootstrap kubeconfig (`None` while validating):
+/// the bootstrap secret and the KlusterletConfig (a plain OCM hub: the secret alone, in the
+/// task's namespace, for the agent to hand to each cluster); then the task.
 pub fn source_manifests(
     m: &Migration,
     task_namespace: &str,
@@ -185,16 +225,14 @@ pub fn source_manifests(
     bootstrap: Option<(&str, Shape)>,
 ) -> Result<Vec<Value>, RenderError> {
     let mut out = Vec::new();
-    if let Some((kubeconfig, shape)) = bootstrap {
+    if let Some((kubeconfig, Shape::ManifestWork)) = bootstrap {
+        out.extend(bootstrap_secret(m, task_namespace, kubeconfig)?);
+    } else if let Some((kubeconfig, shape)) = bootstrap {
         let secret = names::migration_bootstrap_secret(&m.to);
-        out.extend(render_template(
-            "migration-bootstrap-kubeconfig",
-            BOOTSTRAP_SECRET,
-            &json!({
-                "secretName": secret, "secretNamespace": BOOTSTRAP_SECRETS_NAMESPACE,
-                "labels": m.labels(),
-                "kubeconfigBase64": base64::engine::general_purpose::STANDARD.encode(kubeconfig),
-            }),
+        out.extend(bootstrap_secret(
+            m,
+            BOOTSTRAP_SECRETS_NAMESPACE,
+            kubeconfig,
         )?);
         out.extend(render_template(
             "migration-klusterlet-config",
@@ -221,14 +259,20 @@ pub fn bootstrap_user(m: &Migration, namespace: &str) -> String {
 }
 
 /// The target hub's objects: the bootstrap identity's RBAC (while clusters may register:
-/// `Some(namespace of its ServiceAccount)`), then the task.
+/// `Some(namespace of its ServiceAccount)`); with plain OCM delivery, the bootstrap secret in
+/// the task's namespace (each cluster that arrives keeps it as its bootstrap kubeconfig); then
+/// the task.
 pub fn target_manifests(
     m: &Migration,
     task_namespace: &str,
     spec: MigrationTaskSpec,
     rbac_namespace: Option<&str>,
+    bootstrap: Option<&str>,
 ) -> Result<Vec<Value>, RenderError> {
     let mut out = Vec::new();
+    if let Some(kubeconfig) = bootstrap {
+        out.extend(bootstrap_secret(m, task_namespace, kubeconfig)?);
+    }
     if let Some(ns) = rbac_namespace {
         out.extend(render_template(
             "migration-bootstrap-rbac",
@@ -382,6 +426,38 @@ mod tests {
     }
 
     #[test]
+    fn plain_ocm_hubs_get_the_bootstrap_secret_next_to_the_task_and_no_klusterlet_config() {
+        assert_eq!(Shape::from_report("None"), Some(Shape::ManifestWork));
+        assert_eq!(Shape::from_report("something else"), None);
+        for shape in [
+            Shape::ManifestWork,
+            Shape::MultipleHubsConfig,
+            Shape::BootstrapKubeConfigs,
+        ] {
+            assert_eq!(Shape::from_delivery(shape.delivery()), shape);
+        }
+        let objs = source_manifests(
+            &m(),
+            "agent-ns",
+            MigrationTaskSpec::default(),
+            Some(("kc", Shape::ManifestWork)),
+        )
+        .unwrap();
+        let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["Secret", "MigrationTask"]);
+        assert_eq!(objs[0]["metadata"]["namespace"], "agent-ns");
+        assert_eq!(objs[0]["data"]["kubeconfig"], b64("kc"));
+        // The target keeps it for the clusters that arrive; without a kubeconfig, no secret.
+        let with =
+            target_manifests(&m(), "t-ns", MigrationTaskSpec::default(), None, Some("kc")).unwrap();
+        assert_eq!(with[0]["kind"], "Secret");
+        assert_eq!(with[0]["metadata"]["namespace"], "t-ns");
+        let without =
+            target_manifests(&m(), "t-ns", MigrationTaskSpec::default(), None, None).unwrap();
+        assert!(without.iter().all(|o| o["kind"] != "Secret"));
+    }
+
+    #[test]
     fn klusterlet_config_in_both_shapes() {
         for (shape, path) in [
             (
@@ -457,8 +533,14 @@ mod tests {
 
     #[test]
     fn target_rbac_binds_only_the_migration_service_account() {
-        let objs =
-            target_manifests(&m(), "ns", MigrationTaskSpec::default(), Some("msa-ns")).unwrap();
+        let objs = target_manifests(
+            &m(),
+            "ns",
+            MigrationTaskSpec::default(),
+            Some("msa-ns"),
+            None,
+        )
+        .unwrap();
         assert_eq!(objs[0]["kind"], "ClusterRole");
         let verbs: Vec<&str> = objs[0]["rules"]
             .as_array()
@@ -484,7 +566,8 @@ mod tests {
             bootstrap_user(&m(), "msa-ns"),
             "system:serviceaccount:msa-ns:migration-move"
         );
-        let without = target_manifests(&m(), "ns", MigrationTaskSpec::default(), None).unwrap();
+        let without =
+            target_manifests(&m(), "ns", MigrationTaskSpec::default(), None, None).unwrap();
         assert_eq!(without.len(), 1);
     }
 

@@ -161,7 +161,9 @@ pub struct ManagedClusterMigrationStatus {
     /// a migration of thousands of clusters keeps a small status.
     pub cluster_states: Option<String>,
     /// How the target's bootstrap kubeconfig reaches the clusters on the source hub:
-    /// `KlusterletConfig/multipleHubsConfig`, `KlusterletConfig/bootstrapKubeConfigs`.
+    /// `KlusterletConfig/multipleHubsConfig`, `KlusterletConfig/bootstrapKubeConfigs`, or
+    /// `ManifestWork` (a plain OCM source hub: each cluster's Klusterlet is configured through
+    /// a ManifestWork of its own).
     pub bootstrap_delivery: Option<String>,
 }
 
@@ -335,6 +337,26 @@ pub struct MigrationTaskSpec {
     pub detach: Option<Vec<String>>,
     /// Target only: what to pre-create for each cluster.
     pub carry_over: Option<Vec<CarriedCluster>>,
+    /// How the bootstrap kubeconfig reaches the clusters: through the source hub's
+    /// KlusterletConfig (ACM/MCE, the default), or through a ManifestWork per cluster (plain
+    /// OCM: the Klusterlet's MultipleHubs configuration, set on the source and restored on the
+    /// target once the cluster arrived).
+    pub delivery: Option<BootstrapDelivery>,
+}
+
+/// How a migration's bootstrap kubeconfig reaches its clusters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum BootstrapDelivery {
+    /// The source hub's import controller, through a KlusterletConfig (ACM/MCE) whose
+    /// `multipleHubsConfig` keeps the current hub first: clusters are annotated ahead of time.
+    #[default]
+    KlusterletConfig,
+    /// The same through the older `bootstrapKubeConfigs` shape, which lists the target alone
+    /// (a klusterlet restarted after the change goes straight there): a cluster is annotated
+    /// only when it is released.
+    LegacyKlusterletConfig,
+    /// A ManifestWork per cluster (plain OCM hubs, which serve no KlusterletConfig API).
+    ManifestWork,
 }
 
 /// What a cluster takes with it to the target hub: never status, never credentials.

@@ -40,6 +40,11 @@ pub fn migration_klusterlet_config(to_hub: &str) -> String {
 pub fn migration_bootstrap_secret(to_hub: &str) -> String {
     format!("bootstrap-{to_hub}")
 }
+/// ManifestWork (in a cluster's namespace on a plain OCM hub) that configures the cluster's
+/// Klusterlet for a migration.
+pub fn migration_klusterlet_work(migration: &str) -> String {
+    format!("migration-{migration}-klusterlet")
+}
 /// ManagedServiceAccount (in the target hub's namespace on the global hub) whose token is the
 /// migration's bootstrap identity on the target.
 pub fn migration_service_account(migration: &str) -> String {
@@ -96,6 +101,11 @@ pub mod labels {
 pub mod annotations {
     /// ManagedCluster annotation selecting a KlusterletConfig.
     pub const KLUSTERLET_CONFIG: &str = "agent.open-cluster-management.io/klusterlet-config";
+    /// On a Klusterlet (and on the ManifestWork that configures it): its registration settings
+    /// before a migration changed them (JSON: `featureGates`, `bootstrapKubeConfigs`), so a
+    /// rollback, or the target once the cluster arrived, can put them back.
+    pub const KLUSTERLET_ORIGINAL: &str =
+        "migration.open-cluster-management.io/klusterlet-original";
     /// Hash of the addon configs a deploy work was rendered from.
     pub const CONFIG_SPEC_HASH: &str = "open-cluster-management.io/config-spec-hash";
     /// Manifest that runs only while an addon is being deleted.

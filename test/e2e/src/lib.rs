@@ -33,6 +33,19 @@ pub use migration_api::testing::eventually;
 
 /// A fleet for addon tests: quick leases, kubelets on the hubs knowing `known_tags`.
 pub async fn fleet(hubs: usize, clusters_per_hub: usize, known_tags: &[&str], dir: &Path) -> Fleet {
+    fleet_with_hub_kinds(hubs, clusters_per_hub, known_tags, dir, &[], &[]).await
+}
+
+/// [`fleet`], with the named hubs plain OCM (no ACM APIs, no import controller) or an older
+/// ACM (KlusterletConfig's `spec.bootstrapKubeConfigs`).
+pub async fn fleet_with_hub_kinds(
+    hubs: usize,
+    clusters_per_hub: usize,
+    known_tags: &[&str],
+    dir: &Path,
+    plain_hubs: &[&str],
+    legacy_hubs: &[&str],
+) -> Fleet {
     let opts = FleetOptions {
         hubs,
         clusters_per_hub,
@@ -47,6 +60,8 @@ pub async fn fleet(hubs: usize, clusters_per_hub: usize, known_tags: &[&str], di
             known_tags: known_tags.iter().map(|t| (*t).to_owned()).collect(),
             work_dir: dir.join("pods"),
         }),
+        plain_hubs: plain_hubs.iter().map(|h| (*h).to_owned()).collect(),
+        legacy_hubs: legacy_hubs.iter().map(|h| (*h).to_owned()).collect(),
     };
     let fleet = Fleet::up(&opts)
         .await

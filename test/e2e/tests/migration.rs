@@ -11,6 +11,8 @@ use std::time::Duration;
 use e2e::{
     Manager, addon_available, enable_addon, eventually, kubeconfig, kubectl_apply, kubectl_ok,
 };
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use migration_api::common::{condition_is_true, find_condition};
@@ -18,6 +20,7 @@ use migration_api::migration::{ManagedClusterMigration, MigrationPhase};
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::config::KlusterletConfig;
 use migration_api::ocm::msa::ManagedServiceAccount;
+use migration_api::ocm::operator::Klusterlet;
 use migration_api::ocm::work::ManifestWork;
 use ocm_sim::fleet::Fleet;
 
@@ -38,8 +41,22 @@ struct Setup {
 
 impl Setup {
     async fn new(hubs: usize, per_hub: usize) -> Self {
+        Self::with_hub_kinds(hubs, per_hub, &[], &[]).await
+    }
+
+    /// [`Setup::new`] with the named hubs plain OCM (no KlusterletConfig API) or an older ACM
+    /// (KlusterletConfig's `spec.bootstrapKubeConfigs`).
+    async fn with_hub_kinds(hubs: usize, per_hub: usize, plain: &[&str], legacy: &[&str]) -> Self {
         let dir = e2e::test_dir();
-        let fleet = e2e::fleet(hubs, per_hub, &[migration_api_version()], dir.path()).await;
+        let fleet = e2e::fleet_with_hub_kinds(
+            hubs,
+            per_hub,
+            &[migration_api_version()],
+            dir.path(),
+            plain,
+            legacy,
+        )
+        .await;
         let global_kc = kubeconfig(dir.path(), "global-hub");
         let manager = Manager::start(&global_kc, dir.path(), &[]);
         let global = fleet.global.cluster.admin.clone();
@@ -186,11 +203,27 @@ async fn no_leftovers(s: &Setup, name: &str) {
                 return None;
             }
             for i in [1, 2] {
-                let kcs = Api::<KlusterletConfig>::all(s.hub(i))
+                // A plain OCM hub serves no KlusterletConfig API at all.
+                let kcs = match Api::<KlusterletConfig>::all(s.hub(i))
                     .list(&ListParams::default())
                     .await
+                {
+                    Ok(l) => l.items,
+                    Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),
+                    Err(_) => return None,
+                };
+                if !kcs.is_empty() {
+                    return None;
+                }
+                // The klusterlet works of a plain OCM migration.
+                let works = Api::<ManifestWork>::all(s.hub(i))
+                    .list(
+                        &ListParams::default()
+                            .labels("migration.open-cluster-management.io/migration"),
+                    )
+                    .await
                     .ok()?;
-                if !kcs.items.is_empty() {
+                if !works.items.is_empty() {
                     return None;
                 }
                 for mc in Api::<ManagedCluster>::all(s.hub(i))
@@ -518,6 +551,22 @@ fn block(hub: &Path, cluster: &str, why: &str) {
     );
 }
 
+/// A hub's admin stops accepting a cluster (`hubAcceptsClient: false`).
+fn refuse(hub: &Path, cluster: &str) {
+    kubectl_ok(
+        hub,
+        &[
+            "patch",
+            "managedcluster",
+            cluster,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"hubAcceptsClient":false}}"#,
+        ],
+        None,
+    );
+}
+
 /// Removes the block-move annotation from a cluster on a hub.
 fn unblock(hub: &Path, cluster: &str) {
     kubectl_ok(
@@ -746,18 +795,7 @@ async fn a_cluster_the_target_refuses_rolls_back_and_the_rest_complete() {
     s.apply("partial", r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2", "cluster3"], "maxFailures": 1}"#);
     registered(&s, "partial", 2).await;
     // The target's admin refuses cluster2's pre-created ManagedCluster; then it is unblocked.
-    kubectl_ok(
-        &hub2,
-        &[
-            "patch",
-            "managedcluster",
-            "cluster2",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"hubAcceptsClient":false}}"#,
-        ],
-        None,
-    );
+    refuse(&hub2, "cluster2");
     unblock(&hub1, "cluster2");
     let m = s
         .phase(
@@ -974,4 +1012,220 @@ async fn a_target_down_past_the_timeout_rolls_back_to_the_source() {
     expected.insert("cluster2".into(), 2);
     s.invariant(&expected).await;
     no_leftovers(&s, "outage").await;
+}
+
+/// A managed cluster's own API (admin).
+fn cluster_api(s: &Setup, name: &str) -> Client {
+    s.fleet
+        .clusters
+        .iter()
+        .find(|(_, c, _)| c.name == name)
+        .map(|(_, c, _)| c.admin.clone())
+        .unwrap_or_else(|| panic!("no cluster {name}"))
+}
+
+/// A cluster's Klusterlet registration settings and its annotations.
+async fn klusterlet_of(s: &Setup, cluster: &str) -> (serde_json::Value, BTreeMap<String, String>) {
+    let k = Api::<Klusterlet>::all(cluster_api(s, cluster))
+        .get("klusterlet")
+        .await
+        .unwrap();
+    let v = serde_json::to_value(&k).unwrap();
+    (
+        v["spec"]["registrationConfiguration"].clone(),
+        k.annotations().clone(),
+    )
+}
+
+/// The server of a cluster's `bootstrap-hub-kubeconfig`, and whether it still holds the
+/// migration's bootstrap secret.
+async fn bootstrap_of(s: &Setup, cluster: &str) -> (String, bool) {
+    let secrets: Api<Secret> =
+        Api::namespaced(cluster_api(s, cluster), "open-cluster-management-agent");
+    let boot = secrets.get("bootstrap-hub-kubeconfig").await.unwrap();
+    let text = String::from_utf8(boot.data.unwrap()["kubeconfig"].0.clone()).unwrap();
+    let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+    let server = kc.clusters[0]
+        .cluster
+        .as_ref()
+        .unwrap()
+        .server
+        .clone()
+        .unwrap();
+    let migration_secret = secrets.get_opt("bootstrap-hub2").await.unwrap().is_some();
+    (server, migration_secret)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plain_ocm_source_hub_moves_clusters_through_klusterlet_works() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::with_hub_kinds(2, 3, &["hub1"], &[]).await;
+    let hub1 = kubeconfig(s.dir.path(), "hub1");
+    let hub2 = kubeconfig(s.dir.path(), "hub2");
+    let crd = Api::<CustomResourceDefinition>::all(s.hub(1))
+        .get_opt("klusterletconfigs.config.open-cluster-management.io")
+        .await
+        .unwrap();
+    assert!(crd.is_none(), "hub1 must be a plain OCM hub");
+    let (original, _) = klusterlet_of(&s, "cluster1").await;
+    assert_eq!(
+        original,
+        serde_json::json!({"featureGates": [{"feature": "ClusterClaim", "mode": "Enable"}]})
+    );
+    // cluster2 is held, and the target will refuse it: it rolls back, the others move.
+    block(&hub1, "cluster2", "hold");
+    s.apply(
+        "plain",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2", "cluster3"], "maxFailures": 1, "maxConcurrency": 1}"#,
+    );
+    registered(&s, "plain", 2).await;
+    let m = s.migration("plain").await.unwrap();
+    let status = m.status.unwrap();
+    assert_eq!(status.bootstrap_delivery.as_deref(), Some("ManifestWork"));
+    let validated = find_condition(status.conditions.as_deref().unwrap(), "ResourceValidated")
+        .unwrap()
+        .message
+        .clone();
+    assert!(validated.contains("ManifestWork"), "{validated}");
+    // The held cluster's Klusterlet is ready to switch: MultipleHubs added to its gates, its
+    // own hub first, the target second, and what it had kept for later.
+    eventually(
+        Duration::from_secs(30),
+        "cluster2's Klusterlet configured for MultipleHubs",
+        || async {
+            let (reg, annotations) = klusterlet_of(&s, "cluster2").await;
+            let names: Vec<&str> = reg["bootstrapKubeConfigs"]["localSecretsConfig"]["kubeConfigSecrets"]
+                .as_array()?
+                .iter()
+                .filter_map(|n| n["name"].as_str())
+                .collect();
+            (reg["featureGates"]
+                == serde_json::json!([{"feature": "ClusterClaim", "mode": "Enable"}, {"feature": "MultipleHubs", "mode": "Enable"}])
+                && names == ["bootstrap-hub-kubeconfig", "bootstrap-hub2"]
+                && annotations.contains_key("migration.open-cluster-management.io/klusterlet-original"))
+            .then_some(())
+        },
+    )
+    .await;
+    refuse(&hub2, "cluster2");
+    unblock(&hub1, "cluster2");
+    let m = s
+        .phase("plain", MigrationPhase::Completed, Duration::from_secs(120))
+        .await;
+    let status = m.status.unwrap();
+    let counts = status.clusters.unwrap();
+    assert_eq!((counts.registered, counts.failed), (2, 1), "{status:#?}");
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    expected.insert("cluster3".into(), 2);
+    s.invariant(&expected).await;
+    no_leftovers(&s, "plain").await;
+    let hub1_url = s.fleet.hubs[0].cluster.api.url();
+    let hub2_url = s.fleet.hubs[1].cluster.api.url();
+    // Moved clusters: the Klusterlet as it was, the target's bootstrap kubeconfig kept as the
+    // cluster's own (a restarted klusterlet comes back to hub2), the migration's secret gone.
+    // The rolled-back cluster: the same Klusterlet, still bootstrapping from hub1.
+    for (cluster, home) in [
+        ("cluster1", &hub2_url),
+        ("cluster3", &hub2_url),
+        ("cluster2", &hub1_url),
+    ] {
+        eventually(
+            Duration::from_secs(30),
+            &format!("{cluster}'s klusterlet settings restored"),
+            || async {
+                let (reg, annotations) = klusterlet_of(&s, cluster).await;
+                let (server, leftover) = bootstrap_of(&s, cluster).await;
+                (reg == original
+                    && !annotations.keys().any(|k| k.starts_with("migration."))
+                    && &server == home
+                    && !leftover)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_older_acm_source_hub_switches_a_cluster_only_once_it_is_released() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::with_hub_kinds(2, 3, &[], &["hub1"]).await;
+    let hub1 = kubeconfig(s.dir.path(), "hub1");
+    // The older shape names the target alone, so a klusterlet given it goes there as soon as
+    // it restarts (the simulated one restarts whenever its Klusterlet changes, as the
+    // operator's redeploy does). A watcher records any cluster that joins hub2 while hub1
+    // still accepts it, i.e. before the migration released it.
+    let (h1, h2) = (s.hub(1), s.hub(2));
+    let early = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = early.clone();
+    let watch = tokio::spawn(async move {
+        loop {
+            let joined: Vec<String> = Api::<ManagedCluster>::all(h2.clone())
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|m| {
+                    m.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_deref())
+                        .is_some_and(|c| condition_is_true(c, "ManagedClusterJoined"))
+                })
+                .map(|m| m.name_any())
+                .collect();
+            for name in joined {
+                if let Ok(Some(on1)) = Api::<ManagedCluster>::all(h1.clone()).get_opt(&name).await
+                    && on1.spec.hub_accepts_client
+                {
+                    seen.lock().unwrap().push(name);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    s.apply(
+        "legacy",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2", "cluster3"], "maxConcurrency": 1}"#,
+    );
+    registered(&s, "legacy", 1).await;
+    let m = s.migration("legacy").await.unwrap();
+    assert_eq!(
+        m.status.unwrap().bootstrap_delivery.as_deref(),
+        Some("KlusterletConfig/bootstrapKubeConfigs")
+    );
+    let kc: serde_json::Value = serde_json::from_str(&kubectl_ok(
+        &hub1,
+        &["get", "klusterletconfig", "migration-hub2", "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    assert!(kc["spec"].get("multipleHubsConfig").is_none(), "{kc:#}");
+    assert_eq!(
+        kc["spec"]["bootstrapKubeConfigs"]["localSecretsConfig"]["kubeConfigSecrets"],
+        serde_json::json!([{"name": "bootstrap-hub2"}]),
+        "{kc:#}"
+    );
+    let m = s
+        .phase(
+            "legacy",
+            MigrationPhase::Completed,
+            Duration::from_secs(120),
+        )
+        .await;
+    watch.abort();
+    let counts = m.status.unwrap().clusters.unwrap();
+    assert_eq!((counts.registered, counts.failed), (3, 0));
+    let early = early.lock().unwrap().clone();
+    assert!(
+        early.is_empty(),
+        "joined hub2 before being released: {early:?}"
+    );
+    let mut expected = s.homes();
+    for c in ["cluster1", "cluster2", "cluster3"] {
+        expected.insert(c.into(), 2);
+    }
+    s.invariant(&expected).await;
+    no_leftovers(&s, "legacy").await;
 }

@@ -1,12 +1,12 @@
 //! Migration at scale: 300 clusters (or the count given as the first argument) move from hub1
 //! to hub2 with the real addon-manager and addon-agents, once with zero join delay and once
-//! with a realistic one (10 s, or the seconds given as the second argument), on a fleet with
+//! with a realistic one of 10 s (or once per join delay, in seconds, given after the count), on a fleet with
 //! the fleet's default timing (60 s leases, work status synced every 2 s). For each run it
 //! prints the end-to-end time (migration applied to Completed), the slowest cluster's own
 //! switch (released on hub1 to Available on hub2, seen by watches) and the time beyond it, the
 //! API requests per migrated cluster on each hub (the addon's own identities, and everything
 //! the hub served meanwhile), and the manager's peak memory. Asserts nothing but success.
-//! Run: `cargo bench -p ocm-sim --bench migration_scale [-- 300 10]`.
+//! Run: `cargo bench -p ocm-sim --bench migration_scale [-- 300 [0 10 ...]]`.
 //! For comparison, the Global Hub's published figure: 300 clusters in 4 min 40 s on real
 //! hubs, with fixed waits of 45 s and polls every 5 s.
 
@@ -89,6 +89,7 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         bin_dir: bin_dir.to_path_buf(),
         agent_version: env!("CARGO_PKG_VERSION").into(),
         timeout: Duration::from_secs(900),
+        plain_source: false,
     };
     let mut quiet = std::io::sink();
     let running = demo::start(&opts, &mut quiet)
@@ -180,7 +181,15 @@ async fn main() {
         .filter(|a| !a.starts_with('-'))
         .collect();
     let clusters: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(300);
-    let realistic: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(10.0);
+    // Join delays to run with: those given after the count, else zero and a realistic 10 s.
+    let mut delays: Vec<f64> = args[1.min(args.len())..]
+        .iter()
+        .filter_map(|a| a.parse().ok())
+        .filter(|d: &f64| d.is_finite() && *d >= 0.0)
+        .collect();
+    if delays.is_empty() {
+        delays = vec![0.0, 10.0];
+    }
     let exe = std::env::current_exe().unwrap();
     // target/<profile>/deps/<bench> -> target/<profile>
     let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
@@ -192,7 +201,7 @@ async fn main() {
             .map(|n| n.get())
             .unwrap_or(1)
     );
-    for delay in [0.0, realistic] {
+    for delay in delays {
         run(clusters, Duration::from_secs_f64(delay), &bin_dir).await;
     }
 }

@@ -15,8 +15,13 @@ use crate::Error;
 /// Which CRDs a cluster gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
-    /// A hub (or the global hub): every OCM CRD and ours.
+    /// A hub (or the global hub): every OCM CRD and ours, ACM's included.
     Hub,
+    /// A plain OCM hub: no ACM APIs (KlusterletConfig, KlusterletAddonConfig).
+    PlainHub,
+    /// A hub with an older ACM: its KlusterletConfig CRD has `spec.bootstrapKubeConfigs`
+    /// (no `multipleHubsConfig`).
+    LegacyHub,
     /// A managed cluster: the agent-side CRDs only.
     Managed,
 }
@@ -38,6 +43,8 @@ impl std::fmt::Debug for SimCluster {
 }
 
 const MANAGED_KINDS: &[&str] = &["ClusterClaim", "AppliedManifestWork", "Klusterlet"];
+/// The APIs ACM/MCE adds to an OCM hub.
+const ACM_KINDS: &[&str] = &["KlusterletConfig", "KlusterletAddonConfig"];
 
 impl SimCluster {
     /// Starts a cluster on 127.0.0.1 with the CRDs its role needs.
@@ -55,11 +62,18 @@ impl SimCluster {
         };
         let crds: Api<CustomResourceDefinition> = Api::all(cluster.admin.clone());
         for entry in migration_api::crds::all() {
-            if role == Role::Managed && !MANAGED_KINDS.contains(&entry.crd.spec.names.kind.as_str())
+            let kind = entry.crd.spec.names.kind.as_str();
+            if (role == Role::Managed && !MANAGED_KINDS.contains(&kind))
+                || (role == Role::PlainHub && ACM_KINDS.contains(&kind))
             {
                 continue;
             }
-            crds.create(&PostParams::default(), &entry.crd).await?;
+            let crd = if role == Role::LegacyHub && kind == "KlusterletConfig" {
+                legacy_klusterlet_config_crd(&entry.crd)?
+            } else {
+                entry.crd.clone()
+            };
+            crds.create(&PostParams::default(), &crd).await?;
         }
         Ok(cluster)
     }
@@ -123,6 +137,35 @@ impl SimCluster {
     pub async fn client_for_token(&self, token: &str) -> Result<kube::Client, Error> {
         Ok(kube_sim::client_from_kubeconfig(&self.api.kubeconfig_for_token(token)).await?)
     }
+}
+
+/// The KlusterletConfig CRD as older ACM/MCE releases serve it: the bootstrap kubeconfigs
+/// directly under `spec` instead of `multipleHubsConfig`.
+fn legacy_klusterlet_config_crd(
+    crd: &CustomResourceDefinition,
+) -> Result<CustomResourceDefinition, Error> {
+    let mut v = serde_json::to_value(crd)?;
+    for version in v
+        .pointer_mut("/spec/versions")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        let Some(props) = version
+            .pointer_mut("/schema/openAPIV3Schema/properties/spec/properties")
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        let boot = props
+            .remove("multipleHubsConfig")
+            .and_then(|m| m.pointer("/properties/bootstrapKubeConfigs").cloned())
+            .ok_or_else(|| {
+                Error::Setup("KlusterletConfig CRD without multipleHubsConfig".into())
+            })?;
+        props.insert("bootstrapKubeConfigs".into(), boot);
+    }
+    Ok(serde_json::from_value(v)?)
 }
 
 /// Server-side apply of a whole object by the simulator's setup manager.

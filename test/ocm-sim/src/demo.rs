@@ -48,6 +48,8 @@ pub struct DemoOptions {
     /// The agent version (image tag) to run.
     pub agent_version: String,
     pub timeout: Duration,
+    /// hub1 is a plain OCM hub (no KlusterletConfig API).
+    pub plain_source: bool,
 }
 
 impl DemoOptions {
@@ -246,6 +248,12 @@ pub async fn start(opts: &DemoOptions, out: &mut impl Write) -> Result<Running, 
             known_tags: vec![opts.agent_version.clone()],
             work_dir: opts.dir.join("pods"),
         }),
+        plain_hubs: if opts.plain_source {
+            vec![crate::fleet::hub_name(1)]
+        } else {
+            Vec::new()
+        },
+        legacy_hubs: Vec::new(),
     };
     let fleet = Fleet::up(&fleet_opts).await?;
     fleet.write_kubeconfigs(&opts.dir)?;

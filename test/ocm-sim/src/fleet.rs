@@ -37,6 +37,10 @@ pub struct FleetOptions {
     /// Run a kubelet on every hub, so addon agent Deployments (and hook Jobs) delivered to
     /// the hubs actually run.
     pub kubelet: Option<FleetKubelet>,
+    /// Hubs (by name) that are plain OCM: no ACM APIs, no import controller.
+    pub plain_hubs: Vec<String>,
+    /// Hubs (by name) with an older ACM: KlusterletConfig's `spec.bootstrapKubeConfigs`.
+    pub legacy_hubs: Vec<String>,
 }
 
 /// The kubelet every hub runs (see [`crate::kubelet`]).
@@ -60,6 +64,8 @@ impl Default for FleetOptions {
             status_sync_interval: Duration::from_secs(2),
             addon_lease_period: Duration::from_secs(60),
             kubelet: None,
+            plain_hubs: Vec::new(),
+            legacy_hubs: Vec::new(),
         }
     }
 }
@@ -105,6 +111,8 @@ impl Fleet {
             registration: RegistrationOptions {
                 lease_check_interval: opts.lease_check_interval,
             },
+            plain: false,
+            legacy_klusterlet_config: false,
         };
         let agent = AgentOptions {
             join_delay: opts.join_delay,
@@ -116,7 +124,16 @@ impl Fleet {
         let mut hubs = Vec::new();
         let mut hub_agents = Vec::new();
         for i in 1..=opts.hubs {
-            let hub = Hub::start(&hub_name(i), hub_opts.clone()).await?;
+            let name = hub_name(i);
+            let hub = Hub::start(
+                &name,
+                HubOptions {
+                    plain: opts.plain_hubs.contains(&name),
+                    legacy_klusterlet_config: opts.legacy_hubs.contains(&name),
+                    ..hub_opts.clone()
+                },
+            )
+            .await?;
             hub_agents.push(Agent::start(&hub.cluster, &global.bootstrap_kubeconfig, agent).await?);
             hubs.push(hub);
         }

@@ -8,7 +8,7 @@ use kube::api::{Api, Patch, PatchParams};
 use migration_api::names::BOOTSTRAP_HUB_KUBECONFIG;
 use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::cluster::ClusterClaim;
-use migration_api::ocm::operator::ClusterManager;
+use migration_api::ocm::operator::{ClusterManager, Klusterlet};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
@@ -31,6 +31,11 @@ pub struct HubOptions {
     /// (ClusterManager autoApproveUsers with the ManagedClusterAutoApproval feature gate).
     pub auto_approve: bool,
     pub registration: RegistrationOptions,
+    /// A plain OCM hub: no ACM APIs and no import controller (clusters keep the Klusterlet
+    /// configuration they joined with unless something else changes it).
+    pub plain: bool,
+    /// An older ACM hub: the KlusterletConfig CRD has `spec.bootstrapKubeConfigs`.
+    pub legacy_klusterlet_config: bool,
 }
 
 /// A running hub.
@@ -55,7 +60,14 @@ impl Hub {
     /// Starts a hub: OCM CRDs, the ClusterManager, the bootstrap identity and the
     /// registration controller.
     pub async fn start(name: &str, opts: HubOptions) -> Result<Self, Error> {
-        let cluster = SimCluster::start(name, Role::Hub).await?;
+        let role = if opts.plain {
+            Role::PlainHub
+        } else if opts.legacy_klusterlet_config {
+            Role::LegacyHub
+        } else {
+            Role::Hub
+        };
+        let cluster = SimCluster::start(name, role).await?;
         let gates = if opts.auto_approve {
             json!([{"feature": "ManagedClusterAutoApproval", "mode": "Enable"}])
         } else {
@@ -82,21 +94,23 @@ impl Hub {
             .await?;
         let client = cluster.client_for_token(&controller_token).await?;
         let mut tasks = registration::spawn(client, opts.registration);
-        cluster
-            .ensure_namespace(crate::import::BOOTSTRAP_SECRETS_NAMESPACE)
-            .await?;
-        let import_token = cluster
-            .service_account(
-                HUB_NAMESPACE,
-                "managedcluster-import-controller",
-                all_rules(),
-                YEAR,
-            )
-            .await?;
-        tasks.push(tokio::spawn(crate::import::run(
-            cluster.client_for_token(&import_token).await?,
-            bootstrap_kubeconfig.clone(),
-        )));
+        if !opts.plain {
+            cluster
+                .ensure_namespace(crate::import::BOOTSTRAP_SECRETS_NAMESPACE)
+                .await?;
+            let import_token = cluster
+                .service_account(
+                    HUB_NAMESPACE,
+                    "managedcluster-import-controller",
+                    all_rules(),
+                    YEAR,
+                )
+                .await?;
+            tasks.push(tokio::spawn(crate::import::run(
+                cluster.client_for_token(&import_token).await?,
+                bootstrap_kubeconfig.clone(),
+            )));
+        }
         let placement_token = cluster
             .service_account(HUB_NAMESPACE, "placement-controller", all_rules(), YEAR)
             .await?;
@@ -216,8 +230,8 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Gives `cluster` the hub's bootstrap kubeconfig and a `id.k8s.io` claim, and starts its
-    /// klusterlet.
+    /// Gives `cluster` its Klusterlet, the hub's bootstrap kubeconfig and a `id.k8s.io` claim
+    /// (what `clusteradm join` leaves), and starts its klusterlet.
     pub async fn start(
         cluster: &SimCluster,
         bootstrap_kubeconfig: &str,
@@ -235,6 +249,14 @@ impl Agent {
                     "stringData": {"kubeconfig": bootstrap_kubeconfig}
                 })),
             )
+            .await?;
+        Api::<Klusterlet>::all(cluster.admin.clone())
+            .patch("klusterlet", &PatchParams::apply("clusteradm"), &Patch::Apply(json!({
+                "apiVersion": "operator.open-cluster-management.io/v1", "kind": "Klusterlet",
+                "metadata": {"name": "klusterlet"},
+                "spec": {"clusterName": cluster.name, "namespace": AGENT_NAMESPACE,
+                         "registrationConfiguration": {"featureGates": [{"feature": "ClusterClaim", "mode": "Enable"}]}}
+            })))
             .await?;
         Api::<ClusterClaim>::all(cluster.admin.clone())
             .patch("id.k8s.io", &PatchParams::apply("ocm-sim-setup"), &Patch::Apply(json!({

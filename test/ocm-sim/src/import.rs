@@ -1,9 +1,11 @@
 //! The import controller of a hub (the ACM/MCE behaviour): every accepted cluster gets a
 //! `<cluster>-klusterlet` ManifestWork carrying its Klusterlet configuration. A cluster
 //! annotated `agent.open-cluster-management.io/klusterlet-config: <name>` gets the bootstrap
-//! kubeconfigs that KlusterletConfig lists (`multipleHubsConfig.bootstrapKubeConfigs`, secrets
-//! read from the hub's `multicluster-engine` namespace) with the MultipleHubs feature gate, so
-//! its klusterlet can switch hubs. Removing the annotation restores the default configuration.
+//! kubeconfigs that KlusterletConfig lists (`multipleHubsConfig.bootstrapKubeConfigs`, with the
+//! current hub first under `IncludeCurrentHub`; or, on hubs with the older CRD,
+//! `bootstrapKubeConfigs`, which names the hubs to use and nothing else; secrets read from the
+//! hub's `multicluster-engine` namespace) with the MultipleHubs feature gate, so its klusterlet
+//! can switch hubs. Removing the annotation restores the default configuration.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,10 +13,12 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
+use migration_api::common::BootstrapKubeConfigs;
 use migration_api::names::BOOTSTRAP_HUB_KUBECONFIG;
 use migration_api::names::annotations::KLUSTERLET_CONFIG;
 use migration_api::ocm::cluster::ManagedCluster;
@@ -94,17 +98,30 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, kub
     let mut manifests: Vec<Value> = Vec::new();
     let mut registration = json!({});
     if let Some(config_name) = mc.annotations().get(KLUSTERLET_CONFIG) {
-        let configs: Api<KlusterletConfig> = Api::all(ctx.client.clone());
+        // Read as JSON: hubs with the older CRD keep `bootstrapKubeConfigs` under `spec`.
+        let configs: Api<DynamicObject> = Api::all_with(
+            ctx.client.clone(),
+            &ApiResource::erase::<KlusterletConfig>(&()),
+        );
         if let Some(kc) = configs.get_opt(config_name).await? {
-            let multi = kc.spec.multiple_hubs_config.clone().unwrap_or_default();
-            if let Some(local) = multi
-                .bootstrap_kube_configs
+            let spec = kc.data.get("spec").cloned().unwrap_or_default();
+            let (include_current, boot) = match spec.get("multipleHubsConfig") {
+                Some(m) => (
+                    m.get("genBootstrapKubeConfigStrategy")
+                        .and_then(Value::as_str)
+                        == Some("IncludeCurrentHub"),
+                    m.get("bootstrapKubeConfigs").cloned(),
+                ),
+                // The older shape lists the hubs to use, the current one only if named.
+                None => (false, spec.get("bootstrapKubeConfigs").cloned()),
+            };
+            if let Some(local) = boot
+                .and_then(|b| serde_json::from_value::<BootstrapKubeConfigs>(b).ok())
                 .filter(|b| b.type_ == "LocalSecrets")
                 .and_then(|b| b.local_secrets_config)
             {
                 let mut names: Vec<String> = Vec::new();
-                if multi.gen_bootstrap_kube_config_strategy.as_deref() == Some("IncludeCurrentHub")
-                {
+                if include_current {
                     names.push(BOOTSTRAP_HUB_KUBECONFIG.to_owned());
                 }
                 let secrets: Api<Secret> =

@@ -66,16 +66,30 @@ fn kubeconfig_server(text: &str) -> Option<(String, Option<String>)> {
     ))
 }
 
+/// The Klusterlet's registration settings, as the agent compares them: the operator redeploys
+/// the registration agent when they change, so the agent starts over and selects again.
+fn registration_settings(k: Option<&Klusterlet>) -> String {
+    serde_json::to_string(&k.and_then(|k| k.spec.registration_configuration.as_ref()))
+        .unwrap_or_default()
+}
+
+/// What the agent starts a session with.
+struct Candidates {
+    /// The bootstrap kubeconfigs, in order.
+    texts: Vec<String>,
+    hub_timeout: Duration,
+    /// [`registration_settings`] of the Klusterlet they came from.
+    settings: String,
+}
+
 /// The bootstrap kubeconfigs the agent may use, in order, and the hub connection timeout: the
 /// Klusterlet's `bootstrapKubeConfigs` (LocalSecrets) when the MultipleHubs feature gate is on,
 /// else `bootstrap-hub-kubeconfig` alone.
-async fn candidates(
-    managed: &Client,
-    secrets: &Api<Secret>,
-) -> Result<(Vec<String>, Duration), Error> {
+async fn candidates(managed: &Client, secrets: &Api<Secret>) -> Result<Candidates, Error> {
     let klusterlet = Api::<Klusterlet>::all(managed.clone())
         .get_opt("klusterlet")
         .await?;
+    let settings = registration_settings(klusterlet.as_ref());
     let reg = klusterlet
         .as_ref()
         .and_then(|k| k.spec.registration_configuration.as_ref());
@@ -112,7 +126,11 @@ async fn candidates(
             texts.push(text);
         }
     }
-    Ok((texts, timeout))
+    Ok(Candidates {
+        texts,
+        hub_timeout: timeout,
+        settings,
+    })
 }
 
 /// Whether a bootstrap kubeconfig is usable: its identity may create CSRs on that hub, and the
@@ -153,10 +171,10 @@ pub async fn run(managed: Client, opts: KlusterletOptions) -> Result<(), Error> 
         )
         .await
         .map_err(|e| Error::Setup(format!("waiting for the bootstrap kubeconfig: {e}")))?;
-        let (texts, timeout) = candidates(&managed, &secrets).await?;
+        let found = candidates(&managed, &secrets).await?;
         let mut selected = None;
-        for text in texts {
-            if usable(&text, &opts.cluster_name).await {
+        for text in &found.texts {
+            if usable(text, &opts.cluster_name).await {
                 selected = Some(text);
                 break;
             }
@@ -166,7 +184,7 @@ pub async fn run(managed: Client, opts: KlusterletOptions) -> Result<(), Error> 
             tokio::time::sleep(retry).await;
             continue;
         };
-        match session(&managed, &secrets, &boot_text, &opts, timeout).await {
+        match session(&managed, &secrets, boot_text, &opts, &found).await {
             Ok(()) => tracing::info!(cluster = %opts.cluster_name, "restarting registration"),
             Err(e) => {
                 tracing::debug!(cluster = %opts.cluster_name, error = %e, "registration attempt failed");
@@ -182,8 +200,9 @@ async fn session(
     secrets: &Api<Secret>,
     boot_text: &str,
     opts: &KlusterletOptions,
-    hub_timeout: Duration,
+    found: &Candidates,
 ) -> Result<(), Error> {
+    let hub_timeout = found.hub_timeout;
     let (server, ca) = kubeconfig_server(boot_text)
         .ok_or_else(|| Error::Setup("bootstrap kubeconfig has no cluster".into()))?;
     let boot = kube_sim::client_from_kubeconfig(boot_text).await?;
@@ -220,8 +239,24 @@ async fn session(
     let period = Duration::from_secs(u64::try_from(opts.lease_duration_secs).unwrap_or(60).max(1));
     let mut tick = tokio::time::interval(period);
     let mut last_contact = std::time::Instant::now();
+    let klusterlets: Api<Klusterlet> = Api::all(managed.clone());
+    let own = watcher::Config::default().fields("metadata.name=klusterlet");
+    let mut config_watch = std::pin::pin!(watcher(klusterlets, own));
     loop {
         tokio::select! {
+            ev = config_watch.next() => match ev {
+                Some(Ok(watcher::Event::Apply(k) | watcher::Event::InitApply(k)))
+                    if registration_settings(Some(&k)) != found.settings =>
+                {
+                    tracing::info!(cluster = %name, "Klusterlet registration settings changed; the agent restarts");
+                    return Ok(());
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(cluster = %name, error = %e, "watching its Klusterlet");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                _ => {}
+            },
             _ = tick.tick() => {
                 let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
                 match leases.patch(CLUSTER_LEASE, &PatchParams::default(), &Patch::Merge(json!({"spec": {"renewTime": now}}))).await {

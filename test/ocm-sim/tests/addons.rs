@@ -38,6 +38,8 @@ async fn addon_gets_its_hub_identity_and_its_health_follows_its_lease() {
             registration: RegistrationOptions {
                 lease_check_interval: Duration::from_millis(200),
             },
+            plain: false,
+            legacy_klusterlet_config: false,
         },
     )
     .await

@@ -1,5 +1,6 @@
 //! Hub switching (MultipleHubs): a klusterlet given a second bootstrap kubeconfig moves when its
-//! hub stops accepting it, and does not move when the other hub's bootstrap identity lacks RBAC.
+//! hub stops accepting it, and does not move when the other hub's bootstrap identity lacks RBAC;
+//! the import controller delivers KlusterletConfigs of both shapes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,7 +19,7 @@ use migration_api::common::condition_is_true;
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::operator::Klusterlet;
 use ocm_sim::cluster::{Role, SimCluster};
-use ocm_sim::hub::{Agent, Hub};
+use ocm_sim::hub::{Agent, Hub, HubOptions};
 use serde_json::json;
 
 async fn available_on(hub: &Hub, cluster: &str) -> bool {
@@ -74,7 +75,12 @@ fn hub_kubeconfig_server(secret: &Secret) -> String {
 
 /// Two hubs, and cluster1 joined and available on hub1.
 async fn cluster_on_hub1_of_two() -> (Hub, Hub, SimCluster, Agent) {
-    let hub1 = Hub::start("hub1", common::fast_hub()).await.unwrap();
+    cluster_on_hub1_of_two_with(common::fast_hub()).await
+}
+
+/// [`cluster_on_hub1_of_two`], hub1 started with `hub1_opts`.
+async fn cluster_on_hub1_of_two_with(hub1_opts: HubOptions) -> (Hub, Hub, SimCluster, Agent) {
+    let hub1 = Hub::start("hub1", hub1_opts).await.unwrap();
     let hub2 = Hub::start("hub2", common::fast_hub()).await.unwrap();
     let cluster = SimCluster::start("cluster1", Role::Managed).await.unwrap();
     let agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, common::fast_agent())
@@ -85,6 +91,35 @@ async fn cluster_on_hub1_of_two() -> (Hub, Hub, SimCluster, Agent) {
     })
     .await;
     (hub1, hub2, cluster, agent)
+}
+
+/// What a migration puts on the source hub next to its KlusterletConfig: the target's
+/// bootstrap kubeconfig, where the import controller reads it.
+async fn put_target_bootstrap_secret(admin: &kube::Client, hub2: &Hub) {
+    Api::<Secret>::namespaced(admin.clone(), "multicluster-engine")
+        .patch("bootstrap-hub2", &PatchParams::apply("test").force(), &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bootstrap-hub2", "namespace": "multicluster-engine"},
+            "stringData": {"kubeconfig": hub2.bootstrap_kubeconfig}
+        })))
+        .await
+        .unwrap();
+}
+
+/// `bootstrapKubeConfigs` naming hub2's secret alone.
+fn hub2_alone() -> serde_json::Value {
+    json!({"type": "LocalSecrets", "localSecretsConfig": {
+        "kubeConfigSecrets": [{"name": "bootstrap-hub2"}], "hubConnectionTimeoutSeconds": 180}})
+}
+
+/// Applies KlusterletConfig `migration-hub2` with this spec.
+async fn put_klusterlet_config(admin: &kube::Client, spec: serde_json::Value) {
+    Api::<migration_api::ocm::config::KlusterletConfig>::all(admin.clone())
+        .patch("migration-hub2", &PatchParams::apply("test").force(), &Patch::Apply(json!({
+            "apiVersion": "config.open-cluster-management.io/v1alpha1", "kind": "KlusterletConfig",
+            "metadata": {"name": "migration-hub2"}, "spec": spec
+        })))
+        .await
+        .unwrap();
 }
 
 /// The hub admin stops accepting a cluster.
@@ -152,27 +187,16 @@ async fn does_not_switch_when_the_bootstrap_identity_lacks_rbac() {
 
 #[tokio::test]
 async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches() {
-    use migration_api::ocm::config::KlusterletConfig;
     let (hub1, hub2, cluster, _agent) = cluster_on_hub1_of_two().await;
     // What a migration puts on the source hub: the target's bootstrap secret and a KlusterletConfig.
     let admin = hub1.cluster.admin.clone();
-    Api::<Secret>::namespaced(admin.clone(), "multicluster-engine")
-        .patch("bootstrap-hub2", &PatchParams::apply("test").force(), &Patch::Apply(json!({
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bootstrap-hub2", "namespace": "multicluster-engine"},
-            "stringData": {"kubeconfig": hub2.bootstrap_kubeconfig}
-        })))
-        .await
-        .unwrap();
-    Api::<KlusterletConfig>::all(admin.clone())
-        .patch("migration-hub2", &PatchParams::apply("test").force(), &Patch::Apply(json!({
-            "apiVersion": "config.open-cluster-management.io/v1alpha1", "kind": "KlusterletConfig",
-            "metadata": {"name": "migration-hub2"},
-            "spec": {"multipleHubsConfig": {"genBootstrapKubeConfigStrategy": "IncludeCurrentHub",
-                "bootstrapKubeConfigs": {"type": "LocalSecrets", "localSecretsConfig": {
-                    "kubeConfigSecrets": [{"name": "bootstrap-hub2"}], "hubConnectionTimeoutSeconds": 180}}}}
-        })))
-        .await
-        .unwrap();
+    put_target_bootstrap_secret(&admin, &hub2).await;
+    put_klusterlet_config(
+        &admin,
+        json!({"multipleHubsConfig": {"genBootstrapKubeConfigStrategy": "IncludeCurrentHub",
+        "bootstrapKubeConfigs": hub2_alone()}}),
+    )
+    .await;
     let mcs: Api<ManagedCluster> = Api::all(admin.clone());
     let annotate = |v: serde_json::Value| {
         Patch::Merge(
@@ -250,4 +274,43 @@ async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches
         available_on(&hub2, "cluster1").await.then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn an_older_klusterlet_config_names_the_target_alone_and_the_cluster_goes_there_at_once() {
+    let (hub1, hub2, cluster, _agent) = cluster_on_hub1_of_two_with(HubOptions {
+        legacy_klusterlet_config: true,
+        ..common::fast_hub()
+    })
+    .await;
+    let admin = hub1.cluster.admin.clone();
+    put_target_bootstrap_secret(&admin, &hub2).await;
+    // The older CRD: no multipleHubsConfig, the bootstrap kubeconfigs directly under spec.
+    put_klusterlet_config(&admin, json!({"bootstrapKubeConfigs": hub2_alone()})).await;
+    Api::<ManagedCluster>::all(admin)
+        .patch(
+            "cluster1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"agent.open-cluster-management.io/klusterlet-config": "migration-hub2"}}})),
+        )
+        .await
+        .unwrap();
+    // hub1 still accepts it, but the Klusterlet now names hub2 alone: the agent restarts with
+    // the new settings and goes there.
+    eventually(LIMIT, "cluster1 on hub2", || async {
+        available_on(&hub2, "cluster1").await.then_some(())
+    })
+    .await;
+    let k = Api::<Klusterlet>::all(cluster.admin.clone())
+        .get("klusterlet")
+        .await
+        .unwrap();
+    let names: Vec<String> = k
+        .spec
+        .registration_configuration
+        .and_then(|r| r.bootstrap_kube_configs)
+        .and_then(|b| b.local_secrets_config)
+        .map(|l| l.kube_config_secrets.into_iter().map(|s| s.name).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["bootstrap-hub2"]);
 }

@@ -33,6 +33,8 @@ async fn joined_pair() -> (Hub, Vec<(SimCluster, Agent)>) {
             registration: RegistrationOptions {
                 lease_check_interval: Duration::from_millis(200),
             },
+            plain: false,
+            legacy_klusterlet_config: false,
         },
     )
     .await

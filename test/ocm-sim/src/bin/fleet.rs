@@ -41,6 +41,10 @@ enum Command {
         /// Give up if the fleet is not ready after this many seconds.
         #[arg(long, default_value_t = 600)]
         ready_timeout: u64,
+        /// Hubs (comma-separated names) that are plain OCM: no KlusterletConfig or
+        /// KlusterletAddonConfig API, no import controller.
+        #[arg(long, value_delimiter = ',')]
+        plain_hubs: Vec<String>,
     },
     /// The quickstart: a fleet, the real addon-manager and agents, the addon enabled on every
     /// hub, and a migration from hub1 to hub2 with a live progress line. Exits 0 only if every
@@ -70,6 +74,10 @@ enum Command {
         /// Give up on any step after this many seconds.
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+        /// Make hub1 (the source) a plain OCM hub: the migration configures each cluster's
+        /// Klusterlet through a ManifestWork instead of a KlusterletConfig.
+        #[arg(long)]
+        plain_source: bool,
     },
 }
 
@@ -92,6 +100,7 @@ async fn demo(
     dir: Option<PathBuf>,
     keep: bool,
     timeout: u64,
+    plain_source: bool,
 ) -> ExitCode {
     if hubs < 2
         || migrate == 0
@@ -140,6 +149,7 @@ async fn demo(
         bin_dir,
         agent_version: env!("CARGO_PKG_VERSION").into(),
         timeout: Duration::from_secs(timeout),
+        plain_source,
     };
     let mut out = std::io::stdout();
     let (report, fleet, manager) = match ocm_sim::demo::run(&opts, &mut out).await {
@@ -177,7 +187,7 @@ async fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    let (hubs, clusters_per_hub, dir, join_delay, lease_duration, ready_timeout) =
+    let (hubs, clusters_per_hub, dir, join_delay, lease_duration, ready_timeout, plain_hubs) =
         match Cli::parse().command {
             Command::Up {
                 hubs,
@@ -186,6 +196,7 @@ async fn main() -> ExitCode {
                 join_delay,
                 lease_duration,
                 ready_timeout,
+                plain_hubs,
             } => (
                 hubs,
                 clusters_per_hub,
@@ -193,6 +204,7 @@ async fn main() -> ExitCode {
                 join_delay,
                 lease_duration,
                 ready_timeout,
+                plain_hubs,
             ),
             Command::Demo {
                 hubs,
@@ -203,6 +215,7 @@ async fn main() -> ExitCode {
                 dir,
                 keep,
                 timeout,
+                plain_source,
             } => {
                 return demo(
                     hubs,
@@ -213,6 +226,7 @@ async fn main() -> ExitCode {
                     dir,
                     keep,
                     timeout,
+                    plain_source,
                 )
                 .await;
             }
@@ -243,6 +257,7 @@ async fn main() -> ExitCode {
         join_delay: Duration::from_secs_f64(join_delay),
         lease_duration_secs: lease_duration,
         kubelet,
+        plain_hubs,
         ..Default::default()
     };
     let started = Instant::now();

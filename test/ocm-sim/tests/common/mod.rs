@@ -16,6 +16,8 @@ pub fn fast_hub() -> HubOptions {
         registration: RegistrationOptions {
             lease_check_interval: Duration::from_millis(200),
         },
+        plain: false,
+        legacy_klusterlet_config: false,
     }
 }
 

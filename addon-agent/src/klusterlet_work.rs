@@ -1,0 +1,474 @@
+//! Plain OCM delivery: a hub without the KlusterletConfig API (no import controller) gets the
+//! target's bootstrap kubeconfig to each cluster through a ManifestWork of the migration's own,
+//! `migration-<name>-klusterlet` in the cluster's namespace. Everything here is pure: what the
+//! work holds at each step, and what its status feedback says.
+//!
+//! Source hub, one cluster:
+//! 1. **Probe**: the bootstrap secret, and the cluster's Klusterlet read-only, with its
+//!    registration settings (`featureGates`, `bootstrapKubeConfigs`, both atomic lists that a
+//!    server-side apply would replace whole) coming back as status feedback.
+//! 2. **Switch**: the Klusterlet server-side applied (field manager [`FIELD_MANAGER`]) with the
+//!    MultipleHubs feature gate added to its gates and the current hub first, then the target,
+//!    in `bootstrapKubeConfigs`; the settings it had are kept in an annotation on the Klusterlet
+//!    and on the work. The klusterlet stays on its hub until that hub stops accepting it.
+//! 3. **Restore** (rollback): the settings it had, applied by the same field manager (so what
+//!    the migration added goes); then the work is deleted (secret removed, Klusterlet orphaned).
+//!
+//! Target hub, once the cluster arrived (**Settle**): a probe reads the annotation back, then
+//! the work restores those settings, makes the target's bootstrap kubeconfig the cluster's
+//! `bootstrap-hub-kubeconfig` (so a restarted klusterlet never goes back to the hub it left),
+//! and takes over the migration's secret, which goes with the work in cleanup.
+
+use migration_api::names::{BOOTSTRAP_HUB_KUBECONFIG, annotations::KLUSTERLET_ORIGINAL, labels};
+use migration_api::ocm::work::ManifestWork;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Field manager of the Klusterlet fields the migration sets on a cluster.
+pub const FIELD_MANAGER: &str = "cluster-migration";
+/// Work annotation: the step the work is at.
+pub const STEP: &str = "migration.open-cluster-management.io/klusterlet-step";
+/// Namespace of the klusterlet (and its bootstrap kubeconfig secrets) on a managed cluster.
+pub const KLUSTERLET_NAMESPACE: &str = "open-cluster-management-agent";
+/// The Klusterlet every managed cluster has.
+pub const KLUSTERLET: &str = "klusterlet";
+/// How long a klusterlet keeps trying an unreachable hub before reselecting (the CRD minimum).
+pub const HUB_CONNECTION_TIMEOUT_SECONDS: i64 = 180;
+const FEATURE: &str = "MultipleHubs";
+
+/// A Klusterlet's registration settings that a migration changes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Registration {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feature_gates: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_kube_configs: Option<Value>,
+}
+
+/// Where a cluster's klusterlet work is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Reading the Klusterlet.
+    Probe,
+    /// Source: MultipleHubs set, the settings it had attached.
+    Switch(Registration),
+    /// Source rollback: the settings it had put back.
+    Restore(Registration),
+    /// Target: the settings it had put back, the target's bootstrap kubeconfig kept.
+    Settle(Registration),
+}
+
+impl Step {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Probe => "Probe",
+            Self::Switch(_) => "Switch",
+            Self::Restore(_) => "Restore",
+            Self::Settle(_) => "Settle",
+        }
+    }
+}
+
+/// The registration settings with MultipleHubs on and the target's bootstrap kubeconfig after
+/// the ones the klusterlet uses now.
+pub fn switched(original: &Registration, target_secret: &str) -> Registration {
+    let mut gates: Vec<Value> = original
+        .feature_gates
+        .as_ref()
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    gates.retain(|g| g.get("feature").and_then(Value::as_str) != Some(FEATURE));
+    gates.push(json!({"feature": FEATURE, "mode": "Enable"}));
+    let mut names: Vec<String> = original
+        .bootstrap_kube_configs
+        .as_ref()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("LocalSecrets"))
+        .and_then(|b| b.pointer("/localSecretsConfig/kubeConfigSecrets"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.get("name").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    if names.is_empty() {
+        names.push(BOOTSTRAP_HUB_KUBECONFIG.to_owned());
+    }
+    if !names.iter().any(|n| n == target_secret) {
+        names.push(target_secret.to_owned());
+    }
+    Registration {
+        feature_gates: Some(Value::Array(gates)),
+        bootstrap_kube_configs: Some(json!({
+            "type": "LocalSecrets",
+            "localSecretsConfig": {
+                "kubeConfigSecrets": names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>(),
+                "hubConnectionTimeoutSeconds": HUB_CONNECTION_TIMEOUT_SECONDS,
+            }
+        })),
+    }
+}
+
+/// Everything a work needs besides its step.
+#[derive(Clone, Debug)]
+pub struct WorkContext<'a> {
+    pub migration: &'a str,
+    pub cluster: &'a str,
+    /// Name of the secret carrying the target's bootstrap kubeconfig on the cluster.
+    pub secret_name: &'a str,
+    /// Its data (base64 values, as in a Secret's `data`); `None` when the hub no longer has it.
+    pub secret_data: Option<&'a Value>,
+}
+
+fn secret(name: &str, data: &Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": name, "namespace": KLUSTERLET_NAMESPACE},
+           "type": "Opaque", "data": data})
+}
+
+fn klusterlet(reg: Option<&Registration>, original: Option<&Registration>) -> Value {
+    let mut k = json!({"apiVersion": "operator.open-cluster-management.io/v1", "kind": "Klusterlet",
+                       "metadata": {"name": KLUSTERLET}});
+    if let Some(o) = original {
+        k["metadata"]["annotations"] =
+            json!({KLUSTERLET_ORIGINAL: serde_json::to_string(o).unwrap_or_default()});
+    }
+    if let Some(r) = reg {
+        k["spec"] = json!({"registrationConfiguration": r});
+    }
+    k
+}
+
+fn klusterlet_id() -> Value {
+    json!({"group": "operator.open-cluster-management.io", "resource": "klusterlets", "name": KLUSTERLET})
+}
+
+/// The ManifestWork for a step, or `None` when the step needs the bootstrap secret and the hub
+/// has none to give.
+pub fn work(ctx: &WorkContext<'_>, step: &Step) -> Option<Value> {
+    let name = migration_api::names::migration_klusterlet_work(ctx.migration);
+    let data = ctx.secret_data;
+    let (manifests, config, original): (Vec<Value>, Value, Option<&Registration>) = match step {
+        Step::Probe => {
+            let mut m = Vec::new();
+            if let Some(d) = data {
+                m.push(secret(ctx.secret_name, d));
+            }
+            m.push(klusterlet(None, None));
+            let config = json!({
+                "resourceIdentifier": klusterlet_id(),
+                "updateStrategy": {"type": "ReadOnly"},
+                "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [
+                    {"name": "klusterlet", "path": ".metadata.name"},
+                    {"name": "featureGates", "path": ".spec.registrationConfiguration.featureGates"},
+                    {"name": "bootstrapKubeConfigs", "path": ".spec.registrationConfiguration.bootstrapKubeConfigs"},
+                    {"name": "annotations", "path": ".metadata.annotations"},
+                ]}]
+            });
+            (m, config, None)
+        }
+        Step::Switch(original) => {
+            let reg = switched(original, ctx.secret_name);
+            (
+                vec![
+                    secret(ctx.secret_name, data?),
+                    klusterlet(Some(&reg), Some(original)),
+                ],
+                ssa(),
+                Some(original),
+            )
+        }
+        Step::Restore(original) => {
+            let mut m = Vec::new();
+            if let Some(d) = data {
+                m.push(secret(ctx.secret_name, d));
+            }
+            m.push(klusterlet(Some(original), None));
+            (m, ssa(), Some(original))
+        }
+        Step::Settle(original) => {
+            let d = data?;
+            (
+                vec![
+                    secret(BOOTSTRAP_HUB_KUBECONFIG, d),
+                    secret(ctx.secret_name, d),
+                    klusterlet(Some(original), None),
+                ],
+                ssa(),
+                Some(original),
+            )
+        }
+    };
+    let mut annotations = json!({STEP: step.name()});
+    if let Some(o) = original {
+        annotations[KLUSTERLET_ORIGINAL] = json!(serde_json::to_string(o).unwrap_or_default());
+    }
+    // The Klusterlet (and, on the target, the bootstrap kubeconfig it now uses) outlive the
+    // work; the migration's secret goes with it.
+    let mut orphans = vec![
+        json!({"group": "operator.open-cluster-management.io", "resource": "klusterlets", "name": KLUSTERLET}),
+    ];
+    if matches!(step, Step::Settle(_)) {
+        orphans.push(json!({"group": "", "resource": "secrets", "namespace": KLUSTERLET_NAMESPACE, "name": BOOTSTRAP_HUB_KUBECONFIG}));
+    }
+    Some(json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": name, "namespace": ctx.cluster,
+                     "labels": {labels::MIGRATION: ctx.migration, labels::MANAGED_BY: labels::MANAGED_BY_VALUE},
+                     "annotations": annotations},
+        "spec": {
+            "workload": {"manifests": manifests},
+            "manifestConfigs": [config],
+            "deleteOption": {"propagationPolicy": "SelectivelyOrphan",
+                             "selectivelyOrphans": {"orphaningRules": orphans}}
+        }
+    }))
+}
+
+fn ssa() -> Value {
+    json!({
+        "resourceIdentifier": klusterlet_id(),
+        "updateStrategy": {"type": "ServerSideApply",
+                           "serverSideApply": {"fieldManager": FIELD_MANAGER, "force": true}}
+    })
+}
+
+/// The step a work is at, as its annotations say.
+pub fn step_of(work: &ManifestWork) -> Option<Step> {
+    let a = work.metadata.annotations.as_ref()?;
+    let original = || {
+        a.get(KLUSTERLET_ORIGINAL)
+            .and_then(|t| serde_json::from_str::<Registration>(t).ok())
+            .unwrap_or_default()
+    };
+    Some(match a.get(STEP)?.as_str() {
+        "Probe" => Step::Probe,
+        "Switch" => Step::Switch(original()),
+        "Restore" => Step::Restore(original()),
+        "Settle" => Step::Settle(original()),
+        _ => return None,
+    })
+}
+
+/// Whether the work is applied at its latest generation.
+pub fn applied(work: &ManifestWork) -> bool {
+    work.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Applied"))
+        .is_some_and(|c| c.status == "True" && c.observed_generation == work.metadata.generation)
+}
+
+/// What a probe read from the Klusterlet: `None` until the feedback came back. `Some((now,
+/// original))`: its settings now, and those recorded before a migration changed them (if one
+/// did).
+pub fn probed(work: &ManifestWork) -> Option<(Registration, Option<Registration>)> {
+    if !applied(work) {
+        return None;
+    }
+    let values = work
+        .status
+        .as_ref()?
+        .resource_status
+        .as_ref()?
+        .manifests
+        .as_ref()?
+        .iter()
+        .find(|m| m.resource_meta.kind.as_deref() == Some("Klusterlet"))?
+        .status_feedback
+        .as_ref()?
+        .values
+        .clone()
+        .unwrap_or_default();
+    let value = |name: &str| -> Option<Value> {
+        let v = values.iter().find(|v| v.name == name)?;
+        let f = &v.field_value;
+        match (f.json_raw.as_deref(), f.string.as_deref()) {
+            (Some(raw), _) => serde_json::from_str(raw).ok(),
+            (None, Some(s)) => Some(Value::String(s.to_owned())),
+            _ => None,
+        }
+    };
+    value("klusterlet")?;
+    let now = Registration {
+        feature_gates: value("featureGates"),
+        bootstrap_kube_configs: value("bootstrapKubeConfigs"),
+    };
+    let original = value("annotations")
+        .and_then(|a| {
+            a.get(KLUSTERLET_ORIGINAL)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .and_then(|t| serde_json::from_str(&t).ok());
+    Some((now, original))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(data: Option<&Value>) -> WorkContext<'_> {
+        WorkContext {
+            migration: "move",
+            cluster: "c1",
+            secret_name: "bootstrap-hub2",
+            secret_data: data,
+        }
+    }
+
+    #[test]
+    fn switching_adds_multiple_hubs_and_keeps_the_other_gates() {
+        let original = Registration {
+            feature_gates: Some(json!([{"feature": "ClusterClaim", "mode": "Enable"},
+                                       {"feature": "MultipleHubs", "mode": "Disable"}])),
+            bootstrap_kube_configs: None,
+        };
+        let r = switched(&original, "bootstrap-hub2");
+        assert_eq!(
+            r.feature_gates.unwrap(),
+            json!([{"feature": "ClusterClaim", "mode": "Enable"}, {"feature": "MultipleHubs", "mode": "Enable"}])
+        );
+        let b = r.bootstrap_kube_configs.unwrap();
+        assert_eq!(b["type"], "LocalSecrets");
+        assert_eq!(
+            b["localSecretsConfig"]["kubeConfigSecrets"],
+            json!([{"name": "bootstrap-hub-kubeconfig"}, {"name": "bootstrap-hub2"}])
+        );
+    }
+
+    #[test]
+    fn switching_keeps_an_existing_list_first() {
+        let original = Registration {
+            feature_gates: None,
+            bootstrap_kube_configs: Some(json!({"type": "LocalSecrets", "localSecretsConfig": {
+                "kubeConfigSecrets": [{"name": "hub1-a"}, {"name": "hub1-b"}]}})),
+        };
+        let b = switched(&original, "bootstrap-hub2")
+            .bootstrap_kube_configs
+            .unwrap();
+        assert_eq!(
+            b["localSecretsConfig"]["kubeConfigSecrets"],
+            json!([{"name": "hub1-a"}, {"name": "hub1-b"}, {"name": "bootstrap-hub2"}])
+        );
+    }
+
+    fn as_work(v: Value) -> ManifestWork {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn works_by_step() {
+        let data = json!({"kubeconfig": "a2M="});
+        let probe = work(&ctx(Some(&data)), &Step::Probe).unwrap();
+        let kinds = |w: &Value| -> Vec<String> {
+            w["spec"]["workload"]["manifests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{}/{}",
+                        m["kind"].as_str().unwrap(),
+                        m["metadata"]["name"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(
+            kinds(&probe),
+            ["Secret/bootstrap-hub2", "Klusterlet/klusterlet"]
+        );
+        assert_eq!(
+            probe["spec"]["manifestConfigs"][0]["updateStrategy"]["type"],
+            "ReadOnly"
+        );
+        assert_eq!(step_of(&as_work(probe)), Some(Step::Probe));
+
+        let original = Registration {
+            feature_gates: Some(json!([{"feature": "ClusterClaim", "mode": "Enable"}])),
+            bootstrap_kube_configs: None,
+        };
+        let sw = work(&ctx(Some(&data)), &Step::Switch(original.clone())).unwrap();
+        let k = &sw["spec"]["workload"]["manifests"][1];
+        assert_eq!(
+            k["spec"]["registrationConfiguration"]["featureGates"][1]["feature"],
+            "MultipleHubs"
+        );
+        let kept: Registration = serde_json::from_str(
+            k["metadata"]["annotations"][KLUSTERLET_ORIGINAL]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(kept, original);
+        assert_eq!(
+            sw["spec"]["manifestConfigs"][0]["updateStrategy"]["serverSideApply"]["fieldManager"],
+            FIELD_MANAGER
+        );
+        assert_eq!(step_of(&as_work(sw)), Some(Step::Switch(original.clone())));
+        // Switching needs the secret; without it there is nothing to switch to.
+        assert!(work(&ctx(None), &Step::Switch(original.clone())).is_none());
+
+        let restore = work(&ctx(None), &Step::Restore(original.clone())).unwrap();
+        let k = &restore["spec"]["workload"]["manifests"][0];
+        assert_eq!(
+            k["spec"]["registrationConfiguration"],
+            json!({"featureGates": [{"feature": "ClusterClaim", "mode": "Enable"}]})
+        );
+        assert!(k["metadata"].get("annotations").is_none());
+
+        let settle = work(&ctx(Some(&data)), &Step::Settle(Registration::default())).unwrap();
+        assert_eq!(
+            kinds(&settle),
+            [
+                "Secret/bootstrap-hub-kubeconfig",
+                "Secret/bootstrap-hub2",
+                "Klusterlet/klusterlet"
+            ]
+        );
+        let orphans = &settle["spec"]["deleteOption"]["selectivelyOrphans"]["orphaningRules"];
+        assert_eq!(orphans.as_array().unwrap().len(), 2);
+        assert_eq!(
+            settle["spec"]["workload"]["manifests"][2]["spec"]["registrationConfiguration"],
+            json!({})
+        );
+    }
+
+    #[test]
+    fn a_probe_reads_its_feedback() {
+        let mut w = as_work(work(&ctx(None), &Step::Probe).unwrap());
+        w.metadata.generation = Some(1);
+        assert_eq!(probed(&w), None);
+        let original = serde_json::to_string(&Registration {
+            feature_gates: Some(json!([])),
+            bootstrap_kube_configs: None,
+        })
+        .unwrap();
+        let annotations = serde_json::to_string(&json!({KLUSTERLET_ORIGINAL: original})).unwrap();
+        w.status = serde_json::from_value(json!({
+            "conditions": [{"type": "Applied", "status": "True", "reason": "x", "message": "",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}],
+            "resourceStatus": {"manifests": [{"resourceMeta": {"ordinal": 0, "kind": "Klusterlet", "name": "klusterlet"},
+                "conditions": [],
+                "statusFeedback": {"values": [
+                    {"name": "klusterlet", "fieldValue": {"type": "String", "string": "klusterlet"}},
+                    {"name": "featureGates", "fieldValue": {"type": "JsonRaw", "jsonRaw": "[{\"feature\":\"MultipleHubs\",\"mode\":\"Enable\"}]"}},
+                    {"name": "annotations", "fieldValue": {"type": "JsonRaw", "jsonRaw": annotations}}
+                ]}}]}
+        }))
+        .unwrap();
+        let (now, orig) = probed(&w).unwrap();
+        assert_eq!(
+            now.feature_gates,
+            Some(json!([{"feature": "MultipleHubs", "mode": "Enable"}]))
+        );
+        assert_eq!(now.bootstrap_kube_configs, None);
+        assert_eq!(orig.unwrap().feature_gates, Some(json!([])));
+        // Feedback about an older generation does not count.
+        w.metadata.generation = Some(2);
+        assert_eq!(probed(&w), None);
+    }
+}
