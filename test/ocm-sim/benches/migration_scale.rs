@@ -69,10 +69,13 @@ fn available(mc: &ManagedCluster) -> bool {
 }
 
 async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
+    // BENCH_KEEP=1 keeps the directory (manager and agent logs) for a look afterwards.
     let dir = tempfile::Builder::new()
         .prefix("migration-bench-")
+        .disable_cleanup(std::env::var_os("BENCH_KEEP").is_some())
         .tempdir()
         .unwrap();
+    println!("run directory: {}", dir.path().display());
     let fleet_defaults = ocm_sim::fleet::FleetOptions::default();
     let opts = DemoOptions {
         hubs: 2,
@@ -88,7 +91,9 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         dir: dir.path().to_path_buf(),
         bin_dir: bin_dir.to_path_buf(),
         agent_version: env!("CARGO_PKG_VERSION").into(),
-        timeout: Duration::from_secs(900),
+        // Each wait of the demo (the fleet ready, the migration done): generous, so a slow
+        // simulator still yields a figure rather than a timeout.
+        timeout: Duration::from_secs(2400),
         plain_source: false,
     };
     let mut quiet = std::io::sink();

@@ -410,6 +410,18 @@ async fn judge_leases(client: Client, every: Duration) {
 
 async fn judge_once(client: &Client) -> Result<(), ReconcileError> {
     let clusters: Api<ManagedCluster> = Api::all(client.clone());
+    // One list of the cluster leases per round (the real controller reads them from an
+    // informer's cache), not a read per cluster.
+    let leases: Api<Lease> = Api::all(client.clone());
+    let renewed: std::collections::HashMap<String, jiff::Timestamp> = leases
+        .list(&ListParams::default().fields(&format!("metadata.name={CLUSTER_LEASE}")))
+        .await?
+        .into_iter()
+        .filter_map(|l| {
+            let ns = l.namespace()?;
+            Some((ns, l.spec?.renew_time?.0))
+        })
+        .collect();
     let now = jiff::Timestamp::now();
     for mc in clusters.list(&ListParams::default()).await? {
         let conds = conditions(&mc);
@@ -418,38 +430,44 @@ async fn judge_once(client: &Client) -> Result<(), ReconcileError> {
         }
         let name = mc.name_any();
         let duration = i64::from(mc.spec.lease_duration_seconds.unwrap_or(60).max(1));
-        let lease = Api::<Lease>::namespaced(client.clone(), &name)
-            .get_opt(CLUSTER_LEASE)
-            .await?;
-        let renewed = lease
-            .and_then(|l| l.spec)
-            .and_then(|s| s.renew_time)
-            .map(|t| t.0);
-        let fresh = renewed.is_some_and(|t| now.as_second() - t.as_second() <= 5 * duration);
-        if fresh {
-            apply_condition(
-                client,
-                &mc,
-                CLUSTER_AVAILABLE,
-                "True",
-                "ManagedClusterAvailable",
-                "Managed cluster is available",
-            )
-            .await?;
-        } else {
-            apply_condition(
-                client,
-                &mc,
-                CLUSTER_AVAILABLE,
-                "Unknown",
-                "ManagedClusterLeaseUpdateStopped",
-                "Registration agent stopped updating its lease.",
-            )
-            .await?;
+        let fresh = renewed
+            .get(&name)
+            .is_some_and(|t| now.as_second() - t.as_second() <= 5 * duration);
+        // One cluster's failed update does not hold up the others' judgement.
+        if let Err(e) = judge_cluster(client, &mc, fresh).await {
+            tracing::debug!(cluster = %name, error = %e, "lease judge");
         }
-        set_taint(client, &mc, UNREACHABLE_TAINT, !fresh).await?;
     }
     Ok(())
+}
+
+async fn judge_cluster(
+    client: &Client,
+    mc: &ManagedCluster,
+    fresh: bool,
+) -> Result<(), ReconcileError> {
+    if fresh {
+        apply_condition(
+            client,
+            mc,
+            CLUSTER_AVAILABLE,
+            "True",
+            "ManagedClusterAvailable",
+            "Managed cluster is available",
+        )
+        .await?;
+    } else {
+        apply_condition(
+            client,
+            mc,
+            CLUSTER_AVAILABLE,
+            "Unknown",
+            "ManagedClusterLeaseUpdateStopped",
+            "Registration agent stopped updating its lease.",
+        )
+        .await?;
+    }
+    set_taint(client, mc, UNREACHABLE_TAINT, !fresh).await
 }
 
 async fn set_taint(
