@@ -19,7 +19,10 @@
 //! `bootstrap-hub-kubeconfig` (so a restarted klusterlet never goes back to the hub it left),
 //! and takes over the migration's secret, which goes with the work in cleanup.
 
-use migration_api::names::{BOOTSTRAP_HUB_KUBECONFIG, annotations::KLUSTERLET_ORIGINAL, labels};
+use migration_api::names::{
+    BOOTSTRAP_HUB_KUBECONFIG, HUB_CONNECTION_TIMEOUT_SECONDS, KLUSTERLET, KLUSTERLET_NAMESPACE,
+    annotations::KLUSTERLET_ORIGINAL, labels,
+};
 use migration_api::ocm::work::ManifestWork;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -28,12 +31,6 @@ use serde_json::{Value, json};
 pub const FIELD_MANAGER: &str = "cluster-migration";
 /// Work annotation: the step the work is at.
 pub const STEP: &str = "migration.open-cluster-management.io/klusterlet-step";
-/// Namespace of the klusterlet (and its bootstrap kubeconfig secrets) on a managed cluster.
-pub const KLUSTERLET_NAMESPACE: &str = "open-cluster-management-agent";
-/// The Klusterlet every managed cluster has.
-pub const KLUSTERLET: &str = "klusterlet";
-/// How long a klusterlet keeps trying an unreachable hub before reselecting (the CRD minimum).
-pub const HUB_CONNECTION_TIMEOUT_SECONDS: i64 = 180;
 const FEATURE: &str = "MultipleHubs";
 
 /// A Klusterlet's registration settings that a migration changes.

@@ -672,14 +672,23 @@ async fn delete_klusterlet_work(
     Ok(())
 }
 
+/// What to do with a cluster's klusterlet work next.
+enum Next {
+    /// Put it at this step.
+    Put(Step),
+    /// Delete it.
+    Delete,
+    /// Nothing to change; whether it is done.
+    Done(bool),
+}
+
 /// Moves a cluster's klusterlet work on: `next` reads the work as it is (`None`: there is
-/// none) and answers the step to put it at, or `Err(done)` when there is nothing to change.
-/// Returns whether it is done; a work being deleted is waited for.
+/// none) and says what to do. Returns whether it is done; a work being deleted is waited for.
 async fn drive_klusterlet_work(
     ctx: &Ctx,
     task: &MigrationTask,
     cluster: &str,
-    next: impl FnOnce(Option<&ManifestWork>) -> Result<Step, bool>,
+    next: impl FnOnce(Option<&ManifestWork>) -> Next,
 ) -> Result<bool, Error> {
     let work = klusterlet_work(ctx, task, cluster);
     if work
@@ -689,12 +698,11 @@ async fn drive_klusterlet_work(
         return Ok(false);
     }
     match next(work.as_deref()) {
-        Err(done) => Ok(done),
-        Ok(step) => {
-            put_klusterlet_work(ctx, task, cluster, &step).await?;
-            Ok(false)
-        }
+        Next::Done(done) => return Ok(done),
+        Next::Put(step) => put_klusterlet_work(ctx, task, cluster, &step).await?,
+        Next::Delete => delete_klusterlet_work(ctx, task, cluster, false).await?,
     }
+    Ok(false)
 }
 
 /// Source, plain OCM: probes the cluster's Klusterlet, then gives it the MultipleHubs
@@ -702,14 +710,14 @@ async fn drive_klusterlet_work(
 async fn klusterlet_switch(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> Result<bool, Error> {
     drive_klusterlet_work(ctx, task, cluster, |work| {
         match work.map(|w| (w, kw::step_of(w))) {
-            Some((w, Some(Step::Switch(_)))) => Err(kw::applied(w)),
+            Some((w, Some(Step::Switch(_)))) => Next::Done(kw::applied(w)),
             Some((w, Some(Step::Probe))) => match kw::probed(w) {
                 // A Klusterlet a migration changed before keeps the settings it had then.
-                Some((now, recorded)) => Ok(Step::Switch(recorded.unwrap_or(now))),
-                None => Err(false),
+                Some((now, recorded)) => Next::Put(Step::Switch(recorded.unwrap_or(now))),
+                None => Next::Done(false),
             },
-            Some((_, Some(Step::Restore(o) | Step::Settle(o)))) => Ok(Step::Switch(o)),
-            _ => Ok(Step::Probe),
+            Some((_, Some(Step::Restore(o) | Step::Settle(o)))) => Next::Put(Step::Switch(o)),
+            _ => Next::Put(Step::Probe),
         }
     })
     .await
@@ -718,21 +726,18 @@ async fn klusterlet_switch(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> Re
 /// Source rollback, plain OCM: puts the Klusterlet's settings back, then removes the work;
 /// true once it is gone.
 async fn klusterlet_restore(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> Result<bool, Error> {
-    let Some(work) = klusterlet_work(ctx, task, cluster) else {
-        return Ok(true);
-    };
-    if work.metadata.deletion_timestamp.is_some() {
-        return Ok(false);
-    }
-    match kw::step_of(&work) {
-        Some(Step::Switch(o)) => {
-            put_klusterlet_work(ctx, task, cluster, &Step::Restore(o)).await?;
+    drive_klusterlet_work(ctx, task, cluster, |work| {
+        let Some(work) = work else {
+            return Next::Done(true);
+        };
+        match kw::step_of(work) {
+            Some(Step::Switch(o)) => Next::Put(Step::Restore(o)),
+            Some(Step::Restore(_)) if !kw::applied(work) => Next::Done(false),
+            // Restored, or never changed (a probe): the work can go.
+            _ => Next::Delete,
         }
-        Some(Step::Restore(_)) if !kw::applied(&work) => {}
-        // Restored, or never changed (a probe): the work can go.
-        _ => delete_klusterlet_work(ctx, task, cluster, false).await?,
-    }
-    Ok(false)
+    })
+    .await
 }
 
 /// Target, plain OCM, for a cluster that arrived: reads what the Klusterlet had before the
@@ -741,18 +746,18 @@ async fn klusterlet_restore(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> R
 async fn klusterlet_settle(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> Result<bool, Error> {
     drive_klusterlet_work(ctx, task, cluster, |work| {
         match work.map(|w| (w, kw::step_of(w))) {
-            Some((w, Some(Step::Settle(_)))) => Err(kw::applied(w)),
+            Some((w, Some(Step::Settle(_)))) => Next::Done(kw::applied(w)),
             Some((w, Some(Step::Probe))) => match kw::probed(w) {
-                Some((_, Some(recorded))) => Ok(Step::Settle(recorded)),
+                Some((_, Some(recorded))) => Next::Put(Step::Settle(recorded)),
                 // No record (the Klusterlet was changed by hand since): the gates stay, the
                 // bootstrap list goes, so this hub's bootstrap kubeconfig is the only one.
-                Some((now, None)) => Ok(Step::Settle(Registration {
+                Some((now, None)) => Next::Put(Step::Settle(Registration {
                     feature_gates: now.feature_gates,
                     bootstrap_kube_configs: None,
                 })),
-                None => Err(false),
+                None => Next::Done(false),
             },
-            _ => Ok(Step::Probe),
+            _ => Next::Put(Step::Probe),
         }
     })
     .await

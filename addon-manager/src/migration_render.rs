@@ -22,8 +22,6 @@ const TASK: &str = include_str!("../../templates/migration-task.yaml.hbs");
 /// outlive the migration (its stage timeouts add up to well under this), and it is revoked as
 /// soon as every moved cluster holds its own credentials on the target.
 pub const BOOTSTRAP_TOKEN_VALIDITY: &str = "4h";
-/// How long a klusterlet keeps trying an unreachable hub before reselecting (the CRD's minimum).
-pub const HUB_CONNECTION_TIMEOUT_SECONDS: i64 = 180;
 /// Namespace the source hub's import controller reads bootstrap kubeconfig secrets from.
 pub const BOOTSTRAP_SECRETS_NAMESPACE: &str = "multicluster-engine";
 /// What replaces secret data in a dry run's plan.
@@ -241,7 +239,7 @@ pub fn source_manifests(
                 "name": names::migration_klusterlet_config(&m.to), "labels": m.labels(),
                 "legacyShape": shape == Shape::BootstrapKubeConfigs,
                 "secretName": secret,
-                "hubConnectionTimeoutSeconds": HUB_CONNECTION_TIMEOUT_SECONDS,
+                "hubConnectionTimeoutSeconds": names::HUB_CONNECTION_TIMEOUT_SECONDS,
             }),
         )?);
     }

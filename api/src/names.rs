@@ -63,6 +63,13 @@ pub fn migration_work(migration: &str, role: crate::migration::MigrationRole) ->
 pub const KUBE_APISERVER_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
 /// Klusterlet's bootstrap kubeconfig secret.
 pub const BOOTSTRAP_HUB_KUBECONFIG: &str = "bootstrap-hub-kubeconfig";
+/// Namespace of the klusterlet (and its bootstrap kubeconfig secrets) on a managed cluster.
+pub const KLUSTERLET_NAMESPACE: &str = "open-cluster-management-agent";
+/// Name of the Klusterlet every managed cluster has.
+pub const KLUSTERLET: &str = "klusterlet";
+/// How long a klusterlet keeps trying an unreachable hub before it selects again, in the
+/// bootstrap kubeconfig lists a migration gives it (the CRDs' minimum).
+pub const HUB_CONNECTION_TIMEOUT_SECONDS: i64 = 180;
 /// ClusterRole OCM grants to bootstrap identities.
 pub const OCM_BOOTSTRAP_CLUSTERROLE: &str = "open-cluster-management:bootstrap";
 /// ClusterRole ACM grants to bootstrap identities.

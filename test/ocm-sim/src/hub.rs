@@ -251,9 +251,9 @@ impl Agent {
             )
             .await?;
         Api::<Klusterlet>::all(cluster.admin.clone())
-            .patch("klusterlet", &PatchParams::apply("clusteradm"), &Patch::Apply(json!({
+            .patch(migration_api::names::KLUSTERLET, &PatchParams::apply("clusteradm"), &Patch::Apply(json!({
                 "apiVersion": "operator.open-cluster-management.io/v1", "kind": "Klusterlet",
-                "metadata": {"name": "klusterlet"},
+                "metadata": {"name": migration_api::names::KLUSTERLET},
                 "spec": {"clusterName": cluster.name, "namespace": AGENT_NAMESPACE,
                          "registrationConfiguration": {"featureGates": [{"feature": "ClusterClaim", "mode": "Enable"}]}}
             })))

@@ -1,7 +1,7 @@
 //! Names OCM's components use.
 
 /// Namespace of the klusterlet agents on a managed cluster.
-pub const AGENT_NAMESPACE: &str = "open-cluster-management-agent";
+pub const AGENT_NAMESPACE: &str = migration_api::names::KLUSTERLET_NAMESPACE;
 /// Namespace of the hub's OCM components.
 pub const HUB_NAMESPACE: &str = "open-cluster-management-hub";
 /// Namespace of the bootstrap ServiceAccount on a hub.
