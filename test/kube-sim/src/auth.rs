@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::store::Store;
+use crate::store::{Store, Subject};
 
 /// Who is asking.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -173,6 +173,21 @@ fn rule_allows(rule: &Value, a: &Attributes) -> bool {
     names.is_empty() || (!a.name.is_empty() && names.contains(&a.name))
 }
 
+/// The binding subjects that can name `user`: the user, its groups and, for a
+/// ServiceAccount token, the ServiceAccount.
+fn subjects_of(user: &UserInfo) -> Vec<Subject> {
+    let subject = |kind: &str, name: &str| Subject {
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+    };
+    let mut out = vec![subject("User", &user.name)];
+    out.extend(user.groups.iter().map(|g| subject("Group", g)));
+    if let Some(sa) = user.name.strip_prefix("system:serviceaccount:") {
+        out.push(subject("ServiceAccount", sa));
+    }
+    out
+}
+
 fn subject_matches(subject: &Value, user: &UserInfo, binding_ns: &str) -> bool {
     let s = |k: &str| subject.get(k).and_then(Value::as_str).unwrap_or_default();
     match s("kind") {
@@ -225,8 +240,8 @@ pub fn authorize(store: &Store, user: &UserInfo, a: &Attributes) -> bool {
             .iter()
             .any(|r| rule_allows(r, a))
     };
-    for (_, b) in store.list("rbac.authorization.k8s.io/clusterrolebindings", None, None) {
-        if allowed_by(b, "") {
+    for b in store.cluster_role_bindings_of(&subjects_of(user)) {
+        if allowed_by(&b, "") {
             return true;
         }
     }

@@ -16,6 +16,7 @@
 
 pub mod apply;
 pub mod auth;
+pub mod client;
 mod controllers;
 pub mod convert;
 pub mod discovery;
@@ -248,15 +249,10 @@ pub async fn until_terminated() -> std::io::Result<()> {
     Ok(())
 }
 
-/// A kube-rs client from kubeconfig text.
+/// A kube-rs client from kubeconfig text, speaking HTTP/2 on a connection of its own (see
+/// [`client::Transports`] for clients that share one).
 pub async fn client_from_kubeconfig(text: &str) -> Result<kube::Client, StartError> {
-    let kc =
-        kube::config::Kubeconfig::from_yaml(text).map_err(|e| StartError::Client(e.to_string()))?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .map_err(|e| StartError::Client(e.to_string()))?;
-    kube::Client::try_from(config).map_err(|e| StartError::Client(e.to_string()))
+    client::Transports::default().client(text).await
 }
 
 /// Creates (or updates) every CustomResourceDefinition found in the YAML files of `dir`.

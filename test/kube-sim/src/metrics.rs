@@ -24,6 +24,7 @@ pub struct Access {
 pub struct Metrics {
     counts: Mutex<BTreeMap<(String, String, u16), u64>>,
     access: Mutex<BTreeMap<Access, u64>>,
+    connections: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Metrics {
@@ -70,12 +71,31 @@ impl Metrics {
             .sum()
     }
 
+    /// Counts one accepted connection by the protocol it negotiated (`h2`, `http/1.1`, or
+    /// `none` when the client named none; `plain` without TLS).
+    pub fn record_connection(&self, protocol: &str) {
+        if let Ok(mut c) = self.connections.lock() {
+            *c.entry(protocol.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// Accepted connections by negotiated protocol.
+    pub fn connections(&self) -> BTreeMap<String, u64> {
+        self.connections
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
+    }
+
     /// Resets every counter and the access log.
     pub fn reset(&self) {
         if let Ok(mut c) = self.counts.lock() {
             c.clear();
         }
         if let Ok(mut c) = self.access.lock() {
+            c.clear();
+        }
+        if let Ok(mut c) = self.connections.lock() {
             c.clear();
         }
     }

@@ -12,10 +12,10 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch as signal;
@@ -721,7 +721,9 @@ pub fn tls_config(sim: &Sim) -> Result<Arc<rustls::ServerConfig>, crate::StartEr
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)
         .map_err(|e| err(&e))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 first, as kube-apiserver offers it: one connection carries every watch and
+    // request of a client.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 
@@ -794,6 +796,11 @@ pub async fn serve(
                         match acceptor {
                             Some(acceptor) => {
                                 let Ok(tls) = acceptor.accept(stream).await else { return };
+                                let protocol = match tls.get_ref().1.alpn_protocol() {
+                                    Some(p) => String::from_utf8_lossy(p).into_owned(),
+                                    None => "none".to_owned(),
+                                };
+                                sim.inner.metrics.record_connection(&protocol);
                                 let peer = tls
                                     .get_ref()
                                     .1
@@ -802,7 +809,10 @@ pub async fn serve(
                                     .and_then(|c| crate::pki::identity_of(c));
                                 serve_conn(sim, server_addr, peer, TokioIo::new(tls)).await;
                             }
-                            None => serve_conn(sim, server_addr, None, TokioIo::new(stream)).await,
+                            None => {
+                                sim.inner.metrics.record_connection("plain");
+                                serve_conn(sim, server_addr, None, TokioIo::new(stream)).await
+                            }
                         }
                     };
                     tokio::select! {
@@ -816,6 +826,9 @@ pub async fn serve(
     }
 }
 
+/// What kube-apiserver allows by default (`--http2-max-streams-per-connection`).
+const MAX_STREAMS_PER_CONNECTION: u32 = 1000;
+
 async fn serve_conn<I>(sim: Sim, server_addr: String, peer: PeerIdentity, io: TokioIo<I>)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -826,11 +839,13 @@ where
         let server_addr = server_addr.clone();
         async move { Ok::<_, Infallible>(handle(sim, server_addr, peer, req).await) }
     });
-    if let Err(e) = http1::Builder::new()
-        .keep_alive(true)
-        .serve_connection(io, service)
-        .await
-    {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().keep_alive(true);
+    // kube-apiserver's own limit on concurrent streams (watches included) per connection.
+    builder
+        .http2()
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
+    if let Err(e) = builder.serve_connection(io, service).await {
         tracing::trace!(error = %e, "connection ended");
     }
 }

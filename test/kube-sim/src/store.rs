@@ -1,7 +1,7 @@
 //! The object store: one global resourceVersion counter, objects by storage, and an event log
 //! that watches replay from and subscribe to.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -57,6 +57,41 @@ pub struct Store {
     tx: broadcast::Sender<Arc<Event>>,
     /// Owner UID -> objects naming it in their ownerReferences (storage, namespace, name).
     dependents: HashMap<String, HashSet<(String, String, String)>>,
+    /// ClusterRoleBinding names by subject: authorization looks the requester's bindings up
+    /// here instead of reading every binding (a hub has one or more per managed cluster).
+    binding_subjects: HashMap<Subject, BTreeSet<String>>,
+}
+
+/// Where ClusterRoleBindings are stored.
+pub const CLUSTER_ROLE_BINDINGS: &str = "rbac.authorization.k8s.io/clusterrolebindings";
+
+/// A binding subject as authorization matches it: `User`, `Group` or `ServiceAccount`
+/// (`namespace:name`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Subject {
+    pub kind: String,
+    pub name: String,
+}
+
+fn binding_subjects(binding: &Value) -> Vec<Subject> {
+    binding
+        .get("subjects")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            let field = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or_default();
+            let name = match field("kind") {
+                "User" | "Group" => field("name").to_owned(),
+                "ServiceAccount" => format!("{}:{}", field("namespace"), field("name")),
+                _ => return None,
+            };
+            Some(Subject {
+                kind: field("kind").to_owned(),
+                name,
+            })
+        })
+        .collect()
 }
 
 fn owner_uids(obj: &Value) -> Vec<String> {
@@ -83,6 +118,7 @@ impl Store {
             registry,
             tx,
             dependents: HashMap::new(),
+            binding_subjects: HashMap::new(),
         }
     }
 
@@ -106,6 +142,35 @@ impl Store {
         for uid in new.map(owner_uids).unwrap_or_default() {
             self.dependents.entry(uid).or_default().insert(key.clone());
         }
+        if storage == CLUSTER_ROLE_BINDINGS {
+            for subject in old.map(binding_subjects).unwrap_or_default() {
+                if let Some(set) = self.binding_subjects.get_mut(&subject) {
+                    set.remove(name);
+                    if set.is_empty() {
+                        self.binding_subjects.remove(&subject);
+                    }
+                }
+            }
+            for subject in new.map(binding_subjects).unwrap_or_default() {
+                self.binding_subjects
+                    .entry(subject)
+                    .or_default()
+                    .insert(name.to_owned());
+            }
+        }
+    }
+
+    /// The ClusterRoleBindings naming any of `subjects`, in name order.
+    pub fn cluster_role_bindings_of(&self, subjects: &[Subject]) -> Vec<Arc<Value>> {
+        let names: BTreeSet<&String> = subjects
+            .iter()
+            .filter_map(|s| self.binding_subjects.get(s))
+            .flatten()
+            .collect();
+        names
+            .into_iter()
+            .filter_map(|n| self.get(CLUSTER_ROLE_BINDINGS, "", n))
+            .collect()
     }
 
     /// Objects whose ownerReferences name `uid`.
@@ -269,5 +334,79 @@ mod tests {
         assert_eq!(s.count("cm", Some("ns")), 40);
         let after = ("ns".to_owned(), "o5".to_owned());
         assert_eq!(s.list("cm", None, Some(&after)).next().unwrap().0.1, "o6");
+    }
+
+    #[test]
+    fn cluster_role_bindings_are_found_by_subject_across_changes() {
+        let mut s = Store::new(16, 64, Registry::default());
+        let subject = |kind: &str, name: &str| Subject {
+            kind: kind.into(),
+            name: name.into(),
+        };
+        let names = |s: &Store, subjects: &[Subject]| -> Vec<String> {
+            s.cluster_role_bindings_of(subjects)
+                .iter()
+                .map(|b| b["metadata"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let binding = |name: &str, subjects: serde_json::Value| json!({"metadata": {"name": name}, "subjects": subjects});
+        let rv = s.next_rv();
+        s.put(
+            CLUSTER_ROLE_BINDINGS,
+            "",
+            "b1",
+            rv,
+            binding(
+                "b1",
+                json!([
+            {"kind": "User", "name": "alice"},
+            {"kind": "ServiceAccount", "namespace": "ns", "name": "sa"}]),
+            ),
+        );
+        let rv = s.next_rv();
+        s.put(
+            CLUSTER_ROLE_BINDINGS,
+            "",
+            "b2",
+            rv,
+            binding("b2", json!([{"kind": "Group", "name": "devs"}])),
+        );
+        assert_eq!(names(&s, &[subject("User", "alice")]), ["b1"]);
+        assert_eq!(names(&s, &[subject("ServiceAccount", "ns:sa")]), ["b1"]);
+        assert_eq!(
+            names(
+                &s,
+                &[
+                    subject("User", "bob"),
+                    subject("Group", "devs"),
+                    subject("User", "alice")
+                ]
+            ),
+            ["b1", "b2"]
+        );
+        // A binding whose subjects change is found by its new subjects only.
+        let rv = s.next_rv();
+        s.put(
+            CLUSTER_ROLE_BINDINGS,
+            "",
+            "b1",
+            rv,
+            binding("b1", json!([{"kind": "User", "name": "bob"}])),
+        );
+        assert!(names(&s, &[subject("User", "alice")]).is_empty());
+        assert_eq!(names(&s, &[subject("User", "bob")]), ["b1"]);
+        let rv = s.next_rv();
+        s.remove(CLUSTER_ROLE_BINDINGS, "", "b1", rv, json!({}));
+        assert!(names(&s, &[subject("User", "bob")]).is_empty());
+        // Other storages are not indexed.
+        let rv = s.next_rv();
+        s.put(
+            "rbac.authorization.k8s.io/rolebindings",
+            "ns",
+            "r1",
+            rv,
+            binding("r1", json!([{"kind": "User", "name": "carol"}])),
+        );
+        assert!(names(&s, &[subject("User", "carol")]).is_empty());
     }
 }

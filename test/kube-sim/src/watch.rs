@@ -37,6 +37,13 @@ impl Selection {
         if !self.labels.is_empty() && !self.labels.matches(&labels(stored)) {
             return None;
         }
+        // A watch pinned to one object by name (what kube-runtime's await_condition opens)
+        // skips every other object before it is presented.
+        if let Some(name) = self.fields.name()
+            && meta_str(stored, "name").unwrap_or_default() != name
+        {
+            return None;
+        }
         let obj = present(&self.rt, stored);
         if !self.fields.0.is_empty() && !self.fields.matches(&obj) {
             return None;

@@ -89,7 +89,13 @@ const WIDGET: &str = "apiVersion: example.io/v1\nkind: Widget\nmetadata:\n  name
 
 #[tokio::test(flavor = "multi_thread")]
 async fn apply_get_and_printer_columns() {
-    let (_sim, k) = setup().await;
+    let (sim, k) = setup().await;
+    // kubectl negotiates HTTP/2, as it does with kube-apiserver.
+    assert!(
+        sim.metrics().connections().contains_key("h2"),
+        "{:?}",
+        sim.metrics().connections()
+    );
     let w = k.file("w.yaml", WIDGET);
     assert!(
         k.ok(&["apply", "-f", path_str(&w)])

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{Widget, eventually, start, start_with, widget};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -249,4 +249,108 @@ async fn controller_with_finalizer_helper() {
     })
     .await;
     ctl.abort();
+}
+
+/// Starts `n` reflectors on ConfigMaps of namespaces ns0..n through `client`, writes one
+/// ConfigMap into each namespace through `admin`, and waits until every reflector has seen
+/// its own.
+async fn watch_in_namespaces(client: kube::Client, admin: kube::Client, n: usize) {
+    for i in 0..n {
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": format!("ns{i}")}})).unwrap();
+        Api::<Namespace>::all(admin.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+    }
+    let mut readers = Vec::new();
+    let mut handles = Vec::new();
+    for i in 0..n {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), &format!("ns{i}"));
+        let (reader, writer) = reflector::store();
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects();
+        handles.push(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while stream.next().await.is_some() {}
+        }));
+        reader.wait_until_ready().await.unwrap();
+        readers.push(reader);
+    }
+    for i in 0..n {
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": format!("c{i}")}})).unwrap();
+        Api::<ConfigMap>::namespaced(admin.clone(), &format!("ns{i}"))
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
+    }
+    eventually(
+        Duration::from_secs(30),
+        "every watch to see the ConfigMap of its namespace",
+        || {
+            let readers = readers.clone();
+            async move { readers.iter().all(|r| r.state().len() == 1).then_some(()) }
+        },
+    )
+    .await;
+    for h in handles {
+        h.abort();
+    }
+}
+
+fn h2_connections(sim: &kube_sim::KubeSim) -> u64 {
+    sim.metrics().connections().get("h2").copied().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn clients_of_one_identity_in_one_process_carry_all_their_watches_on_one_connection() {
+    let sim = start().await;
+    let before = sim.metrics().connections();
+    let process = kube_sim::client::Transports::default();
+    let watching = process.client(&sim.kubeconfig()).await.unwrap();
+    let writing = process.client(&sim.kubeconfig()).await.unwrap();
+    watch_in_namespaces(watching.clone(), writing, 5).await;
+    // Five watches, their lists and the writes: one new HTTP/2 connection, as client-go
+    // shares a transport per identity in a process.
+    let after = sim.metrics().connections();
+    assert_eq!(after.len(), before.len().max(1), "{before:?} -> {after:?}");
+    assert_eq!(
+        h2_connections(&sim),
+        before.get("h2").copied().unwrap_or(0) + 1
+    );
+    // Another process with the same kubeconfig has a connection of its own.
+    let other = kube_sim::client_from_kubeconfig(&sim.kubeconfig())
+        .await
+        .unwrap();
+    Api::<ConfigMap>::namespaced(other, "ns0")
+        .get("c0")
+        .await
+        .unwrap();
+    assert_eq!(
+        h2_connections(&sim),
+        before.get("h2").copied().unwrap_or(0) + 2
+    );
+    drop(watching);
+}
+
+#[tokio::test]
+async fn kube_rs_default_client_still_speaks_http1_with_a_connection_per_watch() {
+    let sim = start().await;
+    let kc = kube::config::Kubeconfig::from_yaml(&sim.kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let admin = sim.client().await.unwrap();
+    sim.metrics().reset();
+    watch_in_namespaces(client, admin, 5).await;
+    let conns = sim.metrics().connections();
+    // kube-rs offers no ALPN protocol and speaks HTTP/1.1: a connection per open watch.
+    assert!(
+        conns.get("none").copied().unwrap_or(0) >= 5,
+        "one connection per open watch at least: {conns:?}"
+    );
 }

@@ -1,6 +1,7 @@
 //! Fleet start-up at scale: time until every cluster is Joined and Available, and the
-//! process's peak memory, for 100, 500 and 2 000 managed clusters over two hubs (or the sizes
-//! given as arguments). Prints its figures; asserts nothing.
+//! process's peak memory and open files, for 100, 500 and 2 000 managed clusters over two hubs
+//! (or the sizes given as arguments), with the requests each hub served and the connections it
+//! accepted. Prints its figures; asserts nothing.
 //! Run: `cargo bench -p ocm-sim --bench fleet_scale [-- 100 500 2000]`.
 //! Sizes run in ascending order in one process, so each peak includes the smaller runs before.
 
@@ -69,6 +70,15 @@ async fn main() {
             peak_rss_mib(),
             open_fds()
         );
+        for hub in &fleet.hubs {
+            let m = hub.cluster.api.metrics();
+            println!(
+                "         {}: {} requests, connections accepted {:?}",
+                hub.cluster.name,
+                m.total(None, None),
+                m.connections()
+            );
+        }
         drop(fleet);
     }
 }

@@ -37,6 +37,9 @@ pub struct AddonAgentOptions {
     pub lease_period: Duration,
     /// How often addons are looked at.
     pub resync: Duration,
+    /// The connections of the klusterlet agent's process (registration, work and addon
+    /// agents share them, as the singleton klusterlet agent does).
+    pub transports: kube_sim::client::Transports,
 }
 
 fn b64(s: &str) -> String {
@@ -85,7 +88,7 @@ async fn sync(
     let hub = match cached {
         Some((text, client)) if *text == hub_text => client.clone(),
         _ => {
-            let client = kube_sim::client_from_kubeconfig(&hub_text).await?;
+            let client = opts.transports.client(&hub_text).await?;
             *cached = Some((hub_text.clone(), client.clone()));
             client
         }

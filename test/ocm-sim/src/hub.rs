@@ -264,6 +264,9 @@ impl Agent {
                 "metadata": {"name": "id.k8s.io"}, "spec": {"value": cluster.name}
             })))
             .await?;
+        // One klusterlet agent process (registration, work and addon agents), one set of
+        // connections.
+        let transports = kube_sim::client::Transports::default();
         let opts = KlusterletOptions {
             cluster_name: cluster.name.clone(),
             agent_name: format!("{}-agent", cluster.name),
@@ -271,6 +274,7 @@ impl Agent {
             api_ca_pem: cluster.api.ca_pem().to_owned(),
             join_delay: agent.join_delay,
             lease_duration_secs: agent.lease_duration_secs,
+            transports: transports.clone(),
         };
         let managed = cluster.admin.clone();
         let name = cluster.name.clone();
@@ -281,6 +285,7 @@ impl Agent {
         let work_opts = WorkAgentOptions {
             cluster_name: name.clone(),
             status_sync_interval: agent.status_sync_interval,
+            transports: transports.clone(),
         };
         let work = restarting(name.clone(), "work agent", move || {
             work_agent::run(managed.clone(), work_opts.clone())
@@ -290,6 +295,7 @@ impl Agent {
             cluster_name: name.clone(),
             lease_period: agent.addon_lease_period,
             resync: agent.status_sync_interval,
+            transports,
         };
         let addons = restarting(name, "addon agent", move || {
             addon_agent::run(managed.clone(), addon_opts.clone())

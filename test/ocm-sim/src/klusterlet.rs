@@ -42,6 +42,9 @@ pub struct KlusterletOptions {
     /// Simulated time to join (image pulls, pod start-up); zero in fast tests.
     pub join_delay: Duration,
     pub lease_duration_secs: i32,
+    /// The connections of the klusterlet agent's process (registration, work and addon
+    /// agents share them, as the singleton klusterlet agent does).
+    pub transports: kube_sim::client::Transports,
 }
 
 fn b64(s: &str) -> String {
@@ -135,8 +138,9 @@ async fn candidates(managed: &Client, secrets: &Api<Secret>) -> Result<Candidate
 
 /// Whether a bootstrap kubeconfig is usable: its identity may create CSRs on that hub, and the
 /// hub, if it already has this cluster, accepts it.
-async fn usable(boot_text: &str, cluster: &str) -> bool {
-    let Ok(boot) = kube_sim::client_from_kubeconfig(boot_text).await else {
+async fn usable(boot_text: &str, opts: &KlusterletOptions) -> bool {
+    let cluster = opts.cluster_name.as_str();
+    let Ok(boot) = opts.transports.client(boot_text).await else {
         return false;
     };
     let ssar: Api<SelfSubjectAccessReview> = Api::all(boot.clone());
@@ -174,7 +178,7 @@ pub async fn run(managed: Client, opts: KlusterletOptions) -> Result<(), Error> 
         let found = candidates(&managed, &secrets).await?;
         let mut selected = None;
         for text in &found.texts {
-            if usable(text, &opts.cluster_name).await {
+            if usable(text, &opts).await {
                 selected = Some(text);
                 break;
             }
@@ -205,13 +209,13 @@ async fn session(
     let hub_timeout = found.hub_timeout;
     let (server, ca) = kubeconfig_server(boot_text)
         .ok_or_else(|| Error::Setup("bootstrap kubeconfig has no cluster".into()))?;
-    let boot = kube_sim::client_from_kubeconfig(boot_text).await?;
+    let boot = opts.transports.client(boot_text).await?;
     let existing = secrets.get_opt(HUB_KUBECONFIG_SECRET).await?;
     let hub_text = match existing.and_then(|s| secret_text(&s, "kubeconfig")) {
         Some(t) if kubeconfig_server(&t).is_some_and(|(s, _)| s == server) => t,
         _ => register(&boot, secrets, &server, ca.as_deref(), opts).await?,
     };
-    let hub = kube_sim::client_from_kubeconfig(&hub_text).await?;
+    let hub = opts.transports.client(&hub_text).await?;
     let name = opts.cluster_name.clone();
     // Acceptance is visible to the bootstrap identity too; the agent's own RBAC comes with it.
     let clusters_boot: Api<ManagedCluster> = Api::all(boot.clone());

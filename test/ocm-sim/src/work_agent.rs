@@ -36,6 +36,9 @@ pub struct WorkAgentOptions {
     pub cluster_name: String,
     /// How often applied resources are re-read for status feedback.
     pub status_sync_interval: Duration,
+    /// The connections of the klusterlet agent's process (registration, work and addon
+    /// agents share them, as the singleton klusterlet agent does).
+    pub transports: kube_sim::client::Transports,
 }
 
 struct Ctx {
@@ -97,7 +100,7 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
                     .and_then(|c| c.server.clone())
             })
             .unwrap_or_default();
-        let hub = kube_sim::client_from_kubeconfig(&text).await?;
+        let hub = opts.transports.client(&text).await?;
         let ctx = Arc::new(Ctx {
             hub: hub.clone(),
             managed: managed.clone(),

@@ -96,16 +96,26 @@ async fn addon_score_prioritizer_picks_the_best_cluster() {
         .await
         .unwrap();
     let pds: Api<PlacementDecision> = Api::namespaced(admin.clone(), "default");
-    eventually(LIMIT, "c2 chosen", || {
-        let pds = pds.clone();
-        async move { (decided(&pds).await == ["c2"]).then_some(()) }
-    })
+    let placements: Api<Placement> = Api::namespaced(admin.clone(), "default");
+    // The decision is written first and the Placement's status after it, as the real
+    // scheduler does: wait for both.
+    eventually(
+        LIMIT,
+        "c2 chosen and counted in the Placement's status",
+        || {
+            let (pds, placements) = (pds.clone(), placements.clone());
+            async move {
+                let selected = placements
+                    .get("best")
+                    .await
+                    .ok()?
+                    .status?
+                    .number_of_selected_clusters;
+                (decided(&pds).await == ["c2"] && selected == Some(1)).then_some(())
+            }
+        },
+    )
     .await;
-    let p = Api::<Placement>::namespaced(admin.clone(), "default")
-        .get("best")
-        .await
-        .unwrap();
-    assert_eq!(p.status.unwrap().number_of_selected_clusters, Some(1));
     // c2's score expires: it counts 0, so c3 wins.
     let past = "2020-01-01T00:00:00Z";
     Api::<AddOnPlacementScore>::namespaced(admin.clone(), "c2")

@@ -75,6 +75,20 @@ async fn joined_pair() -> (Hub, Vec<(SimCluster, Agent)>) {
     (hub, clusters)
 }
 
+/// Sets a work's manifests to `edited`'s with a merge patch (the work agent writes its status
+/// meanwhile, so a replace of what was read could meet a conflict).
+async fn set_manifests(works: &Api<ManifestWork>, edited: &ManifestWork) {
+    let manifests = &edited.spec.workload.as_ref().unwrap().manifests;
+    works
+        .patch(
+            edited.metadata.name.as_deref().unwrap(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"workload": {"manifests": manifests}}})),
+        )
+        .await
+        .unwrap();
+}
+
 fn work(name: &str, delete_option: serde_json::Value) -> ManifestWork {
     serde_json::from_value(json!({
         "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
@@ -204,10 +218,7 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         .as_mut()
         .unwrap();
     manifests.push(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "extra", "namespace": "app"}}));
-    works
-        .replace("app", &PostParams::default(), &extra)
-        .await
-        .unwrap();
+    set_manifests(&works, &extra).await;
     eventually(LIMIT, "the extra ConfigMap", || {
         let c1 = c1_cms.clone();
         async move { c1.get_opt("extra").await.unwrap() }
@@ -223,10 +234,7 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         .as_mut()
         .unwrap()
         .pop();
-    works
-        .replace("app", &PostParams::default(), &fewer)
-        .await
-        .unwrap();
+    set_manifests(&works, &fewer).await;
     eventually(LIMIT, "the extra ConfigMap to be pruned", || {
         let c1 = c1_cms.clone();
         async move { c1.get_opt("extra").await.unwrap().is_none().then_some(()) }

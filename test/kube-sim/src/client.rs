@@ -1,0 +1,126 @@
+//! kube-rs clients that talk to kube-sim (or any API server) the way client-go talks to
+//! kube-apiserver: HTTP/2 only, all requests and watches of a client on one connection.
+//!
+//! kube-rs's own client stack speaks HTTP/1.1, which holds a connection for every open watch;
+//! a fleet of thousands of simulated agents in one process would run out of file descriptors
+//! with it. Within one process client-go also shares a transport (so one connection) between
+//! clients of the same TLS identity and server: OCM's klusterlet agent in its singleton mode
+//! runs the registration and work agents in one process that way, both on the hub kubeconfig
+//! the registration agent writes. [`Transports`] stands for such a process.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::{Client as HttpClient, Error as HttpError, ResponseFuture};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::{Body, ConfigExt};
+use sha2::{Digest, Sha256};
+use tower::{BoxError, ServiceBuilder};
+
+type Transport = HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Body>;
+
+/// How long an unused connection stays open (client-go's idle connection timeout).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The transports of one simulated process: clients made through it from the same kubeconfig
+/// text share one connection while any of them lives. Separate processes (separate values)
+/// never share, as separate pods would not.
+#[derive(Clone, Default)]
+pub struct Transports(Arc<Mutex<Live>>);
+
+#[derive(Default)]
+struct Live {
+    by_kubeconfig: HashMap<[u8; 32], Weak<Transport>>,
+    /// Forgotten transports are swept when the map reaches this size.
+    sweep_at: usize,
+}
+
+impl std::fmt::Debug for Transports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transports").finish_non_exhaustive()
+    }
+}
+
+impl Transports {
+    /// A kube-rs client from kubeconfig text, speaking HTTP/2 only, on this process's
+    /// transport for that kubeconfig.
+    pub async fn client(&self, kubeconfig_text: &str) -> Result<kube::Client, crate::StartError> {
+        let err = |e: &dyn std::fmt::Display| crate::StartError::Client(e.to_string());
+        let kc = kube::config::Kubeconfig::from_yaml(kubeconfig_text).map_err(|e| err(&e))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| err(&e))?;
+        let key: [u8; 32] = Sha256::digest(kubeconfig_text.as_bytes()).into();
+        let transport = self.get_or_make(key, &config).map_err(|e| err(&e))?;
+        let service = ServiceBuilder::new()
+            .layer(config.base_uri_layer())
+            .option_layer(config.auth_layer().map_err(|e| err(&e))?)
+            .map_err(BoxError::from)
+            .service(Shared(transport));
+        Ok(kube::Client::new(service, config.default_namespace))
+    }
+
+    fn get_or_make(
+        &self,
+        key: [u8; 32],
+        config: &kube::Config,
+    ) -> Result<Arc<Transport>, kube::Error> {
+        let mut live = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(t) = live.by_kubeconfig.get(&key).and_then(Weak::upgrade) {
+            return Ok(t);
+        }
+        let t = Arc::new(transport(config)?);
+        live.by_kubeconfig.insert(key, Arc::downgrade(&t));
+        if live.by_kubeconfig.len() >= live.sweep_at {
+            live.by_kubeconfig.retain(|_, w| w.strong_count() > 0);
+            live.sweep_at = (live.by_kubeconfig.len() * 2).max(16);
+        }
+        Ok(t)
+    }
+}
+
+fn transport(config: &kube::Config) -> Result<Transport, kube::Error> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    // HTTP/2 sends many small frames (settings, window updates): without this, Nagle's
+    // algorithm and delayed acknowledgements hold them back.
+    http.set_nodelay(true);
+    // The connector offers `h2` alone in ALPN (HTTP/2 enabled, HTTP/1.1 not).
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config()?)
+        .https_or_http()
+        .enable_http2()
+        .wrap_connector(http);
+    Ok(HttpClient::builder(TokioExecutor::new())
+        .http2_only(true)
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(IDLE_TIMEOUT)
+        .build(connector))
+}
+
+/// A shared transport as a tower service.
+#[derive(Clone)]
+struct Shared(Arc<Transport>);
+
+impl tower::Service<Request<Body>> for Shared {
+    type Response = Response<Incoming>;
+    type Error = HttpError;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        self.0.request(req)
+    }
+}
