@@ -349,28 +349,19 @@ mod tests {
                 .map(|b| b["metadata"]["name"].as_str().unwrap().to_owned())
                 .collect()
         };
-        let binding = |name: &str, subjects: serde_json::Value| json!({"metadata": {"name": name}, "subjects": subjects});
-        let rv = s.next_rv();
-        s.put(
-            CLUSTER_ROLE_BINDINGS,
-            "",
+        let put = |s: &mut Store, name: &str, subjects: serde_json::Value| {
+            let rv = s.next_rv();
+            let binding = json!({"metadata": {"name": name}, "subjects": subjects});
+            s.put(CLUSTER_ROLE_BINDINGS, "", name, rv, binding);
+        };
+        put(
+            &mut s,
             "b1",
-            rv,
-            binding(
-                "b1",
-                json!([
+            json!([
             {"kind": "User", "name": "alice"},
             {"kind": "ServiceAccount", "namespace": "ns", "name": "sa"}]),
-            ),
         );
-        let rv = s.next_rv();
-        s.put(
-            CLUSTER_ROLE_BINDINGS,
-            "",
-            "b2",
-            rv,
-            binding("b2", json!([{"kind": "Group", "name": "devs"}])),
-        );
+        put(&mut s, "b2", json!([{"kind": "Group", "name": "devs"}]));
         assert_eq!(names(&s, &[subject("User", "alice")]), ["b1"]);
         assert_eq!(names(&s, &[subject("ServiceAccount", "ns:sa")]), ["b1"]);
         assert_eq!(
@@ -385,14 +376,7 @@ mod tests {
             ["b1", "b2"]
         );
         // A binding whose subjects change is found by its new subjects only.
-        let rv = s.next_rv();
-        s.put(
-            CLUSTER_ROLE_BINDINGS,
-            "",
-            "b1",
-            rv,
-            binding("b1", json!([{"kind": "User", "name": "bob"}])),
-        );
+        put(&mut s, "b1", json!([{"kind": "User", "name": "bob"}]));
         assert!(names(&s, &[subject("User", "alice")]).is_empty());
         assert_eq!(names(&s, &[subject("User", "bob")]), ["b1"]);
         let rv = s.next_rv();
@@ -405,7 +389,7 @@ mod tests {
             "ns",
             "r1",
             rv,
-            binding("r1", json!([{"kind": "User", "name": "carol"}])),
+            json!({"metadata": {"name": "r1"}, "subjects": [{"kind": "User", "name": "carol"}]}),
         );
         assert!(names(&s, &[subject("User", "carol")]).is_empty());
     }
