@@ -295,7 +295,7 @@ pub fn forbidden_message(user: &UserInfo, a: &Attributes) -> String {
 pub fn bootstrap_rbac() -> Vec<(&'static str, Value)> {
     use serde_json::json;
     let cr = "rbac.authorization.k8s.io/clusterroles";
-    let crb = "rbac.authorization.k8s.io/clusterrolebindings";
+    let crb = crate::store::CLUSTER_ROLE_BINDINGS;
     let binding = |name: &str, role: &str, group: &str| {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                "metadata": {"name": name},

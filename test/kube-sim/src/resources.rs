@@ -367,7 +367,7 @@ const BUILTINS: &[Spec] = &[
         namespaced: false,
         short: &[],
         sub: &[],
-        storage: "rbac.authorization.k8s.io/clusterrolebindings",
+        storage: crate::store::CLUSTER_ROLE_BINDINGS,
         builtin: Builtin::ClusterRoleBinding,
         name_rule: NameRule::PathSegment,
         generation: false,
