@@ -8,13 +8,12 @@ use std::sync::Arc;
 
 use base64::Engine;
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
 
 use crate::auth::IssuedToken;
 use crate::meta::{self, meta_str};
 use crate::resources::ResourceType;
 use crate::sim::{DeleteOpts, Sim, WriteOpts, mint_token};
-use crate::store::{Event, EventType, Store};
+use crate::store::{Event, EventType, Next, Store};
 
 const CRD_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
@@ -27,16 +26,19 @@ struct Pending {
     held: BTreeSet<Key>,
 }
 
-/// Runs the controllers until the store's channel closes.
+/// Runs the controllers until the store is gone.
 pub async fn run(sim: Sim) {
-    let mut rx = sim.store().subscribe();
+    let mut rx = sim.store().subscribe_all();
     let mut pending = Pending::default();
     resync(&sim, &mut pending);
     loop {
         match rx.recv().await {
-            Ok(ev) => react(&sim, &mut pending, &ev),
-            Err(RecvError::Lagged(_)) => resync(&sim, &mut pending),
-            Err(RecvError::Closed) => break,
+            Next::Event(ev) => react(&sim, &mut pending, &ev),
+            Next::FellBehind => {
+                rx = sim.store().subscribe_all();
+                resync(&sim, &mut pending);
+            }
+            Next::Closed => break,
         }
     }
 }

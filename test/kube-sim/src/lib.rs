@@ -158,6 +158,16 @@ impl KubeSim {
         &self.sim.inner.metrics
     }
 
+    /// How many watchers this instance has closed for falling behind.
+    pub fn watchers_fell_behind(&self) -> u64 {
+        self.sim.store().fell_behind()
+    }
+
+    /// Open watches by storage (resource plural, `group/plural` outside the core group).
+    pub fn watcher_counts(&self) -> std::collections::BTreeMap<String, usize> {
+        self.sim.store().watcher_counts()
+    }
+
     /// Adds a static bearer token for a user.
     pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
         self.sim.tokens().static_tokens.insert(

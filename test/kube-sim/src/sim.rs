@@ -101,7 +101,8 @@ pub struct Options {
     pub crd_dirs: Vec<PathBuf>,
     /// How many changes watches can replay.
     pub event_log_capacity: usize,
-    /// How far a watcher may fall behind before it gets a 410 and must relist.
+    /// How many changes may wait for a watcher before the server closes it (its client then
+    /// watches again from its last resourceVersion).
     pub watch_buffer: usize,
     /// How often a watch that allows bookmarks gets one.
     pub bookmark_interval: Duration,

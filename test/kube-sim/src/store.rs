@@ -1,11 +1,18 @@
 //! The object store: one global resourceVersion counter, objects by storage, and an event log
 //! that watches replay from and subscribe to.
+//!
+//! Changes reach watchers the way kube-apiserver's watch cache dispatches them: per resource,
+//! and within a resource only to the watchers whose scope (the namespace a watch is limited
+//! to, the name its field selector pins) covers the changed object. A watcher that falls
+//! `watch_buffer` changes behind is closed, as the real cacher closes an unresponsive
+//! watcher; its client watches again from the last resourceVersion it saw.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use serde_json::Value;
-use tokio::sync::broadcast;
+use tokio::sync::mpsc;
 
 use crate::resources::Registry;
 
@@ -54,12 +61,160 @@ pub struct Store {
     capacity: usize,
     /// The served types (CRDs change them, under the same lock).
     pub registry: Registry,
-    tx: broadcast::Sender<Arc<Event>>,
+    watchers: Arc<Mutex<Watchers>>,
+    watch_buffer: usize,
     /// Owner UID -> objects naming it in their ownerReferences (storage, namespace, name).
     dependents: HashMap<String, HashSet<(String, String, String)>>,
     /// ClusterRoleBinding names by subject: authorization looks the requester's bindings up
     /// here instead of reading every binding (a hub has one or more per managed cluster).
     binding_subjects: HashMap<Subject, BTreeSet<String>>,
+}
+
+/// What a watcher is indexed under: the namespace it is limited to and the name it is pinned
+/// to (empty for any), as kube-apiserver's cacher indexes its watchers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Scope {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Scope {
+    /// The scopes whose watchers see a change to `namespace/name`.
+    fn covering(namespace: &str, name: &str) -> impl Iterator<Item = Scope> {
+        let scope = |ns: &str, n: &str| Scope {
+            namespace: ns.to_owned(),
+            name: n.to_owned(),
+        };
+        let namespaced = (!namespace.is_empty())
+            .then(|| [scope(namespace, name), scope(namespace, "")])
+            .into_iter()
+            .flatten();
+        namespaced.chain([scope("", name), Scope::default()])
+    }
+}
+
+/// One subscriber's end in the dispatcher.
+#[derive(Debug)]
+struct Slot {
+    tx: mpsc::Sender<Arc<Event>>,
+    /// Set when the dispatcher drops the subscriber for falling behind.
+    fell_behind: Arc<AtomicBool>,
+}
+
+/// Subscribers: those that see every change, and watchers by storage and scope.
+#[derive(Debug, Default)]
+struct Watchers {
+    next_id: u64,
+    every: HashMap<u64, Slot>,
+    scoped: HashMap<String, HashMap<Scope, HashMap<u64, Slot>>>,
+    /// Subscribers dropped so far for falling behind.
+    fell_behind: u64,
+}
+
+impl Watchers {
+    fn send(slots: &mut HashMap<u64, Slot>, event: &Arc<Event>, fell_behind: &mut u64) {
+        slots.retain(|_, slot| match slot.tx.try_send(event.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                slot.fell_behind.store(true, Ordering::Release);
+                *fell_behind += 1;
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
+    }
+
+    fn dispatch(&mut self, event: &Arc<Event>) {
+        let Self {
+            every,
+            scoped,
+            fell_behind,
+            ..
+        } = self;
+        Self::send(every, event, fell_behind);
+        let Some(scopes) = scoped.get_mut(&event.storage) else {
+            return;
+        };
+        for scope in Scope::covering(&event.namespace, &event.name) {
+            if let Some(slots) = scopes.get_mut(&scope) {
+                Self::send(slots, event, fell_behind);
+                if slots.is_empty() {
+                    scopes.remove(&scope);
+                }
+            }
+        }
+        if scopes.is_empty() {
+            scoped.remove(&event.storage);
+        }
+    }
+
+    fn remove(&mut self, id: u64, key: Option<&(String, Scope)>) {
+        let Some((storage, scope)) = key else {
+            self.every.remove(&id);
+            return;
+        };
+        if let Some(scopes) = self.scoped.get_mut(storage) {
+            if let Some(slots) = scopes.get_mut(scope) {
+                slots.remove(&id);
+                if slots.is_empty() {
+                    scopes.remove(scope);
+                }
+            }
+            if scopes.is_empty() {
+                self.scoped.remove(storage);
+            }
+        }
+    }
+}
+
+fn lock(w: &Mutex<Watchers>) -> std::sync::MutexGuard<'_, Watchers> {
+    w.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What a subscription yields next.
+#[derive(Debug)]
+pub enum Next {
+    Event(Arc<Event>),
+    /// The subscriber fell `watch_buffer` changes behind and was dropped (after the changes
+    /// already queued for it).
+    FellBehind,
+    /// The store is gone.
+    Closed,
+}
+
+/// A subscriber's stream of changes; unsubscribes when dropped.
+#[derive(Debug)]
+pub struct Subscription {
+    rx: mpsc::Receiver<Arc<Event>>,
+    id: u64,
+    key: Option<(String, Scope)>,
+    fell_behind: Arc<AtomicBool>,
+    watchers: Weak<Mutex<Watchers>>,
+}
+
+impl Subscription {
+    /// The next change.
+    pub async fn recv(&mut self) -> Next {
+        match self.rx.recv().await {
+            Some(ev) => Next::Event(ev),
+            None if self.fell_behind.load(Ordering::Acquire) => Next::FellBehind,
+            None => Next::Closed,
+        }
+    }
+
+    /// Whether no change is queued. Under the store's lock this means the subscriber has
+    /// taken every change up to the store's current resourceVersion.
+    pub fn is_drained(&self) -> bool {
+        self.rx.is_empty()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(w) = self.watchers.upgrade() {
+            lock(&w).remove(self.id, self.key.as_ref());
+        }
+    }
 }
 
 /// Where ClusterRoleBindings are stored.
@@ -106,17 +261,17 @@ fn owner_uids(obj: &Value) -> Vec<String> {
 }
 
 impl Store {
-    /// An empty store keeping the last `capacity` events for watch replay; a watcher that
-    /// falls more than `watch_buffer` events behind gets a 410 and relists.
+    /// An empty store keeping the last `capacity` events for watch replay; a subscriber that
+    /// falls more than `watch_buffer` events behind is dropped.
     pub fn new(capacity: usize, watch_buffer: usize, registry: Registry) -> Self {
-        let (tx, _) = broadcast::channel(watch_buffer.max(16));
         Self {
             rv: 1,
             data: HashMap::new(),
             log: VecDeque::new(),
             capacity: capacity.max(16),
             registry,
-            tx,
+            watchers: Arc::default(),
+            watch_buffer: watch_buffer.max(16),
             dependents: HashMap::new(),
             binding_subjects: HashMap::new(),
         }
@@ -290,8 +445,7 @@ impl Store {
             self.log.pop_front();
         }
         self.log.push_back(event.clone());
-        // No receiver is fine: nobody watches.
-        let _ = self.tx.send(event);
+        lock(&self.watchers).dispatch(&event);
     }
 
     /// Events after `rv`, or `Err(oldest)` when `rv` is older than what the log keeps.
@@ -301,13 +455,66 @@ impl Store {
         if rv + 1 < oldest && rv < self.rv {
             return Err(oldest);
         }
-        Ok(self.log.iter().filter(|e| e.rv > rv).cloned().collect())
+        // The log is in resourceVersion order.
+        let first = self.log.partition_point(|e| e.rv <= rv);
+        Ok(self.log.range(first..).cloned().collect())
+    }
+
+    fn subscription(&self, key: Option<(String, Scope)>) -> Subscription {
+        let (tx, rx) = mpsc::channel(self.watch_buffer);
+        let fell_behind = Arc::new(AtomicBool::new(false));
+        let slot = Slot {
+            tx,
+            fell_behind: fell_behind.clone(),
+        };
+        let mut w = lock(&self.watchers);
+        w.next_id += 1;
+        let id = w.next_id;
+        match &key {
+            None => {
+                w.every.insert(id, slot);
+            }
+            Some((storage, scope)) => {
+                w.scoped
+                    .entry(storage.clone())
+                    .or_default()
+                    .entry(scope.clone())
+                    .or_default()
+                    .insert(id, slot);
+            }
+        }
+        Subscription {
+            rx,
+            id,
+            key,
+            fell_behind,
+            watchers: Arc::downgrade(&self.watchers),
+        }
     }
 
     /// Subscribes to every future change. Call under the same lock as [`Self::events_since`]
     /// so no change falls between the two.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
-        self.tx.subscribe()
+    pub fn subscribe_all(&self) -> Subscription {
+        self.subscription(None)
+    }
+
+    /// Subscribes to future changes of one storage within a scope (see [`Self::subscribe_all`]).
+    pub fn subscribe(&self, storage: &str, scope: Scope) -> Subscription {
+        self.subscription(Some((storage.to_owned(), scope)))
+    }
+
+    /// How many subscribers have been dropped for falling behind.
+    pub fn fell_behind(&self) -> u64 {
+        lock(&self.watchers).fell_behind
+    }
+
+    /// How many watchers are subscribed, by storage.
+    pub fn watcher_counts(&self) -> BTreeMap<String, usize> {
+        lock(&self.watchers)
+            .scoped
+            .iter()
+            .map(|(storage, scopes)| (storage.clone(), scopes.values().map(HashMap::len).sum()))
+            .collect()
     }
 
     /// Every storage key with objects.
@@ -334,6 +541,76 @@ mod tests {
         assert_eq!(s.count("cm", Some("ns")), 40);
         let after = ("ns".to_owned(), "o5".to_owned());
         assert_eq!(s.list("cm", None, Some(&after)).next().unwrap().0.1, "o6");
+    }
+
+    fn scope(namespace: &str, name: &str) -> Scope {
+        Scope {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    fn queued(sub: &mut Subscription) -> Vec<String> {
+        let mut names = Vec::new();
+        while let Ok(ev) = sub.rx.try_recv() {
+            names.push(format!("{}/{}/{}", ev.storage, ev.namespace, ev.name));
+        }
+        names
+    }
+
+    #[test]
+    fn changes_reach_only_the_watchers_whose_scope_covers_them() {
+        let mut s = Store::new(64, 64, Registry::default());
+        let mut all = s.subscribe_all();
+        let mut cms = s.subscribe("cm", Scope::default());
+        let mut in_a = s.subscribe("cm", scope("a", ""));
+        let mut pinned = s.subscribe("cm", scope("a", "x"));
+        let mut by_name = s.subscribe("cm", scope("", "x"));
+        let mut cluster = s.subscribe("nodes", scope("", "x"));
+        for (storage, ns, name) in [
+            ("cm", "a", "x"),
+            ("cm", "a", "y"),
+            ("cm", "b", "x"),
+            ("nodes", "", "x"),
+            ("nodes", "", "y"),
+        ] {
+            let rv = s.next_rv();
+            s.put(storage, ns, name, rv, json!({}));
+        }
+        assert_eq!(queued(&mut all).len(), 5);
+        assert_eq!(queued(&mut cms), ["cm/a/x", "cm/a/y", "cm/b/x"]);
+        assert_eq!(queued(&mut in_a), ["cm/a/x", "cm/a/y"]);
+        assert_eq!(queued(&mut pinned), ["cm/a/x"]);
+        assert_eq!(queued(&mut by_name), ["cm/a/x", "cm/b/x"]);
+        assert_eq!(queued(&mut cluster), ["nodes//x"]);
+        assert_eq!(s.watcher_counts()["cm"], 4);
+        // Dropped subscriptions leave the index.
+        drop((cms, in_a, pinned, by_name));
+        assert!(!s.watcher_counts().contains_key("cm"));
+        assert_eq!(s.watcher_counts()["nodes"], 1);
+    }
+
+    #[tokio::test]
+    async fn a_watcher_that_falls_behind_gets_what_was_queued_then_is_dropped() {
+        let mut s = Store::new(64, 16, Registry::default());
+        let mut slow = s.subscribe("cm", Scope::default());
+        let mut other = s.subscribe("cm", scope("b", ""));
+        for i in 0..20 {
+            let rv = s.next_rv();
+            s.put("cm", "a", &format!("o{i}"), rv, json!({}));
+        }
+        assert_eq!(s.fell_behind(), 1);
+        let mut got = 0;
+        while let Next::Event(_) = slow.recv().await {
+            got += 1;
+        }
+        assert_eq!(got, 16, "the buffer's worth of changes arrive first");
+        assert!(matches!(slow.recv().await, Next::FellBehind));
+        // A watcher of another namespace heard nothing and is still subscribed.
+        assert!(queued(&mut other).is_empty());
+        assert_eq!(s.watcher_counts()["cm"], 1);
+        drop(s);
+        assert!(matches!(other.recv().await, Next::Closed));
     }
 
     #[test]

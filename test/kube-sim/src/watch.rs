@@ -6,7 +6,6 @@ use std::time::Duration;
 use base64::Engine;
 use bytes::Bytes;
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
 use crate::convert::present;
@@ -14,7 +13,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::meta::{FieldSelector, LabelSelector, labels, meta_str};
 use crate::resources::ResourceType;
 use crate::sim::Sim;
-use crate::store::{Event, EventType, Store};
+use crate::store::{Event, EventType, Next, Scope, Store};
 use crate::table::{IncludeObject, table};
 
 /// What a list or watch selects.
@@ -27,6 +26,14 @@ pub struct Selection {
 }
 
 impl Selection {
+    /// The scope the store dispatches this selection's changes by.
+    fn scope(&self) -> Scope {
+        Scope {
+            namespace: self.namespace.clone().unwrap_or_default(),
+            name: self.fields.name().unwrap_or_default().to_owned(),
+        }
+    }
+
     /// Whether an object (as stored) is selected; returns it presented when so.
     pub fn select(&self, stored: &Value) -> Option<Value> {
         if let Some(ns) = &self.namespace
@@ -220,7 +227,10 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
                             initial.push(event_json(kind, obj, &sel, params.as_table));
                         }
                     }
-                    (store.subscribe(), store.current_rv())
+                    (
+                        store.subscribe(&sel.rt.storage, sel.scope()),
+                        store.current_rv(),
+                    )
                 }
                 Err(oldest) => {
                     let _ = tx.try_send(line(&gone(format!(
@@ -240,7 +250,10 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
                 if params.send_initial_events {
                     initial_end = Some(store.current_rv());
                 }
-                (store.subscribe(), store.current_rv())
+                (
+                    store.subscribe(&sel.rt.storage, sel.scope()),
+                    store.current_rv(),
+                )
             }
         }
     };
@@ -269,12 +282,21 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
                 _ = drops.changed() => return,
                 _ = tx.closed() => return,
                 _ = ticker.tick(), if params.bookmarks => {
+                    // A watcher only hears of changes in its scope; its bookmark carries the
+                    // store's resourceVersion once it has taken every change queued for it, so
+                    // a watch resumed from it does not replay (or outlive) the rest.
+                    {
+                        let store = sim.store();
+                        if sub.is_drained() {
+                            last_rv = last_rv.max(store.current_rv());
+                        }
+                    }
                     if tx.send(line(&bookmark(&sel, last_rv, false))).await.is_err() {
                         return;
                     }
                 }
                 ev = sub.recv() => match ev {
-                    Ok(ev) => {
+                    Next::Event(ev) => {
                         if ev.rv <= last_rv {
                             continue;
                         }
@@ -284,11 +306,9 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
                                 return;
                             }
                     }
-                    Err(RecvError::Lagged(_)) => {
-                        let _ = tx.send(line(&gone(format!("too old resource version: {last_rv}")))).await;
-                        return;
-                    }
-                    Err(RecvError::Closed) => return,
+                    // The watcher fell behind: closed, as the real server closes a watcher that
+                    // cannot keep up; the client watches again from its last resourceVersion.
+                    Next::FellBehind | Next::Closed => return,
                 },
             }
         }

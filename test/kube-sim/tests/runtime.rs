@@ -144,6 +144,84 @@ async fn streaming_list_and_bookmarks() {
     assert!(!found.is_empty());
 }
 
+#[tokio::test]
+async fn a_watch_pinned_to_one_object_hears_only_of_it_and_its_bookmarks_keep_up() {
+    let sim = start_with(Options {
+        bookmark_interval: Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await;
+    let api: Api<Widget> = Api::namespaced(sim.client().await.unwrap(), "default");
+    let pinned = kube::api::WatchParams::default()
+        .fields("metadata.name=w1")
+        .timeout(10);
+    let stream = api.watch(&pinned, "0").await.unwrap();
+    let mut stream = std::pin::pin!(stream);
+    api.create(&PostParams::default(), &widget("w0", 0))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &widget("w1", 1))
+        .await
+        .unwrap();
+    let mut last = String::new();
+    for size in 2..5 {
+        last = api
+            .create(&PostParams::default(), &widget(&format!("w{size}"), size))
+            .await
+            .unwrap()
+            .resource_version()
+            .unwrap();
+    }
+    let last: u64 = last.parse().unwrap();
+    // Until a bookmark covers the last write, the watch hears of w1 alone.
+    let mut heard = Vec::new();
+    let bookmark = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(ev) = stream.next().await {
+            match ev.unwrap() {
+                kube::api::WatchEvent::Added(w) | kube::api::WatchEvent::Modified(w) => {
+                    heard.push(w.name_any())
+                }
+                kube::api::WatchEvent::Bookmark(b) => {
+                    let rv: u64 = b.metadata.resource_version.parse().unwrap();
+                    if rv >= last {
+                        return rv;
+                    }
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        panic!("the watch ended without a bookmark past {last}")
+    })
+    .await
+    .unwrap();
+    assert_eq!(heard, ["w1"]);
+    // Resumed from that bookmark, the watch replays nothing: the writes it skipped were not
+    // its own, and are behind it.
+    let resumed = api.watch(&pinned, &bookmark.to_string()).await.unwrap();
+    let mut resumed = std::pin::pin!(resumed);
+    api.patch(
+        "w1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"size": 11}})),
+    )
+    .await
+    .unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match resumed.next().await.unwrap().unwrap() {
+                kube::api::WatchEvent::Bookmark(_) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    match next {
+        kube::api::WatchEvent::Modified(w) => assert_eq!(w.spec.size, 11),
+        other => panic!("expected w1's change, got {other:?}"),
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct ReconcileError(String);

@@ -9,11 +9,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use base64::Engine;
+use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, set_condition};
 use migration_api::names::labels::ADDON_NAME;
@@ -25,7 +27,8 @@ use migration_api::ocm::addon::ManagedClusterAddOn;
 use serde_json::json;
 
 use crate::Error;
-use crate::names::{AGENT_NAMESPACE, CLUSTER_NAME_LABEL, HUB_KUBECONFIG_SECRET};
+use crate::klusterlet::{hub_kubeconfig, hub_kubeconfig_changed, secret_text};
+use crate::names::{AGENT_NAMESPACE, CLUSTER_NAME_LABEL};
 
 const MANAGER: &str = "registration-agent-addons";
 
@@ -46,65 +49,91 @@ fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
-fn secret_text(s: &Secret, key: &str) -> Option<String> {
-    s.data
-        .as_ref()?
-        .get(key)
-        .and_then(|v| String::from_utf8(v.0.clone()).ok())
-}
-
 /// Pending CSR per (addon, signer): its name and the private key it was made with.
 type Pending = HashMap<String, (String, String)>;
 
-/// Runs until aborted.
+/// Runs until aborted: watches the ManagedClusterAddOns of its cluster on the hub its
+/// klusterlet is registered with (starting over when the hub kubeconfig changes), acts on each
+/// change, and every `resync` looks at every addon again (lease health, pending CSRs).
 pub async fn run(managed: Client, opts: AddonAgentOptions) -> Result<(), Error> {
+    let secrets: Api<Secret> = Api::namespaced(managed.clone(), AGENT_NAMESPACE);
     let mut pending: Pending = HashMap::new();
-    // The hub client is kept while the hub kubeconfig stays the same (one connection pool,
-    // not one per round).
-    let mut hub: Option<(String, Client)> = None;
-    let mut tick = tokio::time::interval(opts.resync);
     loop {
-        tick.tick().await;
-        if let Err(e) = sync(&managed, &opts, &mut pending, &mut hub).await {
-            tracing::debug!(cluster = %opts.cluster_name, error = %e, "addon sync");
+        let seen = hub_kubeconfig(&secrets).await?;
+        let hub = opts.transports.client(&seen.text).await?;
+        tokio::select! {
+            r = serve_hub(&managed, &hub, &seen.text, &opts, &mut pending) => r?,
+            () = hub_kubeconfig_changed(&secrets, &seen) => {}
         }
     }
 }
 
-async fn sync(
+/// Serves the addons of one hub until its watch ends.
+async fn serve_hub(
     managed: &Client,
+    hub: &Client,
+    hub_text: &str,
     opts: &AddonAgentOptions,
     pending: &mut Pending,
-    cached: &mut Option<(String, Client)>,
 ) -> Result<(), Error> {
-    let secrets: Api<Secret> = Api::namespaced(managed.clone(), AGENT_NAMESPACE);
-    let Some(hub_text) = secrets
-        .get_opt(HUB_KUBECONFIG_SECRET)
-        .await?
-        .and_then(|s| secret_text(&s, "kubeconfig"))
-    else {
-        return Ok(());
-    };
-    let hub = match cached {
-        Some((text, client)) if *text == hub_text => client.clone(),
-        _ => {
-            let client = opts.transports.client(&hub_text).await?;
-            *cached = Some((hub_text.clone(), client.clone()));
-            client
-        }
-    };
     let addons: Api<ManagedClusterAddOn> = Api::namespaced(hub.clone(), &opts.cluster_name);
-    for addon in addons.list(&ListParams::default()).await? {
-        let ns = addon
-            .status
-            .as_ref()
-            .and_then(|s| s.namespace.clone())
-            .or_else(|| addon.spec.install_namespace.clone())
-            .unwrap_or_else(|| DEFAULT_ADDON_INSTALL_NAMESPACE.to_owned());
-        register(managed, &hub, &hub_text, opts, &addon, &ns, pending).await?;
-        judge_health(managed, &addons, opts, &addon, &ns).await?;
+    let mut known: BTreeMap<String, ManagedClusterAddOn> = BTreeMap::new();
+    let mut changes =
+        std::pin::pin!(watcher(addons.clone(), watcher::Config::default()).default_backoff());
+    let mut tick = tokio::time::interval(opts.resync);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let due: Vec<ManagedClusterAddOn> = tokio::select! {
+            ev = changes.next() => match ev {
+                Some(Ok(watcher::Event::Apply(a) | watcher::Event::InitApply(a))) => {
+                    known.insert(a.name_any(), a.clone());
+                    vec![a]
+                }
+                Some(Ok(watcher::Event::Delete(a))) => {
+                    known.remove(&a.name_any());
+                    pending.remove(&a.name_any());
+                    Vec::new()
+                }
+                Some(Ok(watcher::Event::Init)) => {
+                    known.clear();
+                    Vec::new()
+                }
+                Some(Ok(watcher::Event::InitDone)) => Vec::new(),
+                Some(Err(e)) => {
+                    tracing::debug!(cluster = %opts.cluster_name, error = %e, "watching addons");
+                    Vec::new()
+                }
+                None => return Ok(()),
+            },
+            _ = tick.tick() => known.values().cloned().collect(),
+        };
+        for addon in due {
+            if let Err(e) = sync_addon(managed, hub, hub_text, &addons, opts, &addon, pending).await
+            {
+                tracing::debug!(cluster = %opts.cluster_name, addon = %addon.name_any(), error = %e, "addon sync");
+            }
+        }
     }
-    Ok(())
+}
+
+/// Registration and health of one addon.
+async fn sync_addon(
+    managed: &Client,
+    hub: &Client,
+    hub_text: &str,
+    addons: &Api<ManagedClusterAddOn>,
+    opts: &AddonAgentOptions,
+    addon: &ManagedClusterAddOn,
+    pending: &mut Pending,
+) -> Result<(), Error> {
+    let ns = addon
+        .status
+        .as_ref()
+        .and_then(|s| s.namespace.clone())
+        .or_else(|| addon.spec.install_namespace.clone())
+        .unwrap_or_else(|| DEFAULT_ADDON_INSTALL_NAMESPACE.to_owned());
+    register(managed, hub, hub_text, opts, addon, &ns, pending).await?;
+    judge_health(managed, addons, opts, addon, &ns).await
 }
 
 /// Follows `status.registrations` for the kube-apiserver-client signer.

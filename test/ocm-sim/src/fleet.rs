@@ -103,6 +103,25 @@ pub fn cluster_name(k: usize) -> String {
     format!("cluster{k}")
 }
 
+/// How many of a hub's managed clusters are Joined and Available.
+pub async fn ready_clusters(hub: &Hub) -> Result<usize, Error> {
+    let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|m| {
+            let c = m
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_deref())
+                .unwrap_or(&[]);
+            condition_is_true(c, JOINED) && condition_is_true(c, CLUSTER_AVAILABLE)
+        })
+        .count())
+}
+
 impl Fleet {
     /// Starts every cluster and agent; does not wait for them to join.
     pub async fn up(opts: &FleetOptions) -> Result<Self, Error> {
@@ -218,22 +237,8 @@ impl Fleet {
             ));
         }
         for (hub, want) in targets {
-            let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
             loop {
-                let ready = api
-                    .list(&ListParams::default())
-                    .await?
-                    .items
-                    .iter()
-                    .filter(|m| {
-                        let c = m
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_deref())
-                            .unwrap_or(&[]);
-                        condition_is_true(c, JOINED) && condition_is_true(c, CLUSTER_AVAILABLE)
-                    })
-                    .count();
+                let ready = ready_clusters(hub).await?;
                 if ready >= want {
                     break;
                 }

@@ -51,12 +51,56 @@ fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
-fn secret_text(secret: &Secret, key: &str) -> Option<String> {
+/// A Secret's value as text.
+pub(crate) fn secret_text(secret: &Secret, key: &str) -> Option<String> {
     secret
         .data
         .as_ref()
         .and_then(|d| d.get(key))
         .and_then(|v| String::from_utf8(v.0.clone()).ok())
+}
+
+/// The hub kubeconfig the agent saved, as the work and addon agents use it.
+pub(crate) struct HubKubeconfig {
+    pub text: String,
+    /// The Secret's resourceVersion: a new certificate or a new hub changes it.
+    version: String,
+}
+
+/// Waits until `hub-kubeconfig-secret` (in `secrets`' namespace) holds a kubeconfig.
+pub(crate) async fn hub_kubeconfig(secrets: &Api<Secret>) -> Result<HubKubeconfig, Error> {
+    loop {
+        let secret = await_condition(
+            secrets.clone(),
+            HUB_KUBECONFIG_SECRET,
+            |s: Option<&Secret>| s.is_some_and(|s| secret_text(s, "kubeconfig").is_some()),
+        )
+        .await
+        .map_err(|e| Error::Setup(format!("waiting for the hub kubeconfig: {e}")))?;
+        if let Some(found) = secret.as_ref().and_then(|s| {
+            Some(HubKubeconfig {
+                text: secret_text(s, "kubeconfig")?,
+                version: s.resource_version()?,
+            })
+        }) {
+            return Ok(found);
+        }
+    }
+}
+
+/// Resolves once `hub-kubeconfig-secret` is no longer the one `seen` was read from.
+pub(crate) async fn hub_kubeconfig_changed(secrets: &Api<Secret>, seen: &HubKubeconfig) {
+    let version = seen.version.clone();
+    let changed = await_condition(
+        secrets.clone(),
+        HUB_KUBECONFIG_SECRET,
+        move |s: Option<&Secret>| {
+            s.and_then(|s| s.resource_version()).as_deref() != Some(version.as_str())
+        },
+    );
+    if let Err(e) = changed.await {
+        tracing::debug!(error = %e, "watching the hub kubeconfig");
+    }
 }
 
 /// Server URL and CA data of a kubeconfig's current cluster.

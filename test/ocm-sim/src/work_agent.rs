@@ -16,19 +16,19 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalize, finalizer};
-use kube::runtime::wait::await_condition;
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, set_condition};
 use migration_api::names::finalizers::MANIFEST_WORK_CLEANUP;
 use migration_api::ocm::work::{
     AppliedManifestWork, DeletePropagationPolicy, FeedbackType, ManifestConfigOption, ManifestWork,
-    UpdateStrategyType,
+    ManifestWorkStatus, UpdateStrategyType,
 };
 use serde_json::{Value, json};
 
 use crate::Error;
-use crate::names::{AGENT_NAMESPACE, HUB_KUBECONFIG_SECRET};
+use crate::klusterlet::{hub_kubeconfig, hub_kubeconfig_changed};
+use crate::names::AGENT_NAMESPACE;
 
 /// Settings of a work agent.
 #[derive(Clone, Debug)]
@@ -69,29 +69,9 @@ fn hub_hash(url: &str) -> String {
 pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
     let secrets: Api<Secret> = Api::namespaced(managed.clone(), AGENT_NAMESPACE);
     loop {
-        let secret = await_condition(
-            secrets.clone(),
-            HUB_KUBECONFIG_SECRET,
-            |s: Option<&Secret>| {
-                s.and_then(|s| s.data.as_ref())
-                    .is_some_and(|d| d.contains_key("kubeconfig"))
-            },
-        )
-        .await
-        .map_err(|e| Error::Setup(format!("waiting for the hub kubeconfig: {e}")))?;
-        let Some(text) = secret
-            .as_ref()
-            .and_then(|s| s.data.as_ref())
-            .and_then(|d| d.get("kubeconfig"))
-            .and_then(|v| String::from_utf8(v.0.clone()).ok())
-        else {
-            continue;
-        };
-        let version = secret
-            .as_ref()
-            .and_then(|s| s.resource_version())
-            .unwrap_or_default();
-        let server = kube::config::Kubeconfig::from_yaml(&text)
+        let seen = hub_kubeconfig(&secrets).await?;
+        let text = &seen.text;
+        let server = kube::config::Kubeconfig::from_yaml(text)
             .ok()
             .and_then(|k| {
                 k.clusters
@@ -100,7 +80,7 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
                     .and_then(|c| c.server.clone())
             })
             .unwrap_or_default();
-        let hub = opts.transports.client(&text).await?;
+        let hub = opts.transports.client(text).await?;
         let ctx = Arc::new(Ctx {
             hub: hub.clone(),
             managed: managed.clone(),
@@ -119,17 +99,9 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
                 ctx,
             )
             .for_each(|_| async {});
-        // The hub kubeconfig changed (new certificate or a new hub): start over.
-        let changed = await_condition(
-            secrets.clone(),
-            HUB_KUBECONFIG_SECRET,
-            move |s: Option<&Secret>| {
-                s.and_then(|s| s.resource_version()).as_deref() != Some(version.as_str())
-            },
-        );
         tokio::select! {
             _ = controller => {}
-            _ = changed => tracing::info!(cluster = %opts.cluster_name, "hub kubeconfig changed; restarting the work agent"),
+            () = hub_kubeconfig_changed(&secrets, &seen) => tracing::info!(cluster = %opts.cluster_name, "hub kubeconfig changed; restarting the work agent"),
         }
     }
 }
@@ -231,6 +203,15 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
         .as_ref()
         .and_then(|w| w.manifests.clone())
         .unwrap_or_default();
+    // Per-manifest conditions carry on from the last report (by ordinal), so a transition
+    // time only moves on a transition and an unchanged status is not written again.
+    let previous_statuses: Vec<Value> = work
+        .status
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok())
+        .and_then(|s| s.pointer("/resourceStatus/manifests").cloned())
+        .and_then(|m| serde_json::from_value(m).ok())
+        .unwrap_or_default();
     let mut statuses = Vec::new();
     let mut applied_resources = Vec::new();
     let (mut all_applied, mut all_available) = (true, true);
@@ -244,8 +225,18 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let mut conditions: Vec<Condition> = Vec::new();
         let mut meta = json!({"ordinal": ordinal, "name": name, "kind": manifest.get("kind"), "namespace": ns.clone().unwrap_or_default()});
+        let mut conditions: Vec<Condition> = previous_statuses
+            .iter()
+            .find(|p| {
+                let was = |k: &str| p.pointer(&format!("/resourceMeta/{k}"));
+                was("ordinal") == meta.get("ordinal")
+                    && was("name") == meta.get("name")
+                    && was("kind") == meta.get("kind")
+            })
+            .and_then(|p| p.get("conditions").cloned())
+            .and_then(|c| serde_json::from_value(c).ok())
+            .unwrap_or_default();
         let outcome = match resource_of(&ctx.managed, manifest).await {
             Err(e) => Err(e),
             Ok((ar, caps)) => {
@@ -429,14 +420,19 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
         },
         generation,
     );
-    let status = json!({"status": {"conditions": work_conditions, "resourceStatus": {"manifests": statuses}}});
-    works
-        .patch_status(
-            &work.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(status),
-        )
-        .await?;
+    let status = json!({"conditions": work_conditions, "resourceStatus": {"manifests": statuses}});
+    // Written only when it changed, as the real agent compares before it updates.
+    let unchanged = serde_json::from_value::<ManifestWorkStatus>(status.clone())
+        .is_ok_and(|s| work.status.as_ref() == Some(&s));
+    if !unchanged {
+        works
+            .patch_status(
+                &work.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await?;
+    }
     Ok(Action::requeue(ctx.resync))
 }
 

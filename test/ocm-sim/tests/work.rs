@@ -196,6 +196,47 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         },
     )
     .await;
+    // While nothing changes, the agent keeps reconciling (re-reading the work from the hub)
+    // without writing the work again: per-manifest conditions keep their transition times.
+    let settled = works.get("app").await.unwrap().resource_version();
+    let hub_metrics = hub.cluster.api.metrics();
+    let gets = |m: &kube_sim::Metrics| m.total(Some("get"), Some("manifestworks"));
+    // The work agent's writes to works (the import controller re-applies its own work).
+    let patches = |m: &kube_sim::Metrics| -> u64 {
+        m.access_log()
+            .iter()
+            .filter(|(a, _)| {
+                a.verb == "patch"
+                    && a.resource.starts_with("manifestworks")
+                    && a.user
+                        .starts_with("system:open-cluster-management:cluster1:")
+            })
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (gets_before, since) = (gets(hub_metrics), std::time::Instant::now());
+    let patches_before = patches(hub_metrics);
+    // Transition times have second resolution: let a second pass, and ten reconciles.
+    eventually(
+        LIMIT,
+        "ten more reconciles, a second apart from the report",
+        || {
+            let done = gets(hub_metrics) >= gets_before + 10
+                && since.elapsed() > Duration::from_millis(1100);
+            async move { done.then_some(()) }
+        },
+    )
+    .await;
+    assert_eq!(
+        works.get("app").await.unwrap().resource_version(),
+        settled,
+        "an unchanged status is not written again"
+    );
+    assert_eq!(
+        patches(hub_metrics),
+        patches_before,
+        "nor even sent: the agent compares before it writes"
+    );
     let amws: Api<AppliedManifestWork> = Api::all(clusters[0].0.admin.clone());
     // One AppliedManifestWork for this work (the import controller's klusterlet work has its own).
     let for_app = |l: Vec<AppliedManifestWork>| {
