@@ -188,21 +188,9 @@ fn subjects_of(user: &UserInfo) -> Vec<Subject> {
     out
 }
 
-fn subject_matches(subject: &Value, user: &UserInfo, binding_ns: &str) -> bool {
-    let s = |k: &str| subject.get(k).and_then(Value::as_str).unwrap_or_default();
-    match s("kind") {
-        "User" => s("name") == user.name,
-        "Group" => user.groups.iter().any(|g| g == s("name")),
-        "ServiceAccount" => {
-            let ns = if s("namespace").is_empty() {
-                binding_ns
-            } else {
-                s("namespace")
-            };
-            user.name == format!("system:serviceaccount:{ns}:{}", s("name"))
-        }
-        _ => false,
-    }
+/// Whether a binding's `subjects` entry names one of the requester's subjects.
+fn subject_matches(entry: &Value, requester: &[Subject], binding_ns: &str) -> bool {
+    Subject::of_entry(entry, binding_ns).is_some_and(|s| requester.contains(&s))
 }
 
 fn role_rules(store: &Store, role_ref: &Value, binding_ns: &str) -> Vec<Value> {
@@ -228,9 +216,10 @@ pub fn authorize(store: &Store, user: &UserInfo, a: &Attributes) -> bool {
     if user.groups.iter().any(|g| g == "system:masters") {
         return true;
     }
+    let requester = subjects_of(user);
     let allowed_by = |binding: &Value, ns: &str| -> bool {
         let subjects = binding.get("subjects").and_then(Value::as_array);
-        if !subjects.is_some_and(|s| s.iter().any(|s| subject_matches(s, user, ns))) {
+        if !subjects.is_some_and(|s| s.iter().any(|s| subject_matches(s, &requester, ns))) {
             return false;
         }
         let Some(role_ref) = binding.get("roleRef") else {
@@ -240,7 +229,7 @@ pub fn authorize(store: &Store, user: &UserInfo, a: &Attributes) -> bool {
             .iter()
             .any(|r| rule_allows(r, a))
     };
-    for b in store.cluster_role_bindings_of(&subjects_of(user)) {
+    for b in store.cluster_role_bindings_of(&requester) {
         if allowed_by(&b, "") {
             return true;
         }
@@ -410,7 +399,18 @@ mod tests {
 
     #[test]
     fn subjects() {
-        let u = UserInfo::service_account("ns1", "sa", "uid");
+        let u = subjects_of(&UserInfo::service_account("ns1", "sa", "uid"));
+        // A ServiceAccount entry without a namespace is in the binding's.
+        assert!(subject_matches(
+            &json!({"kind": "ServiceAccount", "name": "sa"}),
+            &u,
+            "ns1"
+        ));
+        assert!(!subject_matches(
+            &json!({"kind": "ServiceAccount", "name": "sa"}),
+            &u,
+            "ns2"
+        ));
         assert!(subject_matches(
             &json!({"kind": "ServiceAccount", "name": "sa", "namespace": "ns1"}),
             &u,

@@ -228,24 +228,35 @@ pub struct Subject {
     pub name: String,
 }
 
+impl Subject {
+    /// The subject one entry of a binding's `subjects` names (a ServiceAccount without a
+    /// namespace is in the binding's namespace); `None` for kinds RBAC does not know.
+    pub fn of_entry(entry: &Value, binding_namespace: &str) -> Option<Self> {
+        let field = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or_default();
+        let name = match field("kind") {
+            "User" | "Group" => field("name").to_owned(),
+            "ServiceAccount" => {
+                let ns = Some(field("namespace"))
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or(binding_namespace);
+                format!("{ns}:{}", field("name"))
+            }
+            _ => return None,
+        };
+        Some(Self {
+            kind: field("kind").to_owned(),
+            name,
+        })
+    }
+}
+
 fn binding_subjects(binding: &Value) -> Vec<Subject> {
     binding
         .get("subjects")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter_map(|s| {
-            let field = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or_default();
-            let name = match field("kind") {
-                "User" | "Group" => field("name").to_owned(),
-                "ServiceAccount" => format!("{}:{}", field("namespace"), field("name")),
-                _ => return None,
-            };
-            Some(Subject {
-                kind: field("kind").to_owned(),
-                name,
-            })
-        })
+        .filter_map(|s| Subject::of_entry(s, ""))
         .collect()
 }
 
