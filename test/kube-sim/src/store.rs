@@ -135,16 +135,17 @@ impl Watchers {
         let Some(scopes) = scoped.get_mut(&event.storage) else {
             return;
         };
+        let mut emptied = Vec::new();
         for scope in Scope::covering(&event.namespace, &event.name) {
             if let Some(slots) = scopes.get_mut(&scope) {
                 Self::send(slots, event, fell_behind);
                 if slots.is_empty() {
-                    scopes.remove(&scope);
+                    emptied.push(scope);
                 }
             }
         }
-        if scopes.is_empty() {
-            scoped.remove(&event.storage);
+        for scope in emptied {
+            self.prune(&event.storage, &scope);
         }
     }
 
@@ -153,16 +154,22 @@ impl Watchers {
             self.every.remove(&id);
             return;
         };
-        if let Some(scopes) = self.scoped.get_mut(storage) {
-            if let Some(slots) = scopes.get_mut(scope) {
-                slots.remove(&id);
-                if slots.is_empty() {
-                    scopes.remove(scope);
-                }
-            }
-            if scopes.is_empty() {
-                self.scoped.remove(storage);
-            }
+        if let Some(slots) = self.scoped.get_mut(storage).and_then(|s| s.get_mut(scope)) {
+            slots.remove(&id);
+        }
+        self.prune(storage, scope);
+    }
+
+    /// Forgets a scope once no watcher is left in it, and a storage once no scope is.
+    fn prune(&mut self, storage: &str, scope: &Scope) {
+        let Some(scopes) = self.scoped.get_mut(storage) else {
+            return;
+        };
+        if scopes.get(scope).is_some_and(HashMap::is_empty) {
+            scopes.remove(scope);
+        }
+        if scopes.is_empty() {
+            self.scoped.remove(storage);
         }
     }
 }

@@ -21,8 +21,8 @@ use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, set_condition};
 use migration_api::names::finalizers::MANIFEST_WORK_CLEANUP;
 use migration_api::ocm::work::{
-    AppliedManifestWork, DeletePropagationPolicy, FeedbackType, ManifestConfigOption, ManifestWork,
-    ManifestWorkStatus, UpdateStrategyType,
+    AppliedManifestWork, DeletePropagationPolicy, FeedbackType, ManifestCondition,
+    ManifestConfigOption, ManifestWork, ManifestWorkStatus, UpdateStrategyType,
 };
 use serde_json::{Value, json};
 
@@ -205,12 +205,11 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
         .unwrap_or_default();
     // Per-manifest conditions carry on from the last report (by ordinal), so a transition
     // time only moves on a transition and an unchanged status is not written again.
-    let previous_statuses: Vec<Value> = work
+    let previous_statuses: &[ManifestCondition] = work
         .status
         .as_ref()
-        .and_then(|s| serde_json::to_value(s).ok())
-        .and_then(|s| s.pointer("/resourceStatus/manifests").cloned())
-        .and_then(|m| serde_json::from_value(m).ok())
+        .and_then(|s| s.resource_status.as_ref())
+        .and_then(|r| r.manifests.as_deref())
         .unwrap_or_default();
     let mut statuses = Vec::new();
     let mut applied_resources = Vec::new();
@@ -226,16 +225,16 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
             .and_then(Value::as_str)
             .map(str::to_owned);
         let mut meta = json!({"ordinal": ordinal, "name": name, "kind": manifest.get("kind"), "namespace": ns.clone().unwrap_or_default()});
+        let kind = manifest.get("kind").and_then(Value::as_str);
         let mut conditions: Vec<Condition> = previous_statuses
             .iter()
             .find(|p| {
-                let was = |k: &str| p.pointer(&format!("/resourceMeta/{k}"));
-                was("ordinal") == meta.get("ordinal")
-                    && was("name") == meta.get("name")
-                    && was("kind") == meta.get("kind")
+                let was = &p.resource_meta;
+                usize::try_from(was.ordinal).ok() == Some(ordinal)
+                    && was.name.as_deref() == Some(name.as_str())
+                    && was.kind.as_deref() == kind
             })
-            .and_then(|p| p.get("conditions").cloned())
-            .and_then(|c| serde_json::from_value(c).ok())
+            .map(|p| p.conditions.clone())
             .unwrap_or_default();
         let outcome = match resource_of(&ctx.managed, manifest).await {
             Err(e) => Err(e),
