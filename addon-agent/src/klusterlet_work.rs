@@ -117,6 +117,10 @@ pub struct WorkContext<'a> {
     pub secret_name: &'a str,
     /// Its data (base64 values, as in a Secret's `data`); `None` when the hub no longer has it.
     pub secret_data: Option<&'a Value>,
+    /// Target, settling: the cluster keeps the target's bootstrap kubeconfig (from the
+    /// migration) as its own `bootstrap-hub-kubeconfig` (a plain OCM target, where nothing
+    /// else provides one).
+    pub own_bootstrap: bool,
 }
 
 fn secret(name: &str, data: &Value) -> Value {
@@ -138,6 +142,22 @@ fn klusterlet(reg: Option<&Registration>, original: Option<&Registration>) -> Va
     k
 }
 
+/// Name of the ClusterRole a klusterlet work brings so that the cluster's work agent may read
+/// and configure the Klusterlet.
+pub const KLUSTERLET_WORK_ROLE: &str = "open-cluster-management:cluster-migration:klusterlet";
+
+/// The work agent runs as `admin` plus the ClusterRoles labelled aggregate-to-work (upstream
+/// `manifests/klusterlet/managed/klusterlet-work-*.yaml`); a cluster joined with `clusteradm`
+/// has none for Klusterlets, so the work brings one, just for the Klusterlet it touches. It
+/// is applied first; the Klusterlet's own manifest succeeds once the role is aggregated.
+fn klusterlet_role() -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+           "metadata": {"name": KLUSTERLET_WORK_ROLE,
+                        "labels": {"open-cluster-management.io/aggregate-to-work": "true"}},
+           "rules": [{"apiGroups": ["operator.open-cluster-management.io"], "resources": ["klusterlets"],
+                      "resourceNames": [KLUSTERLET], "verbs": ["get", "list", "watch", "update", "patch"]}]})
+}
+
 fn klusterlet_id() -> Value {
     json!({"group": "operator.open-cluster-management.io", "resource": "klusterlets", "name": KLUSTERLET})
 }
@@ -149,7 +169,7 @@ pub fn work(ctx: &WorkContext<'_>, step: &Step) -> Option<Value> {
     let data = ctx.secret_data;
     let (manifests, config, original): (Vec<Value>, Value, Option<&Registration>) = match step {
         Step::Probe => {
-            let mut m = Vec::new();
+            let mut m = vec![klusterlet_role()];
             if let Some(d) = data {
                 m.push(secret(ctx.secret_name, d));
             }
@@ -157,12 +177,7 @@ pub fn work(ctx: &WorkContext<'_>, step: &Step) -> Option<Value> {
             let config = json!({
                 "resourceIdentifier": klusterlet_id(),
                 "updateStrategy": {"type": "ReadOnly"},
-                "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [
-                    {"name": "klusterlet", "path": ".metadata.name"},
-                    {"name": "featureGates", "path": ".spec.registrationConfiguration.featureGates"},
-                    {"name": "bootstrapKubeConfigs", "path": ".spec.registrationConfiguration.bootstrapKubeConfigs"},
-                    {"name": "annotations", "path": ".metadata.annotations"},
-                ]}]
+                "feedbackRules": [{"type": "JSONPaths", "jsonPaths": probe_paths()}]
             });
             (m, config, None)
         }
@@ -170,6 +185,7 @@ pub fn work(ctx: &WorkContext<'_>, step: &Step) -> Option<Value> {
             let reg = switched(original, ctx.secret_name);
             (
                 vec![
+                    klusterlet_role(),
                     secret(ctx.secret_name, data?),
                     klusterlet(Some(&reg), Some(original)),
                 ],
@@ -178,7 +194,7 @@ pub fn work(ctx: &WorkContext<'_>, step: &Step) -> Option<Value> {
             )
         }
         Step::Restore(original) => {
-            let mut m = Vec::new();
+            let mut m = vec![klusterlet_role()];
             if let Some(d) = data {
                 m.push(secret(ctx.secret_name, d));
             }
@@ -187,15 +203,15 @@ pub fn work(ctx: &WorkContext<'_>, step: &Step) -> Option<Value> {
         }
         Step::Settle(original) => {
             let d = data?;
-            (
-                vec![
-                    secret(BOOTSTRAP_HUB_KUBECONFIG, d),
-                    secret(ctx.secret_name, d),
-                    klusterlet(Some(original), None),
-                ],
-                ssa(),
-                Some(original),
-            )
+            let mut m = vec![klusterlet_role()];
+            // Only where no import controller gives the cluster this hub's bootstrap
+            // kubeconfig (an ACM hub's would fight this one over it).
+            if ctx.own_bootstrap {
+                m.push(secret(BOOTSTRAP_HUB_KUBECONFIG, d));
+            }
+            m.push(secret(ctx.secret_name, d));
+            m.push(klusterlet(Some(original), None));
+            (m, ssa(), Some(original))
         }
     };
     let mut annotations = json!({STEP: step.name()});
@@ -258,10 +274,40 @@ pub fn applied(work: &ManifestWork) -> bool {
         .is_some_and(|c| c.status == "True" && c.observed_generation == work.metadata.generation)
 }
 
-/// What a probe read from the Klusterlet: `None` until the feedback came back. `Some((now,
-/// original))`: its settings now, and those recorded before a migration changed them (if one
-/// did).
-pub fn probed(work: &ManifestWork) -> Option<(Registration, Option<Registration>)> {
+/// How many feature gates and bootstrap kubeconfig secrets a probe reads, one value each.
+pub const PROBED_GATES: usize = 32;
+pub const PROBED_SECRETS: usize = 8;
+const REGISTRATION: &str = ".spec.registrationConfiguration";
+
+/// The probe's status feedback: scalars only (each gate's feature and mode, the bootstrap
+/// type, timeout and each secret's name by index; the recorded original as a string), so it
+/// works without the work agent's `RawFeedbackJsonString` gate, which upstream leaves off.
+/// An index past the end of a list selects nothing (the work agent reports it as a feedback
+/// error and carries the other values).
+fn probe_paths() -> Vec<Value> {
+    let boot = format!("{REGISTRATION}.bootstrapKubeConfigs");
+    let mut paths = vec![
+        json!({"name": "klusterlet", "path": ".metadata.name"}),
+        json!({"name": "boot-type", "path": format!("{boot}.type")}),
+        json!({"name": "boot-timeout", "path": format!("{boot}.localSecretsConfig.hubConnectionTimeoutSeconds")}),
+        json!({"name": "original", "path": format!(".metadata.annotations.{}", KLUSTERLET_ORIGINAL.replace('.', "\\."))}),
+    ];
+    for i in 0..PROBED_GATES {
+        let gate = format!("{REGISTRATION}.featureGates[{i}]");
+        paths.push(json!({"name": format!("gate-{i}"), "path": format!("{gate}.feature")}));
+        paths.push(json!({"name": format!("gate-{i}-mode"), "path": format!("{gate}.mode")}));
+    }
+    for i in 0..PROBED_SECRETS {
+        paths.push(json!({"name": format!("boot-secret-{i}"),
+                          "path": format!("{boot}.localSecretsConfig.kubeConfigSecrets[{i}].name")}));
+    }
+    paths
+}
+
+/// What a probe read from the Klusterlet: `None` until the feedback came back. `Some(Ok((now,
+/// original)))`: its settings now, and those recorded before a migration changed them (if one
+/// did); `Some(Err(why))` when the Klusterlet holds more than a probe can read.
+pub fn probed(work: &ManifestWork) -> Option<Result<(Registration, Option<Registration>), String>> {
     if !applied(work) {
         return None;
     }
@@ -279,28 +325,45 @@ pub fn probed(work: &ManifestWork) -> Option<(Registration, Option<Registration>
         .values
         .clone()
         .unwrap_or_default();
-    let value = |name: &str| -> Option<Value> {
-        let v = values.iter().find(|v| v.name == name)?;
-        let f = &v.field_value;
-        match (f.json_raw.as_deref(), f.string.as_deref()) {
-            (Some(raw), _) => serde_json::from_str(raw).ok(),
-            (None, Some(s)) => Some(Value::String(s.to_owned())),
-            _ => None,
-        }
+    let text = |name: &str| -> Option<String> {
+        values
+            .iter()
+            .find(|v| v.name == name)
+            .and_then(|v| v.field_value.string.clone())
     };
-    value("klusterlet")?;
-    let now = Registration {
-        feature_gates: value("featureGates"),
-        bootstrap_kube_configs: value("bootstrapKubeConfigs"),
-    };
-    let original = value("annotations")
-        .and_then(|a| {
-            a.get(KLUSTERLET_ORIGINAL)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
+    let number = |name: &str| values.iter().find(|v| v.name == name)?.field_value.integer;
+    text("klusterlet")?;
+    let gates: Vec<Value> = (0..PROBED_GATES)
+        .map_while(|i| {
+            let feature = text(&format!("gate-{i}"))?;
+            let mode = text(&format!("gate-{i}-mode")).unwrap_or_else(|| "Disable".into());
+            Some(json!({"feature": feature, "mode": mode}))
         })
-        .and_then(|t| serde_json::from_str(&t).ok());
-    Some((now, original))
+        .collect();
+    let secrets: Vec<Value> = (0..PROBED_SECRETS)
+        .map_while(|i| text(&format!("boot-secret-{i}")).map(|n| json!({"name": n})))
+        .collect();
+    if gates.len() == PROBED_GATES || secrets.len() == PROBED_SECRETS {
+        return Some(Err(format!(
+            "the Klusterlet has {PROBED_GATES} or more registration feature gates or {PROBED_SECRETS} or more bootstrap kubeconfig secrets, more than a migration reads"
+        )));
+    }
+    let bootstrap_kube_configs = text("boot-type").map(|type_| {
+        let mut b = json!({"type": type_});
+        if !secrets.is_empty() || number("boot-timeout").is_some() {
+            b["localSecretsConfig"] = json!({"kubeConfigSecrets": secrets});
+            if let Some(t) = number("boot-timeout") {
+                b["localSecretsConfig"]["hubConnectionTimeoutSeconds"] = json!(t);
+            }
+        }
+        b
+    });
+    let now = Registration {
+        feature_gates: (!gates.is_empty()).then_some(Value::Array(gates)),
+        bootstrap_kube_configs,
+    };
+    let original = text("original").and_then(|t| serde_json::from_str(&t).ok());
+    Some(Ok((now, original)))
 }
 
 #[cfg(test)]
@@ -313,6 +376,7 @@ mod tests {
             cluster: "c1",
             secret_name: "bootstrap-hub2",
             secret_data: data,
+            own_bootstrap: true,
         }
     }
 
@@ -376,7 +440,11 @@ mod tests {
         };
         assert_eq!(
             kinds(&probe),
-            ["Secret/bootstrap-hub2", "Klusterlet/klusterlet"]
+            [
+                "ClusterRole/open-cluster-management:cluster-migration:klusterlet",
+                "Secret/bootstrap-hub2",
+                "Klusterlet/klusterlet"
+            ]
         );
         assert_eq!(
             probe["spec"]["manifestConfigs"][0]["updateStrategy"]["type"],
@@ -389,7 +457,7 @@ mod tests {
             bootstrap_kube_configs: None,
         };
         let sw = work(&ctx(Some(&data)), &Step::Switch(original.clone())).unwrap();
-        let k = &sw["spec"]["workload"]["manifests"][1];
+        let k = &sw["spec"]["workload"]["manifests"][2];
         assert_eq!(
             k["spec"]["registrationConfiguration"]["featureGates"][1]["feature"],
             "MultipleHubs"
@@ -410,7 +478,7 @@ mod tests {
         assert!(work(&ctx(None), &Step::Switch(original.clone())).is_none());
 
         let restore = work(&ctx(None), &Step::Restore(original.clone())).unwrap();
-        let k = &restore["spec"]["workload"]["manifests"][0];
+        let k = &restore["spec"]["workload"]["manifests"][1];
         assert_eq!(
             k["spec"]["registrationConfiguration"],
             json!({"featureGates": [{"feature": "ClusterClaim", "mode": "Enable"}]})
@@ -421,6 +489,7 @@ mod tests {
         assert_eq!(
             kinds(&settle),
             [
+                "ClusterRole/open-cluster-management:cluster-migration:klusterlet",
                 "Secret/bootstrap-hub-kubeconfig",
                 "Secret/bootstrap-hub2",
                 "Klusterlet/klusterlet"
@@ -429,9 +498,66 @@ mod tests {
         let orphans = &settle["spec"]["deleteOption"]["selectivelyOrphans"]["orphaningRules"];
         assert_eq!(orphans.as_array().unwrap().len(), 2);
         assert_eq!(
-            settle["spec"]["workload"]["manifests"][2]["spec"]["registrationConfiguration"],
+            settle["spec"]["workload"]["manifests"][3]["spec"]["registrationConfiguration"],
             json!({})
         );
+    }
+
+    /// What the work agent reports for a probe, by value name (scalars only, as upstream's
+    /// reader returns them without the RawFeedbackJsonString gate).
+    fn probe_status(w: &mut ManifestWork, values: &[(&str, Value)]) {
+        let values: Vec<Value> = values
+            .iter()
+            .map(|(name, v)| {
+                let field = match v {
+                    Value::Number(n) => json!({"type": "Integer", "integer": n}),
+                    other => json!({"type": "String", "string": other}),
+                };
+                json!({"name": name, "fieldValue": field})
+            })
+            .collect();
+        w.status = serde_json::from_value(json!({
+            "conditions": [{"type": "Applied", "status": "True", "reason": "x", "message": "",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}],
+            "resourceStatus": {"manifests": [{"resourceMeta": {"ordinal": 0, "kind": "Klusterlet", "name": "klusterlet"},
+                "conditions": [], "statusFeedback": {"values": values}}]}
+        }))
+        .unwrap();
+    }
+
+    #[test]
+    fn a_probe_asks_for_scalars_only() {
+        let w = work(&ctx(None), &Step::Probe).unwrap();
+        let paths = w["spec"]["manifestConfigs"][0]["feedbackRules"][0]["jsonPaths"]
+            .as_array()
+            .unwrap()
+            .clone();
+        let by_name = |n: &str| {
+            paths
+                .iter()
+                .find(|p| p["name"] == n)
+                .map(|p| p["path"].as_str().unwrap().to_owned())
+        };
+        assert_eq!(
+            by_name("gate-3").as_deref(),
+            Some(".spec.registrationConfiguration.featureGates[3].feature")
+        );
+        assert_eq!(
+            by_name("original").as_deref(),
+            Some(
+                ".metadata.annotations.migration\\.open-cluster-management\\.io/klusterlet-original"
+            )
+        );
+        // No path selects a list or an object.
+        for p in &paths {
+            let path = p["path"].as_str().unwrap();
+            assert!(
+                !path.ends_with("featureGates")
+                    && !path.ends_with("bootstrapKubeConfigs")
+                    && !path.ends_with("annotations"),
+                "{path}"
+            );
+        }
     }
 
     #[test]
@@ -439,31 +565,70 @@ mod tests {
         let mut w = as_work(work(&ctx(None), &Step::Probe).unwrap());
         w.metadata.generation = Some(1);
         assert_eq!(probed(&w), None);
-        let original = serde_json::to_string(&Registration {
-            feature_gates: Some(json!([])),
+        let original = Registration {
+            feature_gates: Some(json!([{"feature": "ClusterClaim", "mode": "Enable"}])),
             bootstrap_kube_configs: None,
-        })
-        .unwrap();
-        let annotations = serde_json::to_string(&json!({KLUSTERLET_ORIGINAL: original})).unwrap();
-        w.status = serde_json::from_value(json!({
-            "conditions": [{"type": "Applied", "status": "True", "reason": "x", "message": "",
-                            "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}],
-            "resourceStatus": {"manifests": [{"resourceMeta": {"ordinal": 0, "kind": "Klusterlet", "name": "klusterlet"},
-                "conditions": [],
-                "statusFeedback": {"values": [
-                    {"name": "klusterlet", "fieldValue": {"type": "String", "string": "klusterlet"}},
-                    {"name": "featureGates", "fieldValue": {"type": "JsonRaw", "jsonRaw": "[{\"feature\":\"MultipleHubs\",\"mode\":\"Enable\"}]"}},
-                    {"name": "annotations", "fieldValue": {"type": "JsonRaw", "jsonRaw": annotations}}
-                ]}}]}
-        }))
-        .unwrap();
-        let (now, orig) = probed(&w).unwrap();
+        };
+        probe_status(
+            &mut w,
+            &[
+                ("klusterlet", json!("klusterlet")),
+                ("gate-0", json!("ClusterClaim")),
+                ("gate-0-mode", json!("Enable")),
+                ("gate-1", json!("MultipleHubs")),
+                ("gate-1-mode", json!("Enable")),
+                ("boot-type", json!("LocalSecrets")),
+                ("boot-timeout", json!(180)),
+                ("boot-secret-0", json!("bootstrap-hub-kubeconfig")),
+                ("boot-secret-1", json!("bootstrap-hub2")),
+                ("original", json!(serde_json::to_string(&original).unwrap())),
+            ],
+        );
+        let (now, orig) = probed(&w).unwrap().unwrap();
         assert_eq!(
             now.feature_gates,
-            Some(json!([{"feature": "MultipleHubs", "mode": "Enable"}]))
+            Some(
+                json!([{"feature": "ClusterClaim", "mode": "Enable"}, {"feature": "MultipleHubs", "mode": "Enable"}])
+            )
         );
-        assert_eq!(now.bootstrap_kube_configs, None);
-        assert_eq!(orig.unwrap().feature_gates, Some(json!([])));
+        assert_eq!(
+            now.bootstrap_kube_configs,
+            Some(json!({"type": "LocalSecrets", "localSecretsConfig": {
+                "kubeConfigSecrets": [{"name": "bootstrap-hub-kubeconfig"}, {"name": "bootstrap-hub2"}],
+                "hubConnectionTimeoutSeconds": 180}}))
+        );
+        assert_eq!(orig, Some(original));
+        // A Klusterlet as `clusteradm join` leaves it: one gate, no bootstrap list.
+        probe_status(
+            &mut w,
+            &[
+                ("klusterlet", json!("klusterlet")),
+                ("gate-0", json!("ClusterClaim")),
+                ("gate-0-mode", json!("Enable")),
+            ],
+        );
+        let (now, orig) = probed(&w).unwrap().unwrap();
+        assert_eq!(
+            now,
+            Registration {
+                feature_gates: Some(json!([{"feature": "ClusterClaim", "mode": "Enable"}])),
+                bootstrap_kube_configs: None
+            }
+        );
+        assert_eq!(orig, None);
+        // More gates than a probe reads: refused, not cut short.
+        let many: Vec<(String, Value)> = (0..PROBED_GATES)
+            .flat_map(|i| {
+                [
+                    (format!("gate-{i}"), json!(format!("G{i}"))),
+                    (format!("gate-{i}-mode"), json!("Enable")),
+                ]
+            })
+            .chain([("klusterlet".to_owned(), json!("klusterlet"))])
+            .collect();
+        let many: Vec<(&str, Value)> = many.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        probe_status(&mut w, &many);
+        assert!(probed(&w).unwrap().is_err());
         // Feedback about an older generation does not count.
         w.metadata.generation = Some(2);
         assert_eq!(probed(&w), None);

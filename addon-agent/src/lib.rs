@@ -3,6 +3,8 @@
 //! AddOnPlacementScore) and carries out the hub's part of migrations. `cleanup` is the
 //! pre-delete hook: it removes what the agent created.
 
+pub mod admission;
+pub mod flight;
 pub mod klusterlet_work;
 pub mod lease;
 pub mod migration;
@@ -17,6 +19,13 @@ use kube::api::{Api, DeleteParams};
 use migration_api::names::{ADDON_NAME, DEFAULT_ADDON_INSTALL_NAMESPACE};
 use migration_api::ocm::cluster::AddOnPlacementScore;
 use migration_api::runtime::{self, CommonArgs, Process};
+
+/// A short, stable digest of a text (for names cut to a length limit).
+pub fn short_hash(text: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
+}
 
 /// This binary's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -88,33 +97,44 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
     let process = Process::start("addon-agent", VERSION, args.common.health_addr).await?;
     let local = runtime::client(args.common.kubeconfig.as_ref()).await?;
     let hub = runtime::client(Some(&args.hub_kubeconfig)).await?;
-    let tasks = [
-        tokio::spawn(lease::run(
-            local.clone(),
-            args.install_namespace.clone(),
-            args.addon_name.clone(),
-            format!("{}-agent", args.addon_name),
-            args.lease_duration_seconds,
-        )),
-        tokio::spawn(migration::run(
-            local.clone(),
-            migration::Options {
-                namespace: args.install_namespace.clone(),
-            },
-        )),
-        tokio::spawn(report::run(
-            local,
-            hub,
-            report::ReportOptions {
-                cluster_name: args.cluster_name.clone(),
-                addon_name: args.addon_name.clone(),
-                version: args.agent_version.clone(),
-                build: VERSION.to_owned(),
-                capacity: args.managed_cluster_capacity,
-                refresh: Duration::from_secs(args.score_refresh_seconds.max(1)),
-            },
-        )),
-    ];
+    let mut tasks = runtime::Supervisor::default();
+    let lease = lease::run(
+        local.clone(),
+        args.install_namespace.clone(),
+        args.addon_name.clone(),
+        format!("{}-agent", args.addon_name),
+        args.lease_duration_seconds,
+    );
+    tasks.spawn("health lease", async move {
+        lease.await;
+        Ok::<(), std::convert::Infallible>(())
+    });
+    let migrations = migration::run(
+        local.clone(),
+        migration::Options {
+            namespace: args.install_namespace.clone(),
+        },
+    );
+    tasks.spawn("migration controller", async move {
+        migrations.await;
+        Ok::<(), std::convert::Infallible>(())
+    });
+    let reporter = report::run(
+        local,
+        hub,
+        report::ReportOptions {
+            cluster_name: args.cluster_name.clone(),
+            addon_name: args.addon_name.clone(),
+            version: args.agent_version.clone(),
+            build: VERSION.to_owned(),
+            capacity: args.managed_cluster_capacity,
+            refresh: Duration::from_secs(args.score_refresh_seconds.max(1)),
+        },
+    );
+    tasks.spawn("status reporter", async move {
+        reporter.await;
+        Ok::<(), std::convert::Infallible>(())
+    });
     process.health().set_ready(true);
     tracing::info!(
         cluster = %args.cluster_name,
@@ -123,10 +143,21 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
         version = %args.agent_version,
         "addon-agent started"
     );
-    process.wait_for_shutdown().await;
-    for t in tasks {
-        t.abort();
+    let health = process.health().clone();
+    let stopping = process.stopping();
+    let failure = tokio::select! {
+        _ = process.wait_for_shutdown() => None,
+        // A task that is not running (and not because the process is stopping): unready,
+        // and out, so the kubelet restarts the agent.
+        why = tasks.first_end() => (!*stopping.borrow()).then_some(why),
+    };
+    if let Some(why) = failure {
+        health.set_ready(false);
+        tasks.abort_all();
+        tracing::error!("{why}; stopping");
+        return Err(why.into());
     }
+    tasks.abort_all();
     tracing::info!("addon-agent stopped");
     Ok(())
 }

@@ -24,18 +24,21 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::{condition_is_true, selector_matches};
 use migration_api::migration::{
-    BootstrapDelivery, CarriedAddOn, CarriedCluster, ClusterState, MigrationRole, MigrationTask,
-    TaskStage,
+    BootstrapDelivery, CarriedAddOn, CarriedCluster, ClusterState, MAX_CARRY_OVER_PER_CLUSTER,
+    MAX_CARRY_OVER_TOTAL, MigrationRole, MigrationTask, TaskStage,
 };
 use migration_api::names;
-use migration_api::names::annotations::{BLOCK_MOVE, KLUSTERLET_CONFIG, MIGRATING, PRE_CREATED};
+use migration_api::names::annotations::{
+    BLOCK_MOVE, DISABLE_AUTO_IMPORT, KLUSTERLET_CONFIG, KLUSTERLET_DEPLOY_MODE, MIGRATING,
+    ORIGINAL_KLUSTERLET_CONFIG, PRE_CREATED, RELEASED_AT,
+};
 use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED, WORK_APPLIED};
 use migration_api::names::labels::{CLUSTER_NAME, CLUSTER_SET, LOCAL_CLUSTER};
 use migration_api::ocm::addon::ManagedClusterAddOn;
@@ -47,12 +50,11 @@ use serde_json::{Value, json};
 
 use crate::klusterlet_work::{self as kw, Registration, Step};
 use crate::report::FIELD_MANAGER;
+use crate::{admission, flight};
 
 /// When a rolled-back cluster's acceptance was restored on the source (RFC 3339): it is back
 /// once its lease was renewed after this.
 pub const RESTORED_AT: &str = "migration.open-cluster-management.io/restored-at";
-/// Largest carried-over record one status-feedback value can hold (OCM's raw JSON limit).
-pub const MAX_CARRY_OVER_BYTES: usize = 1024;
 const KLUSTERLET_CONFIG_CRD: &str = "klusterletconfigs.config.open-cluster-management.io";
 /// The cluster lease the klusterlet renews in its namespace on the hub.
 const CLUSTER_LEASE: &str = "managed-cluster-lease";
@@ -298,7 +300,8 @@ struct Report {
     /// Succeeded / Running / Failed.
     state: &'static str,
     message: String,
-    carry_over: Option<Vec<CarriedCluster>>,
+    /// The carry-over records, as one JSON array.
+    carry_over: Option<String>,
     shape: Option<String>,
 }
 
@@ -323,7 +326,7 @@ async fn reconcile(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Er
             source_rollback(&ctx, &task, &names, false).await?
         }
         (MigrationRole::Target, TaskStage::Rollbacking) => {
-            target_rollback(&ctx, &task, &names).await?
+            target_rollback(&ctx, &task, &names, false).await?
         }
         (MigrationRole::Source, TaskStage::Cleaning) => source_clean(&ctx, &task, &names).await?,
         (MigrationRole::Target, TaskStage::Cleaning) => target_clean(&ctx, &task, &names).await?,
@@ -429,6 +432,9 @@ async fn source_validate(
             Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
             Err(e) => return Err(Error::Kube("listing KlusterletAddonConfigs".into(), e)),
         };
+    let shape = klusterlet_config_shape(&ctx.client).await?;
+    // An ACM hub's import controller: it honours disable-auto-import.
+    let acm = shape != "None";
     let mut states = Vec::with_capacity(names.len());
     let mut carry = Vec::with_capacity(names.len());
     for name in names {
@@ -458,6 +464,12 @@ async fn source_validate(
                 .iter()
                 .find(|k| k.namespace().as_deref() == Some(name.as_str()))
                 .and_then(|k| serde_json::to_value(&k.spec).ok()),
+            annotations: carried_annotations(mc.annotations()),
+            client_configs: mc
+                .spec
+                .managed_cluster_client_configs
+                .clone()
+                .unwrap_or_default(),
         };
         let other = mc
             .annotations()
@@ -467,22 +479,67 @@ async fn source_validate(
             ClusterState::IsHub
         } else if other.is_some() {
             ClusterState::Conflict
+        } else if hosted(&mc) {
+            ClusterState::Hosted
+        } else if acm
+            && mc.annotations().contains_key(DISABLE_AUTO_IMPORT)
+            && task.spec.lift_disable_auto_import != Some(true)
+            && mc.annotations().get(MIGRATING) != Some(&task.spec.migration)
+        {
+            ClusterState::AutoImportDisabled
         } else if !available(&mc) {
             ClusterState::Unavailable
-        } else if serde_json::to_string(&record).map_or(usize::MAX, |s| s.len())
-            > MAX_CARRY_OVER_BYTES
-        {
-            ClusterState::TooLarge
         } else {
             ClusterState::Valid
         };
         states.push(state);
         carry.push(record);
     }
+    let sizes: Vec<usize> = carry
+        .iter()
+        .map(|r| serde_json::to_string(r).map_or(usize::MAX, |s| s.len()))
+        .collect();
+    apply_carry_over_limits(&mut states, &sizes);
     let mut report = verdict(names, states);
-    report.carry_over = Some(carry);
-    report.shape = Some(klusterlet_config_shape(&ctx.client).await?);
+    report.carry_over =
+        Some(serde_json::to_string(&carry).map_err(|e| {
+            Error::Kube("encoding the carry-over".into(), kube::Error::SerdeError(e))
+        })?);
+    report.shape = Some(shape);
     Ok(report)
+}
+
+/// Whether a cluster's klusterlet runs in hosted mode (upstream `DetermineKlusterletMode`).
+fn hosted(mc: &ManagedCluster) -> bool {
+    mc.annotations()
+        .get(KLUSTERLET_DEPLOY_MODE)
+        .is_some_and(|m| {
+            m.eq_ignore_ascii_case("Hosted") || m.eq_ignore_ascii_case("SingletonHosted")
+        })
+}
+
+/// The annotations the target's import controller reads, and nothing of the migration's.
+pub fn carried_annotations(annotations: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    annotations
+        .iter()
+        .filter(|(k, _)| names::annotations::CARRIED_FOR_IMPORT.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Marks as too large each valid cluster whose record (`sizes`, JSON bytes) is over the
+/// per-cluster limit or, counted in list order, takes the migration past its total: nothing
+/// that cannot travel is dropped silently.
+fn apply_carry_over_limits(states: &mut [ClusterState], sizes: &[usize]) {
+    let mut total = 2usize;
+    for (state, size) in states.iter_mut().zip(sizes) {
+        total = total.saturating_add(size.saturating_add(1));
+        if *state == ClusterState::Valid
+            && (*size > MAX_CARRY_OVER_PER_CLUSTER || total > MAX_CARRY_OVER_TOTAL)
+        {
+            *state = ClusterState::TooLarge;
+        }
+    }
 }
 
 fn target_validate(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Report {
@@ -571,6 +628,13 @@ fn bootstrap_delivered(works: &Store<ManifestWork>, cluster: &str, secret: &str)
     carries && applied
 }
 
+/// Whether this hub's import controller has taken over a cluster's klusterlet: its
+/// `<cluster>-klusterlet` work, which carries this hub's own `bootstrap-hub-kubeconfig`, is
+/// applied on the cluster at its latest generation.
+fn import_took_over(works: &Store<ManifestWork>, cluster: &str) -> bool {
+    bootstrap_delivered(works, cluster, names::BOOTSTRAP_HUB_KUBECONFIG)
+}
+
 /// Whether the task's clusters get the bootstrap kubeconfig through a ManifestWork each
 /// (plain OCM) rather than a KlusterletConfig.
 fn plain(task: &MigrationTask) -> bool {
@@ -620,6 +684,8 @@ async fn put_klusterlet_work(
         cluster,
         secret_name: &secret,
         secret_data: secret_data.as_ref(),
+        own_bootstrap: task.spec.role == MigrationRole::Target
+            && klusterlet_config_shape(&ctx.client).await? == "None",
     };
     let Some(body) = kw::work(&wctx, step) else {
         tracing::info!(%cluster, "the bootstrap secret is not on this hub; the klusterlet work waits for it");
@@ -651,13 +717,34 @@ async fn delete_klusterlet_work(
     let Some(work) = klusterlet_work(ctx, task, cluster) else {
         return Ok(());
     };
+    if abandon {
+        return force_delete_work(ctx, &work).await;
+    }
+    if work.metadata.deletion_timestamp.is_none() {
+        let name = work.name_any();
+        ignore_not_found(
+            Api::<ManifestWork>::namespaced(ctx.client.clone(), cluster)
+                .delete(&name, &DeleteParams::default())
+                .await,
+        )
+        .map_err(ctx_err(format!("deleting ManifestWork {cluster}/{name}")))?;
+    }
+    Ok(())
+}
+
+/// Deletes a work and clears its finalizers, as ACM's import controller force-deletes the
+/// works of a cluster it no longer accepts (managedcluster-import-controller
+/// `pkg/helpers/manifestwork.go`, `ForceDeleteManifestWork`): for a work whose cluster's work
+/// agent serves another hub, the only one that would ever finish it.
+async fn force_delete_work(ctx: &Ctx, work: &ManifestWork) -> Result<(), Error> {
     let name = work.name_any();
-    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), cluster);
+    let ns = work.namespace().unwrap_or_default();
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), &ns);
     if work.metadata.deletion_timestamp.is_none() {
         ignore_not_found(works.delete(&name, &DeleteParams::default()).await)
-            .map_err(ctx_err(format!("deleting ManifestWork {cluster}/{name}")))?;
+            .map_err(ctx_err(format!("deleting ManifestWork {ns}/{name}")))?;
     }
-    if abandon && !work.finalizers().is_empty() {
+    if !work.finalizers().is_empty() {
         ignore_not_found(
             works
                 .patch(
@@ -667,7 +754,28 @@ async fn delete_klusterlet_work(
                 )
                 .await,
         )
-        .map_err(ctx_err(format!("releasing ManifestWork {cluster}/{name}")))?;
+        .map_err(ctx_err(format!("releasing ManifestWork {ns}/{name}")))?;
+    }
+    Ok(())
+}
+
+/// A deleted cluster that this hub no longer accepts and whose klusterlet serves another hub
+/// leaves only once no ManifestWork is left in its namespace (ocm
+/// `pkg/registration/hub/gc/gc_resources.go` deletes them and waits;
+/// `pkg/registration/hub/managedcluster/controller.go` keeps its finalizer while any is
+/// left), and only a connected work agent removes a work's finalizer. ACM's import controller
+/// force-deletes them (`pkg/controller/resourcecleanup/resourcecleanup_controller.go`); plain
+/// OCM has nothing that would, so this does the same on every hub. What they applied stays on
+/// the cluster (its work agent evicts it after its grace period unless works of the hub it
+/// serves take it over).
+async fn release_works(ctx: &Ctx, cluster: &str) -> Result<(), Error> {
+    for work in ctx
+        .works
+        .state()
+        .iter()
+        .filter(|w| w.namespace().as_deref() == Some(cluster))
+    {
+        force_delete_work(ctx, work).await?;
     }
     Ok(())
 }
@@ -713,7 +821,11 @@ async fn klusterlet_switch(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> Re
             Some((w, Some(Step::Switch(_)))) => Next::Done(kw::applied(w)),
             Some((w, Some(Step::Probe))) => match kw::probed(w) {
                 // A Klusterlet a migration changed before keeps the settings it had then.
-                Some((now, recorded)) => Next::Put(Step::Switch(recorded.unwrap_or(now))),
+                Some(Ok((now, recorded))) => Next::Put(Step::Switch(recorded.unwrap_or(now))),
+                Some(Err(why)) => {
+                    tracing::warn!(%cluster, "{why}; it is not switched");
+                    Next::Done(false)
+                }
                 None => Next::Done(false),
             },
             Some((_, Some(Step::Restore(o) | Step::Settle(o)))) => Next::Put(Step::Switch(o)),
@@ -748,19 +860,116 @@ async fn klusterlet_settle(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> Re
         match work.map(|w| (w, kw::step_of(w))) {
             Some((w, Some(Step::Settle(_)))) => Next::Done(kw::applied(w)),
             Some((w, Some(Step::Probe))) => match kw::probed(w) {
-                Some((_, Some(recorded))) => Next::Put(Step::Settle(recorded)),
+                Some(Ok((_, Some(recorded)))) => Next::Put(Step::Settle(recorded)),
                 // No record (the Klusterlet was changed by hand since): the gates stay, the
                 // bootstrap list goes, so this hub's bootstrap kubeconfig is the only one.
-                Some((now, None)) => Next::Put(Step::Settle(Registration {
+                Some(Ok((now, None))) => Next::Put(Step::Settle(Registration {
                     feature_gates: now.feature_gates,
                     bootstrap_kube_configs: None,
                 })),
+                Some(Err(why)) => {
+                    tracing::warn!(%cluster, "{why}; it is not settled");
+                    Next::Done(false)
+                }
                 None => Next::Done(false),
             },
             _ => Next::Put(Step::Probe),
         }
     })
     .await
+}
+
+/// The KlusterletConfigs derived from clusters' own this reconcile has ensured.
+#[derive(Default)]
+struct DerivedConfigs(BTreeMap<String, bool>);
+
+/// Labels a derived KlusterletConfig with what it was derived from.
+const DERIVED_FROM: &str = "migration.open-cluster-management.io/derived-from";
+
+impl DerivedConfigs {
+    /// Ensures the KlusterletConfig derived from `own` and the migration's `base` exists;
+    /// false while the base is not on this hub yet.
+    async fn ensure(
+        &mut self,
+        ctx: &Ctx,
+        task: &MigrationTask,
+        base: &str,
+        own: &str,
+    ) -> Result<bool, Error> {
+        if let Some(ready) = self.0.get(own) {
+            return Ok(*ready);
+        }
+        let api: Api<DynamicObject> =
+            Api::all_with(ctx.client.clone(), &klusterlet_config_resource());
+        let spec_of = |o: Option<DynamicObject>| o.and_then(|o| o.data.get("spec").cloned());
+        let base_spec = spec_of(
+            ignore_not_found(api.get(base).await)
+                .map_err(ctx_err(format!("reading KlusterletConfig {base}")))?,
+        );
+        let Some(base_spec) = base_spec else {
+            self.0.insert(own.to_owned(), false);
+            return Ok(false);
+        };
+        // A KlusterletConfig the cluster names but the hub lacks counts as empty, as the
+        // import controller reads it.
+        let own_spec = spec_of(
+            ignore_not_found(api.get(own).await)
+                .map_err(ctx_err(format!("reading KlusterletConfig {own}")))?,
+        )
+        .unwrap_or_else(|| json!({}));
+        let name = flight::derived_config_name(base, Some(own));
+        let body = json!({
+            "apiVersion": "config.open-cluster-management.io/v1alpha1", "kind": "KlusterletConfig",
+            "metadata": {"name": name, "labels": {
+                names::labels::MIGRATION: task.spec.migration,
+                names::labels::MANAGED_BY: names::labels::MANAGED_BY_VALUE,
+                DERIVED_FROM: own}},
+            "spec": flight::derived_config_spec(&own_spec, &base_spec)
+        });
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(ctx_err(format!("applying KlusterletConfig {name}")))?;
+        self.0.insert(own.to_owned(), true);
+        Ok(true)
+    }
+}
+
+fn klusterlet_config_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource::erase::<migration_api::ocm::config::KlusterletConfig>(&())
+}
+
+/// Removes the KlusterletConfigs the migration derived from clusters' own.
+async fn remove_derived_configs(ctx: &Ctx, task: &MigrationTask) -> Result<(), Error> {
+    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &klusterlet_config_resource());
+    let selector = format!(
+        "{}={},{DERIVED_FROM}",
+        names::labels::MIGRATION,
+        task.spec.migration
+    );
+    let list = match api.list(&ListParams::default().labels(&selector)).await {
+        Ok(l) => l.items,
+        // A plain OCM hub has no KlusterletConfig API at all.
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(Error::Kube("listing derived KlusterletConfigs".into(), e)),
+    };
+    for kc in list {
+        let name = kc.name_any();
+        ignore_not_found(api.delete(&name, &DeleteParams::default()).await)
+            .map_err(ctx_err(format!("deleting KlusterletConfig {name}")))?;
+    }
+    Ok(())
+}
+
+/// Whether a KlusterletConfig name is one this migration may have a cluster select.
+fn ours(task: &MigrationTask, name: &str) -> bool {
+    task.spec
+        .klusterlet_config_name
+        .as_deref()
+        .is_some_and(|base| name == base || name.starts_with(&format!("{base}-")))
 }
 
 async fn source_register(
@@ -772,38 +981,57 @@ async fn source_register(
     let released: BTreeSet<&String> = spec.released.iter().flatten().collect();
     let config = spec.klusterlet_config_name.clone();
     let secret = spec.bootstrap_secret_name.clone().unwrap_or_default();
+    let mut derived = DerivedConfigs::default();
     let mut states = Vec::with_capacity(names.len());
     for name in names {
         let Some(mc) = get(&ctx.clusters, None, name) else {
             states.push(ClusterState::NotFound);
             continue;
         };
-        let blocked = mc.annotations().contains_key(BLOCK_MOVE);
-        if blocked && !released.contains(name) {
-            // Plain OCM: the Klusterlet is made ready while the cluster is held (it still
-            // stays where it is until released), so it can switch as soon as it is let go.
-            if plain(task) {
-                klusterlet_switch(ctx, task, name).await?;
-            }
+        let release = released.contains(name);
+        // A held cluster is made ready like the others (it still stays where it is until
+        // released), so it can switch as soon as it is let go.
+        let held = mc.annotations().contains_key(BLOCK_MOVE) && !release;
+        if held && plain(task) {
+            klusterlet_switch(ctx, task, name).await?;
             states.push(ClusterState::Blocked);
             continue;
         }
-        let release = released.contains(name);
         // Plain OCM: no KlusterletConfig to select, the migrating marker alone. The older
         // KlusterletConfig shape lists the target alone, so a cluster selects it only when it
         // is released, and stops being accepted here once its klusterlet has it.
-        let config = if legacy(task) && !release {
+        let config = if plain(task) || (legacy(task) && !release) {
             None
         } else {
             config.clone()
         };
-        let annotated = mc.annotations().get(KLUSTERLET_CONFIG) == config.as_ref()
-            && mc.annotations().get(MIGRATING) == Some(&spec.migration);
+        // A cluster with a KlusterletConfig of its own selects one derived from it.
+        if let (Some(base), Some(own)) = (
+            config.as_deref(),
+            flight::original(mc.annotations()).klusterlet_config,
+        ) && !derived.ensure(ctx, task, base, &own).await?
+        {
+            states.push(if held {
+                ClusterState::Blocked
+            } else {
+                ClusterState::Waiting
+            });
+            continue;
+        }
         let refuse = release
             && mc.spec.hub_accepts_client
             && (!legacy(task) || bootstrap_delivered(&ctx.works, name, &secret));
-        if !annotated || refuse {
-            let mut patch = json!({"metadata": {"annotations": {KLUSTERLET_CONFIG: config, MIGRATING: spec.migration}}});
+        // Released on an ACM hub: auto-import must leave it alone from now on.
+        let freeze = release && !plain(task) && (refuse || !mc.spec.hub_accepts_client);
+        let changes = flight::in_flight(
+            mc.annotations(),
+            &spec.migration,
+            config.as_deref(),
+            spec.lift_disable_auto_import == Some(true),
+            freeze,
+        );
+        if !flight::settled(mc.annotations(), &changes) || refuse {
+            let mut patch = flight::patch(&changes);
             if refuse {
                 patch["spec"] = json!({"hubAcceptsClient": false});
             }
@@ -814,6 +1042,8 @@ async fn source_register(
         }
         states.push(if release {
             ClusterState::Switching
+        } else if held {
+            ClusterState::Blocked
         } else if plain(task) {
             if klusterlet_switch(ctx, task, name).await? {
                 ClusterState::Ready
@@ -858,28 +1088,93 @@ fn expected_csr(csr: &CertificateSigningRequest, bootstrap_user: &str, cluster: 
         })
 }
 
-async fn decide_csr(
+/// When this hub learnt that `cluster` was released, recorded on its pre-created
+/// ManagedCluster the first time (durable across restarts); `None` for a ManagedCluster this
+/// migration did not create.
+async fn released_at(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    cluster: &str,
+    mc: Option<&ManagedCluster>,
+) -> Result<Option<jiff::Timestamp>, Error> {
+    let Some(mc) = mc.filter(|m| m.annotations().get(PRE_CREATED) == Some(&task.spec.migration))
+    else {
+        return Ok(None);
+    };
+    if let Some(at) = mc
+        .annotations()
+        .get(RELEASED_AT)
+        .and_then(|v| v.parse::<jiff::Timestamp>().ok())
+    {
+        return Ok(Some(at));
+    }
+    let now = jiff::Timestamp::now();
+    patch_cluster(
+        ctx,
+        cluster,
+        json!({"metadata": {"annotations": {RELEASED_AT: now.to_string()}}}),
+    )
+    .await?;
+    Ok(Some(now))
+}
+
+/// Where a CSR stands, for [`admission::approve`].
+fn csr_decision(csr: &CertificateSigningRequest) -> admission::Decision {
+    let conditions = csr
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or(&[]);
+    let find = |t: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == t && c.status == "True")
+    };
+    if find("Denied").is_some() {
+        admission::Decision::Denied
+    } else if find("Failed").is_some() {
+        admission::Decision::ApprovedFailed
+    } else if let Some(a) = find("Approved") {
+        // When it was approved (an approval without a time counts as just now).
+        let at = a
+            .last_update_time
+            .as_ref()
+            .or(a.last_transition_time.as_ref())
+            .map_or_else(jiff::Timestamp::now, |t| t.0);
+        admission::Decision::Approved(at)
+    } else {
+        admission::Decision::Pending
+    }
+}
+
+/// Why the target approves a CSR of the migration's bootstrap identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Approval {
+    /// The cluster is expected: it registers here.
+    Expected,
+    /// The cluster is being rolled back but its klusterlet already chose this hub: upstream's
+    /// klusterlet waits for its bootstrap CSR for as long as it takes (a denied one included,
+    /// `pkg/registration/register/csr/certificate.go`), so denying it would strand the
+    /// cluster. Approved, it finishes bootstrapping, finds its ManagedCluster here refused, and
+    /// its hub-timeout controller sends it back to its source.
+    LetThrough,
+}
+
+async fn approve_csr(
     ctx: &Ctx,
     csr: &CertificateSigningRequest,
-    approve: bool,
+    why: Approval,
 ) -> Result<(), Error> {
-    let (type_, reason, message) = if approve {
-        (
-            "Approved",
-            "ApprovedByClusterMigration",
-            "the cluster is expected by a migration to this hub",
-        )
-    } else {
-        (
-            "Denied",
-            "DeniedByClusterMigration",
-            "the migration of this cluster was rolled back",
-        )
+    let message = match why {
+        Approval::Expected => "the cluster is expected by a migration to this hub",
+        Approval::LetThrough => {
+            "the migration of this cluster is rolled back; it may finish bootstrapping, and then leaves for its source hub"
+        }
     };
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
-    let body = json!({"status": {"conditions": [{"type": type_, "status": "True", "reason": reason, "message": message, "lastUpdateTime": now}]}});
+    let body = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "ApprovedByClusterMigration", "message": message, "lastUpdateTime": now}]}});
     let api: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
     ignore_not_found(
         api.patch_approval(
@@ -889,8 +1184,8 @@ async fn decide_csr(
         )
         .await,
     )
-    .map_err(ctx_err(format!("deciding CSR {}", csr.name_any())))?;
-    tracing::info!(csr = %csr.name_any(), approved = approve, "migration CSR decided");
+    .map_err(ctx_err(format!("approving CSR {}", csr.name_any())))?;
+    tracing::info!(csr = %csr.name_any(), ?why, "migration CSR approved");
     Ok(())
 }
 
@@ -911,11 +1206,20 @@ async fn precreate(ctx: &Ctx, task: &MigrationTask, name: &str) -> Result<(), Er
     if let Some(set) = &record.cluster_set {
         labels.insert(CLUSTER_SET.into(), set.clone());
     }
+    // What the target's import needs to render this cluster's klusterlet as its source did.
+    let mut annotations = carried_annotations(&record.annotations);
+    annotations.insert(PRE_CREATED.into(), task.spec.migration.clone());
+    annotations.insert(MIGRATING.into(), task.spec.migration.clone());
+    let mut spec = json!({"hubAcceptsClient": true, "leaseDurationSeconds": 60});
+    // The klusterlet reports its URLs only when it creates its ManagedCluster (or where its
+    // bootstrap identity may update it): they come from the source instead.
+    if !record.client_configs.is_empty() {
+        spec["managedClusterClientConfigs"] = json!(record.client_configs);
+    }
     let mc = json!({
         "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
-        "metadata": {"name": name, "labels": labels,
-                     "annotations": {PRE_CREATED: task.spec.migration, MIGRATING: task.spec.migration}},
-        "spec": {"hubAcceptsClient": true, "leaseDurationSeconds": 60}
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": spec
     });
     let mc: ManagedCluster = serde_json::from_value(mc).map_err(|e| {
         Error::Kube(
@@ -1011,7 +1315,9 @@ async fn target_register(
     names: &[String],
 ) -> Result<Report, Error> {
     let registering = task.spec.stage == TaskStage::Registering;
+    let released: BTreeSet<&String> = task.spec.released.iter().flatten().collect();
     let user = task.spec.bootstrap_user.clone().unwrap_or_default();
+    let acm_target = klusterlet_config_shape(&ctx.client).await? != "None";
     let mut states = Vec::with_capacity(names.len());
     for name in names {
         let mut mc = get(&ctx.clusters, None, name);
@@ -1029,26 +1335,59 @@ async fn target_register(
             Some(m) => target_state(Some(m)),
             None => ClusterState::Created,
         };
-        // Plain OCM: a cluster counts as registered once its Klusterlet is settled here.
-        let state = if plain(task)
-            && state == ClusterState::Available
-            && !klusterlet_settle(ctx, task, name).await?
-        {
+        // A cluster counts as registered only once nothing ties it to the migration's
+        // bootstrap identity any more (its token is revoked in cleanup): on an ACM hub, once
+        // this hub's import has taken over its klusterlet (its own bootstrap kubeconfig on the
+        // cluster); on a plain OCM hub, once its Klusterlet is settled here.
+        let state = if state != ClusterState::Available {
+            state
+        } else if plain(task) && !klusterlet_settle(ctx, task, name).await? {
+            // The Klusterlet's own settings back (what the source's work changed).
+            ClusterState::Joined
+        } else if acm_target && !import_took_over(&ctx.works, name) {
             ClusterState::Joined
         } else {
             state
         };
-        if registering
-            && !user.is_empty()
-            && matches!(state, ClusterState::Created | ClusterState::Joined)
-        {
-            for csr in ctx
+        if registering && !user.is_empty() {
+            let csrs: Vec<Arc<CertificateSigningRequest>> = ctx
                 .csrs
                 .state()
+                .into_iter()
+                .filter(|c| expected_csr(c, &user, name))
+                .collect();
+            let seen: Vec<(String, jiff::Timestamp, admission::Decision)> = csrs
                 .iter()
-                .filter(|c| !csr_decided(c) && expected_csr(c, &user, name))
-            {
-                decide_csr(ctx, csr, true).await?;
+                .map(|c| {
+                    let created = c
+                        .metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map_or(jiff::Timestamp::UNIX_EPOCH, |t| t.0);
+                    (c.name_any(), created, csr_decision(c))
+                })
+                .collect();
+            let requests: Vec<admission::Request> = seen
+                .iter()
+                .map(|(n, created, decision)| admission::Request {
+                    name: n,
+                    created: *created,
+                    decision: *decision,
+                })
+                .collect();
+            let released_at = if released.contains(name) {
+                released_at(ctx, task, name, mc.as_deref()).await?
+            } else {
+                None
+            };
+            let pick = admission::approve(
+                released_at,
+                target_state(mc.as_deref()),
+                &requests,
+                jiff::Timestamp::now(),
+            );
+            if let Some(csr) = pick.and_then(|p| csrs.iter().find(|c| c.name_any() == p)) {
+                approve_csr(ctx, csr, Approval::Expected).await?;
             }
         }
         if registering
@@ -1080,10 +1419,19 @@ async fn target_register(
     })
 }
 
+/// Lets go of the clusters of the task's rollback list that did not arrive: their
+/// ManagedCluster here stops accepting them (a klusterlet connected here restarts and goes
+/// back; none chooses this hub any more), and a klusterlet that already chose this hub and
+/// waits for its bootstrap CSR gets it approved ([`Approval::LetThrough`]) instead of being
+/// left waiting forever. The refused ManagedCluster stays (deleting it would make this hub a
+/// valid choice again) until `remove` (Cleaning, when every such cluster is back on its
+/// source), and the bootstrap identity keeps its rights until then, so a bootstrapping
+/// klusterlet can still see its CSR approved.
 async fn target_rollback(
     ctx: &Ctx,
     task: &MigrationTask,
     names: &[String],
+    remove: bool,
 ) -> Result<Report, Error> {
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
     let user = task.spec.bootstrap_user.clone().unwrap_or_default();
@@ -1095,28 +1443,53 @@ async fn target_rollback(
             states.push(target_state(mc.as_deref()));
             continue;
         }
-        for csr in ctx
+        let Some(m) = mc else {
+            states.push(ClusterState::RolledBack);
+            continue;
+        };
+        if target_state(Some(&m)) == ClusterState::Available {
+            states.push(ClusterState::Available);
+            continue;
+        }
+        // Only what this migration created (or a klusterlet made while switching, which never
+        // got in) is touched.
+        let ours = m.annotations().get(PRE_CREATED) == Some(&task.spec.migration)
+            || !m.spec.hub_accepts_client;
+        if !ours {
+            states.push(ClusterState::RolledBack);
+            continue;
+        }
+        let pending: Vec<Arc<CertificateSigningRequest>> = ctx
             .csrs
             .state()
-            .iter()
+            .into_iter()
             .filter(|c| !csr_decided(c) && expected_csr(c, &user, name))
-        {
-            decide_csr(ctx, csr, false).await?;
+            .collect();
+        for csr in &pending {
+            approve_csr(ctx, csr, Approval::LetThrough).await?;
         }
-        states.push(match mc {
-            None => ClusterState::RolledBack,
-            Some(m) if target_state(Some(&m)) == ClusterState::Available => ClusterState::Available,
-            Some(m) => {
-                // Only what this migration created (or a klusterlet made while switching,
-                // which never got in) is removed.
-                let ours = m.annotations().get(PRE_CREATED) == Some(&task.spec.migration) || !m.spec.hub_accepts_client;
-                if ours && m.metadata.deletion_timestamp.is_none() {
-                    ignore_not_found(api.delete(name, &DeleteParams::default()).await)
-                        .map_err(ctx_err(format!("removing pre-created ManagedCluster {name}")))?;
-                    tracing::info!(cluster = %name, "removed pre-created ManagedCluster (rollback)");
-                }
-                if ours { ClusterState::RollingBack } else { ClusterState::RolledBack }
+        let accepted = m.spec.hub_accepts_client;
+        if accepted {
+            patch_cluster(ctx, name, json!({"spec": {"hubAcceptsClient": false}})).await?;
+            tracing::info!(cluster = %name, "no longer accepted here (rollback)");
+        }
+        let gone = if remove && !accepted && pending.is_empty() {
+            if m.metadata.deletion_timestamp.is_none() {
+                ignore_not_found(api.delete(name, &DeleteParams::default()).await).map_err(
+                    ctx_err(format!("removing pre-created ManagedCluster {name}")),
+                )?;
+                tracing::info!(cluster = %name, "removed pre-created ManagedCluster");
             }
+            // The cluster went back: nothing here will finish the works of its namespace.
+            release_works(ctx, name).await?;
+            false
+        } else {
+            !remove
+        };
+        states.push(if gone && !accepted && pending.is_empty() {
+            ClusterState::RolledBack
+        } else {
+            ClusterState::RollingBack
         });
     }
     Ok(rollback_report(
@@ -1214,11 +1587,10 @@ async fn source_rollback(
             let now = restored_at
                 .clone()
                 .unwrap_or_else(|| jiff::Timestamp::now().to_string());
-            patch_cluster(ctx, name, json!({
-                "metadata": {"annotations": {KLUSTERLET_CONFIG: Value::Null, MIGRATING: Value::Null, RESTORED_AT: now}},
-                "spec": {"hubAcceptsClient": true}
-            }))
-            .await?;
+            let mut patch = flight::patch(&flight::restored(mc.annotations(), &|k| ours(task, k)));
+            patch["metadata"]["annotations"][RESTORED_AT] = json!(now);
+            patch["spec"] = json!({"hubAcceptsClient": true});
+            patch_cluster(ctx, name, patch).await?;
             await_return(ctx, name, true);
             states.push(ClusterState::RollingBack);
             continue;
@@ -1258,11 +1630,11 @@ async fn source_rollback(
 /// Whether a cluster still carries this migration's annotations.
 fn restore_needed(mc: &ManagedCluster, task: &MigrationTask) -> bool {
     mc.annotations().get(MIGRATING) == Some(&task.spec.migration)
-        || task
-            .spec
-            .klusterlet_config_name
-            .as_ref()
-            .is_some_and(|k| mc.annotations().get(KLUSTERLET_CONFIG) == Some(k))
+        || mc.annotations().contains_key(ORIGINAL_KLUSTERLET_CONFIG)
+        || mc
+            .annotations()
+            .get(KLUSTERLET_CONFIG)
+            .is_some_and(|k| ours(task, k))
 }
 
 async fn source_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Result<Report, Error> {
@@ -1283,14 +1655,12 @@ async fn source_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
             match mc {
                 None => states.push(ClusterState::Detached),
                 Some(m) => {
-                    if plain(task) {
-                        delete_klusterlet_work(ctx, task, name, true).await?;
-                    }
                     if m.metadata.deletion_timestamp.is_none() {
                         ignore_not_found(api.delete(name, &DeleteParams::default()).await)
                             .map_err(ctx_err(format!("detaching ManagedCluster {name}")))?;
                         tracing::info!(cluster = %name, "detached the moved cluster from this hub");
                     }
+                    release_works(ctx, name).await?;
                     states.push(ClusterState::Switching);
                 }
             }
@@ -1300,7 +1670,9 @@ async fn source_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
         if let Some(m) = mc
             && (restore_needed(&m, task) || m.annotations().contains_key(RESTORED_AT))
         {
-            patch_cluster(ctx, name, json!({"metadata": {"annotations": {KLUSTERLET_CONFIG: Value::Null, MIGRATING: Value::Null, RESTORED_AT: Value::Null}}})).await?;
+            let mut patch = flight::patch(&flight::restored(m.annotations(), &|k| ours(task, k)));
+            patch["metadata"]["annotations"][RESTORED_AT] = Value::Null;
+            patch_cluster(ctx, name, patch).await?;
         }
         let settings_back = !plain(task) || klusterlet_restore(ctx, task, name).await?;
         states.push(if settings_back {
@@ -1313,6 +1685,10 @@ async fn source_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
         .iter()
         .filter(|s| matches!(s, ClusterState::Switching | ClusterState::RollingBack))
         .count();
+    // No cluster selects them any more.
+    if left == 0 {
+        remove_derived_configs(ctx, task).await?;
+    }
     Ok(Report {
         message: format!(
             "{} detached, {left} to go",
@@ -1331,7 +1707,7 @@ async fn target_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
     // The rollback again: a hub that was unreachable while the migration rolled back removes
     // its pre-created copies now (a no-op where the rollback already ran here).
-    let rolled = target_rollback(ctx, task, names).await?;
+    let rolled = target_rollback(ctx, task, names, true).await?;
     let mut states = Vec::with_capacity(names.len());
     let mut works_left = 0;
     for (name, rolled_state) in names.iter().zip(rolled.states) {
@@ -1345,9 +1721,10 @@ async fn target_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
         }
         if let Some(m) = &mc
             && (m.annotations().contains_key(PRE_CREATED)
-                || m.annotations().contains_key(MIGRATING))
+                || m.annotations().contains_key(MIGRATING)
+                || m.annotations().contains_key(RELEASED_AT))
         {
-            patch_cluster(ctx, name, json!({"metadata": {"annotations": {PRE_CREATED: Value::Null, MIGRATING: Value::Null}}})).await?;
+            patch_cluster(ctx, name, json!({"metadata": {"annotations": {PRE_CREATED: Value::Null, MIGRATING: Value::Null, RELEASED_AT: Value::Null}}})).await?;
         }
         states.push(target_state(mc.as_deref()));
     }
@@ -1407,7 +1784,7 @@ async fn write_status(
         "clusterStates": ClusterState::encode(&report.states),
         "clusters": counts,
         "failures": failures,
-        "carryOver": report.carry_over,
+        "carryOverJson": report.carry_over,
         "klusterletConfigShape": report.shape,
     });
     let current = task
@@ -1456,6 +1833,29 @@ mod tests {
         .collect();
         let carried = carried_labels(&labels);
         assert_eq!(carried.keys().collect::<Vec<_>>(), ["env", "vendor"]);
+    }
+
+    #[test]
+    fn carry_over_past_the_limits_fails_the_clusters_it_concerns() {
+        use ClusterState::*;
+        // One cluster over its own limit fails alone.
+        let mut states = [Valid, Valid, NotFound];
+        apply_carry_over_limits(&mut states, &[100, MAX_CARRY_OVER_PER_CLUSTER + 1, 100]);
+        assert_eq!(states, [Valid, TooLarge, NotFound]);
+        // Records each within the limit, but more than the migration can carry: the ones
+        // past the total fail.
+        let n = MAX_CARRY_OVER_TOTAL / 10_000 + 3;
+        let mut states = vec![Valid; n];
+        apply_carry_over_limits(&mut states, &vec![10_000; n]);
+        let fit = MAX_CARRY_OVER_TOTAL / 10_001;
+        assert!(states[..fit].iter().all(|s| *s == Valid), "{states:?}");
+        assert!(
+            states[fit + 1..].iter().all(|s| *s == TooLarge),
+            "{states:?}"
+        );
+        let mut small = [Valid; 3];
+        apply_carry_over_limits(&mut small, &[10, 10, 10]);
+        assert_eq!(small, [Valid; 3]);
     }
 
     #[test]

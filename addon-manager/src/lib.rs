@@ -139,24 +139,33 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
     let stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let approver = tokio::spawn(csr::run(
+    let mut controllers = runtime::Supervisor::default();
+    let approver = csr::run(
         client.clone(),
         args.addon_name.clone(),
         stop(process.stopping()),
-    ));
-    let migrations = tokio::spawn(migration::run(
-        client.clone(),
-        migration::Config {
-            addon_name: args.addon_name.clone(),
-        },
-        stop(process.stopping()),
-    ));
-    let controller = tokio::spawn(addon::run(
-        client,
-        args.addon_config(),
-        stop(process.stopping()),
-    ));
+    );
+    controllers.spawn("CSR approver", async move {
+        approver.await;
+        Ok::<(), std::convert::Infallible>(())
+    });
+    controllers.spawn(
+        "migration controller",
+        migration::run(
+            client.clone(),
+            migration::Config {
+                addon_name: args.addon_name.clone(),
+            },
+            stop(process.stopping()),
+        ),
+    );
+    controllers.spawn(
+        "addon controller",
+        addon::run(client, args.addon_config(), stop(process.stopping())),
+    );
     tracing::info!(addon = %args.addon_name, version = VERSION, agent_versions = ?args.agent_versions, "addon-manager started");
+    let health = process.health().clone();
+    let stopping = process.stopping();
     let lost = async {
         match holder.as_mut() {
             Some(h) => match h.await {
@@ -167,38 +176,29 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
             None => std::future::pending().await,
         }
     };
-    tokio::select! {
-        _ = process.wait_for_shutdown() => {}
-        why = lost => {
-            // Another replica may lead already: stop at once, without a grace period.
-            migrations.abort();
-            approver.abort();
-            controller.abort();
-            tracing::error!("{why}; stopping");
-            return Err(why.into());
+    let failure = tokio::select! {
+        _ = process.wait_for_shutdown() => None,
+        // Another replica may lead already: stop at once, without a grace period.
+        why = lost => Some((why, false)),
+        // A controller that is not running: unready, and out, so the pod restarts; the
+        // Lease is released for a standby to take over at once.
+        why = controllers.first_end() => (!*stopping.borrow()).then_some((why, true)),
+    };
+    if let Some((why, release)) = failure {
+        health.set_ready(false);
+        controllers.abort_all();
+        tracing::error!("{why}; stopping");
+        if release {
+            let _ = release_tx.send(true);
+            if let Some(h) = holder {
+                let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
+            }
         }
+        return Err(why.into());
     }
     // Reconciles in flight get a moment to finish; all progress is in the API, so whatever
     // is cut short is picked up by the next manager.
-    let grace = Duration::from_secs(5);
-    let migrations_abort = migrations.abort_handle();
-    if tokio::time::timeout(grace, migrations).await.is_err() {
-        migrations_abort.abort();
-    }
-    let approver_abort = approver.abort_handle();
-    if tokio::time::timeout(grace, approver).await.is_err() {
-        approver_abort.abort();
-    }
-    let controller_abort = controller.abort_handle();
-    match tokio::time::timeout(grace, controller).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => return Err(e.into()),
-        Ok(Err(e)) => return Err(e.into()),
-        Err(_) => {
-            controller_abort.abort();
-            tracing::info!("stopped the addon controller mid-reconcile");
-        }
-    }
+    controllers.shutdown(Duration::from_secs(5)).await;
     // Only now may a standby take over.
     let _ = release_tx.send(true);
     if let Some(h) = holder {

@@ -7,7 +7,7 @@
 //! moment continues where the last one stopped. Waits are watches (works, the
 //! ManagedServiceAccount, other migrations); stage timeouts are requeues at the deadline.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,8 +21,9 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use migration_api::common::{Condition, condition_is_true, find_condition, now, set_condition};
 use migration_api::migration::{
-    CarriedCluster, ClusterState, ManagedClusterMigration, ManagedClusterMigrationStatus,
-    MigrationPhase, MigrationPlan, MigrationRole, MigrationTaskSpec, PlannedObject, TaskStage,
+    CarriedCluster, ClusterCounts, ClusterState, ManagedClusterMigration,
+    ManagedClusterMigrationStatus, MigrationPhase, MigrationPlan, MigrationRole, MigrationTaskSpec,
+    PlannedObject, TaskStage,
 };
 use migration_api::names::conditions::{
     AVAILABLE, CLUSTER_AVAILABLE, CLUSTER_REGISTERED, MIGRATION_STARTED, RESOURCE_CLEANED,
@@ -223,6 +224,11 @@ impl Step {
     /// Starts rolling back, remembering why.
     fn rollback(&mut self, reason: &str, message: &str) {
         self.condition(RESOURCE_ROLLED_BACK, "False", reason, message);
+        // The first cause stands: what follows (the rollback's own progress, a timeout of it)
+        // reports on the condition, not here.
+        if self.status.rollback_cause.is_none() {
+            self.status.rollback_cause = Some(reason.to_owned());
+        }
         self.enter(MigrationPhase::Rollbacking, message);
     }
 
@@ -543,7 +549,8 @@ struct Feedback {
     clusters: Option<String>,
     total: Option<i64>,
     shape: Option<String>,
-    carry: BTreeMap<usize, CarriedCluster>,
+    /// The source's carry-over records (validation); `Err` when they do not decode.
+    carry: Option<Result<Vec<CarriedCluster>, String>>,
     /// Why the work could not apply (a manifest's Applied condition), if it could not.
     apply_error: Option<String>,
 }
@@ -585,14 +592,13 @@ impl Feedback {
                     "clusters" => fb.clusters = text,
                     "shape" => fb.shape = text,
                     "total" => fb.total = v.field_value.integer,
-                    name => {
-                        if let Some(i) = name.strip_prefix("carry-").and_then(|i| i.parse().ok())
-                            && let Some(raw) = &v.field_value.json_raw
-                            && let Ok(c) = serde_json::from_str(raw)
-                        {
-                            fb.carry.insert(i, c);
-                        }
+                    "carry" => {
+                        fb.carry = text.map(|t| {
+                            migration_api::migration::decode_carry_over(&t)
+                                .map_err(|e| e.to_string())
+                        });
                     }
+                    _ => {}
                 }
             }
         }
@@ -685,6 +691,9 @@ fn base_task(
         klusterlet_config_name: Some(names::migration_klusterlet_config(&mcm.spec.to)),
         max_concurrency: mcm.spec.max_concurrency,
         max_failures: mcm.spec.max_failures,
+        lift_disable_auto_import: (role == MigrationRole::Source)
+            .then_some(mcm.spec.lift_disable_auto_import)
+            .flatten(),
         ..Default::default()
     }
 }
@@ -695,7 +704,6 @@ async fn deliver(
     m: &Migration,
     role: MigrationRole,
     manifests: Vec<Value>,
-    carry_rules: usize,
     task_namespace: &str,
 ) -> Result<String, Error> {
     let revision = manifests
@@ -704,12 +712,7 @@ async fn deliver(
         .and_then(|o| o["spec"]["revision"].as_str())
         .unwrap_or_default()
         .to_owned();
-    let work = mr::work(
-        m,
-        role,
-        manifests,
-        mr::task_feedback(m, task_namespace, carry_rules),
-    );
+    let work = mr::work(m, role, manifests, mr::task_feedback(m, task_namespace));
     apply_work(ctx, &work).await?;
     Ok(revision)
 }
@@ -772,23 +775,21 @@ async fn validating(
         named.clone().unwrap_or_default(),
     );
     source_task.cluster_selector = mcm.spec.included_managed_clusters_selector.clone();
-    let previous = existing_work(ctx, m, MigrationRole::Source)
-        .await?
-        .map(|w| Feedback::of(&w));
-    let known_total = match &named {
-        Some(n) => n.len(),
-        None => previous.as_ref().and_then(|f| f.total).unwrap_or(0).max(0) as usize,
-    };
     let source_rev = deliver(
         ctx,
         m,
         MigrationRole::Source,
         mr::source_manifests(m, &source_ns, source_task, None)?,
-        known_total,
         &source_ns,
     )
     .await?;
     let (source, source_err) = report(ctx, m, MigrationRole::Source, &source_rev).await?;
+    if let Some(problem) =
+        work_agent_refused(&ctx.config.addon_name, &m.from, source_err.as_deref())
+    {
+        step.fail_validation(reasons::HUB_INVALID, &problem);
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
     let waiting = |what: &str, err: Option<String>| {
         let mut msg = format!("waiting for {what}");
         if let Some(e) = err {
@@ -808,11 +809,24 @@ async fn validating(
         );
         return Ok(until(step, stage_timeout(mcm)));
     };
-    let total = source.total.unwrap_or(0).max(0) as usize;
+    // What the clusters carry comes back whole, as one string (no raw JSON feedback needed).
+    let carry: Vec<CarriedCluster> = match source.carry.clone() {
+        Some(Ok(c)) => c,
+        Some(Err(e)) => {
+            step.fail_validation(reasons::HUB_INVALID, &format!(
+                "source hub {}'s agent reported what the clusters carry in a form this manager cannot read ({e}); run the same addon version on both", m.from));
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+        None => {
+            step.fail_validation(reasons::HUB_INVALID, &format!(
+                "source hub {}'s agent did not report what the clusters carry (an agent older than this manager?); upgrade the addon on that hub", m.from));
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+    };
     let resolved: Vec<String> = match &named {
         Some(n) => n.clone(),
         None => {
-            if total == 0 {
+            if carry.is_empty() {
                 step.fail_validation(
                     reasons::CLUSTER_NOT_FOUND,
                     &format!(
@@ -822,24 +836,14 @@ async fn validating(
                 );
                 return Ok(Action::requeue(Duration::from_millis(10)));
             }
-            if source.carry.len() < total {
-                // The work now asks for every cluster's record; they arrive with its next status.
-                step.condition(
-                    RESOURCE_VALIDATED,
-                    "False",
-                    reasons::WAITING,
-                    &format!(
-                        "waiting for the {total} clusters source hub {} selected",
-                        m.from
-                    ),
-                );
-                return Ok(until(step, stage_timeout(mcm)));
-            }
-            (0..total)
-                .filter_map(|i| source.carry.get(&i).map(|c| c.name.clone()))
-                .collect()
+            carry.iter().map(|c| c.name.clone()).collect()
         }
     };
+    if carry.len() != resolved.len() || carry.iter().zip(&resolved).any(|(c, n)| c.name != *n) {
+        step.fail_validation(reasons::HUB_INVALID, &format!(
+            "source hub {}'s agent reported {} carry-over records for {} clusters; run the same addon version on both", m.from, carry.len(), resolved.len()));
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
     let source_states = source.states(resolved.len());
     if source.failed() {
         let (reason, message) = failure_summary(
@@ -875,11 +879,15 @@ async fn validating(
         m,
         MigrationRole::Target,
         mr::target_manifests(m, &target_ns, target_task, None, None)?,
-        0,
         &target_ns,
     )
     .await?;
     let (target, target_err) = report(ctx, m, MigrationRole::Target, &target_rev).await?;
+    if let Some(problem) = work_agent_refused(&ctx.config.addon_name, &m.to, target_err.as_deref())
+    {
+        step.fail_validation(reasons::HUB_INVALID, &problem);
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
     let Some(target) = target.filter(|f| f.succeeded() || f.failed()) else {
         step.condition(
             RESOURCE_VALIDATED,
@@ -906,18 +914,6 @@ async fn validating(
     }
     step.set_states(&vec![ClusterState::Valid; resolved.len()]);
     step.status.bootstrap_delivery = Some(shape.delivery().into());
-    let carry: Vec<CarriedCluster> = (0..resolved.len())
-        .map(|i| {
-            source
-                .carry
-                .get(&i)
-                .cloned()
-                .unwrap_or_else(|| CarriedCluster {
-                    name: resolved[i].clone(),
-                    ..Default::default()
-                })
-        })
-        .collect();
     if mcm.spec.dry_run == Some(true) {
         step.status.plan = Some(
             plan(
@@ -955,7 +951,6 @@ async fn validating(
         m,
         MigrationRole::Target,
         mr::target_manifests(m, &target_ns, keep, None, None)?,
-        0,
         &target_ns,
     )
     .await?;
@@ -976,6 +971,18 @@ async fn validating(
         "validated; preparing the bootstrap identity on the target",
     );
     Ok(Action::requeue(Duration::from_millis(10)))
+}
+
+/// Why a hub cannot take part when its work agent was refused the migration's objects: it
+/// runs as `admin` plus the ClusterRoles labelled aggregate-to-work, and the addon's install
+/// brings the one for our kinds. Waiting would not help, so validation fails at once.
+pub fn work_agent_refused(addon: &str, hub: &str, apply_error: Option<&str>) -> Option<String> {
+    let e = apply_error?;
+    e.to_ascii_lowercase().contains("forbidden").then(|| {
+        format!(
+            "the work agent on hub {hub} may not apply the migration's objects ({e}); it needs the addon's ClusterRole open-cluster-management:{addon}:work (labelled open-cluster-management.io/aggregate-to-work), which the {addon} addon installs: re-enable or upgrade the addon on {hub}"
+        )
+    })
 }
 
 /// Problems the global hub alone can see: a cluster that is a hub, or one in another active
@@ -1271,10 +1278,17 @@ async fn deliver_target(
         .as_ref()
         .and_then(delivered_task)
         .and_then(|t| t.carry_over);
+    // The target approves the CSRs of the clusters the source released, and of no other.
+    let released_now = if stage == TaskStage::Registering {
+        non_empty(released(&names, &step.states()))
+    } else {
+        None
+    };
     let mut target = base_task(mcm, MigrationRole::Target, stage, names);
     target.carry_over = carry;
     target.bootstrap_user = Some(mr::bootstrap_user(m, &msa_ns));
     target.rollback = non_empty(rollback);
+    target.released = released_now;
     let shape = shape_of(step);
     set_delivery(&mut target, shape);
     // Plain OCM: the clusters that arrive keep the target's bootstrap kubeconfig (cleanup may
@@ -1291,7 +1305,7 @@ async fn deliver_target(
         rbac.then_some(msa_ns.as_str()),
         kubeconfig.as_deref(),
     )?;
-    deliver(ctx, m, MigrationRole::Target, manifests, 0, &target_ns).await
+    deliver(ctx, m, MigrationRole::Target, manifests, &target_ns).await
 }
 
 /// The source's part of a stage.
@@ -1337,7 +1351,7 @@ async fn deliver_source(
         kubeconfig.as_deref().map(|k| (k, shape)),
     )?;
     Ok(Some(
-        deliver(ctx, m, MigrationRole::Source, manifests, 0, &source_ns).await?,
+        deliver(ctx, m, MigrationRole::Source, manifests, &source_ns).await?,
     ))
 }
 
@@ -1435,7 +1449,16 @@ pub fn advance(
             (ClusterState::Available, _) => {}
             (_, Some(ClusterState::Available)) => *s = ClusterState::Available,
             (_, Some(ClusterState::Refused)) => *s = ClusterState::Refused,
-            (ClusterState::Switching | ClusterState::Refused | ClusterState::NotFound, _) => {}
+            // Admitted by the target (its klusterlet joined there): recorded, so that a
+            // rollback without the target's word never takes it back behind its back.
+            (ClusterState::Switching, Some(ClusterState::Joined)) => *s = ClusterState::Joined,
+            (
+                ClusterState::Switching
+                | ClusterState::Joined
+                | ClusterState::Refused
+                | ClusterState::NotFound,
+                _,
+            ) => {}
             _ => {
                 if let Some(src) = src
                     && matches!(
@@ -1452,10 +1475,7 @@ pub fn advance(
         }
     }
     let failed = states.iter().filter(|s| s.failure().is_some()).count();
-    let mut in_flight = states
-        .iter()
-        .filter(|s| **s == ClusterState::Switching)
-        .count();
+    let mut in_flight = states.iter().filter(|s| s.in_flight()).count();
     if failed <= max_failures {
         for s in states.iter_mut() {
             if in_flight >= max_concurrency.max(1) {
@@ -1470,7 +1490,7 @@ pub fn advance(
     if states.iter().all(|s| *s == ClusterState::Available) {
         return Progress::Done;
     }
-    let waiting = states.iter().any(|s| matches!(s, ClusterState::Switching));
+    let waiting = states.iter().any(|s| s.in_flight());
     let may_release = failed <= max_failures
         && states.iter().any(|s| {
             matches!(
@@ -1496,7 +1516,10 @@ fn released(names: &[String], states: &[ClusterState]) -> Vec<String> {
         .filter(|(_, s)| {
             matches!(
                 s,
-                ClusterState::Switching | ClusterState::Available | ClusterState::Refused
+                ClusterState::Switching
+                    | ClusterState::Joined
+                    | ClusterState::Available
+                    | ClusterState::Refused
             )
         })
         .map(|(n, _)| n.clone())
@@ -1511,10 +1534,25 @@ async fn registering(
 ) -> Result<Action, Error> {
     let names = step.status.resolved_clusters.clone().unwrap_or_default();
     let mut states = step.states();
-    // Deliver what the status says (the release list), then read the reports on it.
+    // Deliver what the status says (the release list), then read the reports on it. The
+    // target hears of a release first: the source lets a cluster go only once the target has
+    // reported on a revision that lists it (and so has recorded when it was released, the
+    // earliest its bootstrap CSR may be asked for); until then the source keeps what it had.
     let tgt_rev = deliver_target(ctx, mcm, m, step, TaskStage::Registering, vec![], true).await?;
+    let (target, _) = report(ctx, m, MigrationRole::Target, &tgt_rev).await?;
+    let release = if target.is_some() {
+        released(&names, &states)
+    } else {
+        existing_work(ctx, m, MigrationRole::Source)
+            .await?
+            .as_ref()
+            .and_then(delivered_task)
+            .filter(|t| t.stage == TaskStage::Registering)
+            .and_then(|t| t.released)
+            .unwrap_or_default()
+    };
     let part = SourcePart {
-        released: released(&names, &states),
+        released: release,
         ..Default::default()
     };
     let Some(src_rev) =
@@ -1524,7 +1562,6 @@ async fn registering(
         return Ok(Action::requeue(Duration::from_millis(10)));
     };
     let (source, _) = report(ctx, m, MigrationRole::Source, &src_rev).await?;
-    let (target, _) = report(ctx, m, MigrationRole::Target, &tgt_rev).await?;
     let before = states.clone();
     let max_conc = mcm
         .spec
@@ -1664,6 +1701,8 @@ async fn rollbacking(
             .collect(),
         None => BTreeSet::new(),
     };
+    // The bootstrap identity keeps its rights while rolling back: a klusterlet that already
+    // chose the target must still see its CSR approved to get away again.
     let target_rev = deliver_target(
         ctx,
         mcm,
@@ -1671,7 +1710,7 @@ async fn rollbacking(
         step,
         TaskStage::Rollbacking,
         to_roll.clone(),
-        false,
+        true,
     )
     .await?;
     let (target, _) = report(ctx, m, MigrationRole::Target, &target_rev).await?;
@@ -1679,15 +1718,7 @@ async fn rollbacking(
     // after half the stage timeout the source takes back every cluster the target was never
     // seen to admit; the target's pre-created copies go in Cleaning, once it answers again.
     let target_silent = target.is_none() && remaining(step, stage_timeout(mcm) / 2).is_none();
-    let source_list: Vec<String> = names
-        .iter()
-        .zip(&states)
-        .filter(|(n, s)| {
-            to_roll.contains(n)
-                && (target_done.contains(n) || (target_silent && **s != ClusterState::Joined))
-        })
-        .map(|(n, _)| n.clone())
-        .collect();
+    let source_list = source_takes_back(&names, &states, &to_roll, &target_done, target_silent);
     // Clusters that arrived after all stay where they are.
     if let Some(t) = &target {
         let ts = t.states(names.len());
@@ -1766,6 +1797,30 @@ async fn rollbacking(
         return Ok(until(step, stage_timeout(mcm) / 2));
     }
     Ok(until(step, stage_timeout(mcm)))
+}
+
+/// Which clusters to roll back the source takes back now: those the target has let go
+/// (`target_done`) and, when the target has been silent past its grace, those it was never
+/// seen to admit (a cluster recorded `Joined` or `Available` there may be connected to it;
+/// taking it back behind the target's back would leave it accepted by both hubs).
+fn source_takes_back(
+    names: &[String],
+    states: &[ClusterState],
+    to_roll: &[String],
+    target_done: &BTreeSet<&String>,
+    target_silent: bool,
+) -> Vec<String> {
+    names
+        .iter()
+        .zip(states)
+        .filter(|(n, s)| {
+            to_roll.contains(n)
+                && (target_done.contains(n)
+                    || (target_silent
+                        && !matches!(s, ClusterState::Joined | ClusterState::Available)))
+        })
+        .map(|(n, _)| n.clone())
+        .collect()
 }
 
 /// Marks the clusters the source reports back home as rolled back (failures keep their
@@ -1850,22 +1905,43 @@ async fn cleaning(
             );
             return Ok(Action::requeue(stage_timeout(mcm)));
         }
-        if !done && remaining(step, stage_timeout(mcm)).is_some() {
+        if !done {
+            // Never given up on: removing the works and the token without the hubs' word could
+            // leave a cluster refused by its source or moved but still listed there. A later
+            // answer finishes the job; past the stage timeout the condition says so.
+            let late = remaining(step, stage_timeout(mcm)).is_none();
+            let silent: Vec<&str> = [(&m.from, source.is_none()), (&m.to, target.is_none())]
+                .into_iter()
+                .filter(|(_, s)| *s)
+                .map(|(h, _)| h.as_str())
+                .collect();
+            let mut msg = format!(
+                "waiting for {} to detach {} moved clusters and take back {}",
+                m.from,
+                detach.len(),
+                rollback.len()
+            );
+            if !silent.is_empty() {
+                msg.push_str(&format!("; no answer from {}", silent.join(" and ")));
+            }
+            if late {
+                msg.push_str(" (past the stage timeout: the migration's objects stay until the hubs confirm)");
+            }
             step.condition(
                 RESOURCE_CLEANED,
                 "False",
-                reasons::WAITING,
-                &format!(
-                    "waiting for {} to detach {} moved clusters and take back {}",
-                    m.from,
-                    detach.len(),
-                    rollback.len()
-                ),
+                if late {
+                    reasons::TIMEOUT
+                } else {
+                    reasons::WAITING
+                },
+                &msg,
             );
-            return Ok(until(step, stage_timeout(mcm)));
-        }
-        if !done {
-            step.condition(RESOURCE_CLEANED, "False", reasons::TIMEOUT, "the hubs did not confirm the cleanup in time; removing the migration's objects anyway");
+            return Ok(if late {
+                Action::requeue(stage_timeout(mcm))
+            } else {
+                until(step, stage_timeout(mcm))
+            });
         }
     }
     // Works first (their objects go with them), and the bootstrap credentials last.
@@ -1888,31 +1964,52 @@ async fn cleaning(
             m.from, m.to
         ),
     );
-    let cause = step
+    let rolled_back_cleanly = step
         .status
         .conditions
         .as_deref()
         .and_then(|cs| find_condition(cs, RESOURCE_ROLLED_BACK))
-        .map(|c| c.reason.clone());
-    // Completed only if every cluster moved, or those that did not are within the failures
-    // the spec allows and the rest rolled back cleanly.
-    let not_moved = (c.total - c.registered).max(0) as usize;
+        .is_none_or(|c| c.status == "True");
     let max_fail = mcm.spec.max_failures.unwrap_or(0).max(0) as usize;
-    let fatal = matches!(cause.as_deref(), Some(r) if r != "Refused" && r != reasons::DONE)
-        || c.registered == 0
-        || not_moved > max_fail;
     // The counts keep each cluster's last state (a refused cluster stays "failed"), so the
     // ones that stayed are the ones that did not move.
+    let not_moved = (c.total - c.registered).max(0) as usize;
     let summary = format!(
         "{} of {} clusters moved from {} to {}; {not_moved} stayed on {}",
         c.registered, c.total, m.from, m.to, m.from
     );
-    if fatal {
-        step.enter(MigrationPhase::Failed, &summary);
-    } else {
-        step.enter(MigrationPhase::Completed, &summary);
-    }
+    let end = verdict(
+        step.status.rollback_cause.as_deref(),
+        rolled_back_cleanly,
+        &c,
+        max_fail,
+    );
+    step.enter(end, &summary);
     Ok(Action::requeue(Duration::from_millis(10)))
+}
+
+/// How a migration ends, from why it rolled back (`cause`, as first recorded; `None`: it did
+/// not), whether that rollback finished, the final counts and the failures the spec allows:
+/// Completed only if some cluster moved, those that did not are within `maxFailures`, and a
+/// rollback there was came from clusters the target refused (within that budget) and finished.
+/// Any other cause (FailureBudgetExceeded, Timeout, Deleted, Error) fails the migration.
+fn verdict(
+    cause: Option<&str>,
+    rolled_back_cleanly: bool,
+    counts: &ClusterCounts,
+    max_failures: usize,
+) -> MigrationPhase {
+    let not_moved = (counts.total - counts.registered).max(0) as usize;
+    let benign = match cause {
+        None => true,
+        Some("Refused") => rolled_back_cleanly,
+        Some(_) => false,
+    };
+    if benign && counts.registered > 0 && not_moved <= max_failures {
+        MigrationPhase::Completed
+    } else {
+        MigrationPhase::Failed
+    }
 }
 
 /// Deletes the works and the ManagedServiceAccount; true once all are gone. The
@@ -2006,6 +2103,7 @@ async fn plan(
     );
     target.carry_over = Some(carry.to_vec());
     target.bootstrap_user = Some(mr::bootstrap_user(m, &msa_ns));
+    target.released = Some(clusters.to_vec());
     set_delivery(&mut target, shape);
     let mut objects = vec![planned(GLOBAL_HUB, &m.service_account())];
     for o in mr::source_manifests(m, source_ns, source, Some((&kubeconfig, shape)))? {
@@ -2051,6 +2149,114 @@ fn planned(hub: &str, o: &Value) -> PlannedObject {
 mod tests {
     use super::*;
     use ClusterState::*;
+
+    #[test]
+    fn a_silent_target_keeps_the_clusters_it_admitted() {
+        let names: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
+        let states = [Switching, Joined, Refused, Available];
+        let to_roll: Vec<String> = names[..3].to_vec();
+        let none = BTreeSet::new();
+        assert_eq!(
+            source_takes_back(&names, &states, &to_roll, &none, false),
+            Vec::<String>::new(),
+            "the target still has its say"
+        );
+        assert_eq!(
+            source_takes_back(&names, &states, &to_roll, &none, true),
+            ["a", "c"],
+            "silent: never the joined one"
+        );
+        let b = names[1].clone();
+        let done: BTreeSet<&String> = [&b].into();
+        assert_eq!(
+            source_takes_back(&names, &states, &to_roll, &done, false),
+            ["b"],
+            "let go by the target"
+        );
+    }
+
+    #[test]
+    fn a_cluster_the_target_admitted_is_recorded_joined_and_stays_released() {
+        let mut s = vec![Switching, Switching];
+        let p = advance(&mut s, None, Some(&[Joined, Created]), 2, 0);
+        assert_eq!(s, [Joined, Switching]);
+        assert_eq!(p, Progress::Running);
+        let names: Vec<String> = ["a", "b"].map(String::from).to_vec();
+        assert_eq!(released(&names, &s), ["a", "b"]);
+        // Silent target afterwards: it stays Joined.
+        let p = advance(&mut s, None, None, 2, 0);
+        assert_eq!(s, [Joined, Switching]);
+        assert_eq!(p, Progress::Running);
+        let p = advance(&mut s, None, Some(&[Available, Available]), 2, 0);
+        assert_eq!(p, Progress::Done);
+    }
+
+    #[test]
+    fn verdict_table() {
+        let counts = |total: i32, registered: i32| ClusterCounts {
+            total,
+            registered,
+            failed: total - registered,
+            ..Default::default()
+        };
+        use MigrationPhase::{Completed, Failed};
+        let cases = [
+            ("all moved", None, true, counts(3, 3), 0, Completed),
+            ("none moved", None, true, counts(3, 0), 3, Failed),
+            (
+                "refused within the budget",
+                Some("Refused"),
+                true,
+                counts(3, 2),
+                1,
+                Completed,
+            ),
+            (
+                "refused, rollback unfinished",
+                Some("Refused"),
+                false,
+                counts(3, 2),
+                1,
+                Failed,
+            ),
+            (
+                "refused beyond the budget",
+                Some("Refused"),
+                true,
+                counts(3, 1),
+                1,
+                Failed,
+            ),
+            (
+                "budget exceeded, even if it would fit now",
+                Some("FailureBudgetExceeded"),
+                true,
+                counts(3, 2),
+                1,
+                Failed,
+            ),
+            (
+                "timed out, even with all but one moved",
+                Some("Timeout"),
+                true,
+                counts(3, 2),
+                1,
+                Failed,
+            ),
+            (
+                "deleted in flight",
+                Some("Deleted"),
+                true,
+                counts(3, 2),
+                1,
+                Failed,
+            ),
+            ("an error", Some("Error"), true, counts(3, 3), 0, Failed),
+        ];
+        for (what, cause, clean, c, max, want) in cases {
+            assert_eq!(verdict(cause, clean, &c, max), want, "{what}");
+        }
+    }
 
     #[test]
     fn releases_ready_clusters_in_a_window_of_max_concurrency() {
@@ -2126,6 +2332,25 @@ mod tests {
             Progress::Running
         );
         assert_eq!(s, [Available, Switching]);
+    }
+
+    #[test]
+    fn a_work_agent_refused_our_kinds_makes_the_hub_invalid() {
+        let why = work_agent_refused(
+            "cluster-migration",
+            "hub2",
+            Some("MigrationTask m: migrationtasks.migration.open-cluster-management.io \"m\" is forbidden: User \"system:serviceaccount:open-cluster-management-agent:klusterlet-work-sa\" cannot get resource"),
+        )
+        .unwrap();
+        assert!(
+            why.contains("hub2") && why.contains("aggregate-to-work"),
+            "{why}"
+        );
+        assert_eq!(
+            work_agent_refused("a", "hub2", Some("the server is busy")),
+            None
+        );
+        assert_eq!(work_agent_refused("a", "hub2", None), None);
     }
 
     #[test]

@@ -286,21 +286,19 @@ pub fn target_manifests(
     Ok(out)
 }
 
-/// Feedback rules reading a task's status back; `carry_over` rules read the first that many
-/// per-cluster records (one value each, so each stays under the 1 KiB raw-JSON limit).
-pub fn task_feedback(m: &Migration, task_namespace: &str, carry_over: usize) -> Value {
-    let mut paths = vec![
-        json!({"name": "revision", "path": ".status.observedRevision"}),
-        json!({"name": "state", "path": ".status.stageState"}),
-        json!({"name": "message", "path": ".status.message"}),
-        json!({"name": "clusters", "path": ".status.clusterStates"}),
-        json!({"name": "total", "path": ".status.clusters.total"}),
-        json!({"name": "shape", "path": ".status.klusterletConfigShape"}),
-    ];
-    for i in 0..carry_over {
-        paths
-            .push(json!({"name": format!("carry-{i}"), "path": format!(".status.carryOver[{i}]")}));
-    }
+/// Feedback rules reading a task's status back: scalars only (the carry-over is one JSON
+/// string), so nothing depends on the work agent's `RawFeedbackJsonString` gate.
+pub fn task_feedback(m: &Migration, task_namespace: &str) -> Value {
+    let paths = [
+        ("revision", ".status.observedRevision"),
+        ("state", ".status.stageState"),
+        ("message", ".status.message"),
+        ("clusters", ".status.clusterStates"),
+        ("total", ".status.clusters.total"),
+        ("shape", ".status.klusterletConfigShape"),
+        ("carry", ".status.carryOverJson"),
+    ]
+    .map(|(name, path)| json!({"name": name, "path": path}));
     json!({
         "resourceIdentifier": {"group": names::GROUP, "resource": "migrationtasks", "name": m.name, "namespace": task_namespace},
         "feedbackRules": [{"type": "JSONPaths", "jsonPaths": paths}]
@@ -575,13 +573,13 @@ mod tests {
             &m(),
             MigrationRole::Target,
             vec![],
-            task_feedback(&m(), "ns", 2),
+            task_feedback(&m(), "ns"),
         );
         assert_eq!(w["metadata"]["name"], "migration-move-target");
         assert_eq!(w["metadata"]["namespace"], "hub2");
         let paths = &w["spec"]["manifestConfigs"][0]["feedbackRules"][0]["jsonPaths"];
-        assert_eq!(paths.as_array().unwrap().len(), 8);
-        assert_eq!(paths[7]["path"], ".status.carryOver[1]");
+        assert_eq!(paths.as_array().unwrap().len(), 7);
+        assert_eq!(paths[6]["path"], ".status.carryOverJson");
         let carried = CarriedCluster {
             name: "c1".into(),
             ..Default::default()

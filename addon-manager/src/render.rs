@@ -50,6 +50,9 @@ pub const WORK_SIZE_LIMIT: usize = 400 * 1024;
 
 const INSTALL: &str = include_str!("../../templates/agent-install.yaml.hbs");
 const RBAC: &str = include_str!("../../templates/agent-rbac.yaml.hbs");
+/// The label that adds a ClusterRole's rules to the work agent's identity (upstream
+/// `manifests/klusterlet/managed/klusterlet-work-clusterrole-execution.yaml`).
+pub const WORK_AGGREGATE_LABEL: &str = "open-cluster-management.io/aggregate-to-work";
 const HUB_RBAC: &str = include_str!("../../templates/agent-hub-rbac.yaml.hbs");
 const PRE_DELETE: &str = include_str!("../../templates/agent-pre-delete.yaml.hbs");
 const MIGRATION_TASK_CRD: &str =
@@ -325,6 +328,8 @@ impl AgentValues {
         let (volumes, mounts) = self.volumes();
         let mut cleanup_args = self.common_args();
         cleanup_args.push("cleanup".to_owned());
+        let mut work_role_labels = self.labels();
+        work_role_labels[WORK_AGGREGATE_LABEL] = json!("true");
         json!({
             "addonName": self.addon_name,
             "clusterName": self.cluster_name,
@@ -332,6 +337,8 @@ impl AgentValues {
             "agentName": AGENT_NAME,
             "containerName": CONTAINER_NAME,
             "clusterRoleName": format!("open-cluster-management:{}:agent", self.addon_name),
+            "workRoleName": format!("open-cluster-management:{}:work", self.addon_name),
+            "workRoleLabels": work_role_labels,
             "labels": self.labels(),
             "image": self.image,
             "args": self.common_args(),
@@ -637,6 +644,7 @@ mod tests {
                 "Namespace",
                 "ServiceAccount",
                 "ClusterRole",
+                "ClusterRole",
                 "ClusterRoleBinding",
                 "Role",
                 "RoleBinding",
@@ -648,6 +656,23 @@ mod tests {
             objs[0]["metadata"]["name"],
             names::DEFAULT_ADDON_INSTALL_NAMESPACE
         );
+        // The hub's work agent reaches our custom resources only through a role labelled
+        // for its aggregate role, holding just the kinds migrations deliver.
+        let work = &objs[3];
+        assert_eq!(work["metadata"]["labels"][WORK_AGGREGATE_LABEL], "true");
+        let resources: Vec<&str> = work["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| {
+                r["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_str().unwrap())
+            })
+            .collect();
+        assert_eq!(resources, ["migrationtasks", "klusterletconfigs"]);
         assert_eq!(
             container(&objs)["image"],
             "quay.io/cluster-migration-addon/addon-agent:0.1.0"

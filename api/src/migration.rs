@@ -91,6 +91,11 @@ pub struct ManagedClusterMigrationSpec {
     pub max_failures: Option<i32>,
     /// Validate and write the plan into status, changing nothing else.
     pub dry_run: Option<bool>,
+    /// Clusters annotated `import.open-cluster-management.io/disable-auto-import` may move:
+    /// the annotation is lifted while the migration configures them (their hub's import
+    /// controller must deliver the target's bootstrap kubeconfig), and put back if they stay.
+    /// Without it such clusters fail validation.
+    pub lift_disable_auto_import: Option<bool>,
 }
 
 fn cluster_names(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -98,7 +103,8 @@ fn cluster_names(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "type": "array",
         "minItems": 1,
         "x-kubernetes-list-type": "set",
-        "items": { "type": "string", "maxLength": 253, "pattern": DNS_LABEL_PATTERN },
+        "maxItems": MAX_CLUSTERS,
+        "items": { "type": "string", "maxLength": 63, "pattern": DNS_LABEL_PATTERN },
     })
 }
 
@@ -165,6 +171,9 @@ pub struct ManagedClusterMigrationStatus {
     /// `ManifestWork` (a plain OCM source hub: each cluster's Klusterlet is configured through
     /// a ManifestWork of its own).
     pub bootstrap_delivery: Option<String>,
+    /// Why the migration rolled back (`Refused`, `FailureBudgetExceeded`, `Timeout`,
+    /// `Deleted`, `Error`), kept as first recorded: the final verdict reads it.
+    pub rollback_cause: Option<String>,
 }
 
 fn failures(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -329,7 +338,8 @@ pub struct MigrationTaskSpec {
     pub revision: Option<String>,
     /// Target only: the identity (user name) whose CSRs the agent may approve.
     pub bootstrap_user: Option<String>,
-    /// Source only: the clusters released to switch now (`hubAcceptsClient: false`).
+    /// The clusters released to switch: the source stops accepting them
+    /// (`hubAcceptsClient: false`), the target approves their bootstrap CSRs (and no other).
     pub released: Option<Vec<String>>,
     /// Clusters to roll back (Rollbacking).
     pub rollback: Option<Vec<String>>,
@@ -337,6 +347,9 @@ pub struct MigrationTaskSpec {
     pub detach: Option<Vec<String>>,
     /// Target only: what to pre-create for each cluster.
     pub carry_over: Option<Vec<CarriedCluster>>,
+    /// Source: clusters annotated `disable-auto-import` may move (the annotation is lifted
+    /// while the migration configures them).
+    pub lift_disable_auto_import: Option<bool>,
     /// How the bootstrap kubeconfig reaches the clusters: through the source hub's
     /// KlusterletConfig (ACM/MCE, the default), or through a ManifestWork per cluster (plain
     /// OCM: the Klusterlet's MultipleHubs configuration, set on the source and restored on the
@@ -377,6 +390,14 @@ pub struct CarriedCluster {
     #[serde(default)]
     #[schemars(schema_with = "crate::common::preserve_unknown_object")]
     pub klusterlet_addon_config: Option<serde_json::Value>,
+    /// The ManagedCluster annotations the target's import controller reads
+    /// (`names::annotations::CARRIED_FOR_IMPORT`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub annotations: std::collections::BTreeMap<String, String>,
+    /// The cluster's API server URLs and CAs (`managedClusterClientConfigs`), which its
+    /// klusterlet writes only when it creates its ManagedCluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_configs: Vec<crate::ocm::cluster::ClientConfig>,
 }
 
 /// One ManagedClusterAddOn carried over.
@@ -411,6 +432,11 @@ pub enum ClusterState {
     Exists,
     /// Source: its carried-over data is too large to report.
     TooLarge,
+    /// Source (ACM): annotated `disable-auto-import`, and the migration was not told it may
+    /// lift it.
+    AutoImportDisabled,
+    /// Source: its klusterlet runs in hosted mode (on another cluster).
+    Hosted,
     /// Source: annotated; waiting for its klusterlet to receive the bootstrap kubeconfig.
     Waiting,
     /// Source: ready to switch.
@@ -436,7 +462,7 @@ pub enum ClusterState {
 }
 
 impl ClusterState {
-    const TABLE: [(Self, char); 19] = [
+    const TABLE: [(Self, char); 21] = [
         (Self::Pending, '-'),
         (Self::Valid, 'v'),
         (Self::NotFound, 'N'),
@@ -445,6 +471,8 @@ impl ClusterState {
         (Self::Conflict, 'C'),
         (Self::Exists, 'E'),
         (Self::TooLarge, 'T'),
+        (Self::AutoImportDisabled, 'I'),
+        (Self::Hosted, 'O'),
         (Self::Waiting, 'w'),
         (Self::Ready, 'r'),
         (Self::Blocked, 'b'),
@@ -486,12 +514,17 @@ impl ClusterState {
         v
     }
 
+    /// Released and not arrived yet (switching, or joined the target but not Available).
+    pub fn in_flight(self) -> bool {
+        matches!(self, Self::Switching | Self::Joined)
+    }
+
     /// How many clusters are in each state.
     pub fn counts(states: &[Self]) -> ClusterCounts {
         let n = |f: &dyn Fn(Self) -> bool| states.iter().filter(|s| f(**s)).count() as i32;
         ClusterCounts {
             total: states.len() as i32,
-            switching: n(&|s| s == Self::Switching),
+            switching: n(&|s| s.in_flight()),
             registered: n(&|s| s == Self::Available),
             failed: n(&|s| s.failure().is_some()),
             rolled_back: n(&|s| s == Self::RolledBack),
@@ -524,9 +557,17 @@ impl ClusterState {
             Self::Exists => ("ClusterConflict", "already exists on the target hub"),
             Self::TooLarge => (
                 "ClusterTooLarge",
-                "carries labels and addons too large to report (over 1 KiB)",
+                "carries more than a migration can take along (at most 16 KiB of labels, annotations and addons per cluster, 256 KiB per migration)",
             ),
             Self::Refused => ("ClusterRefused", "was refused by the target hub"),
+            Self::AutoImportDisabled => (
+                "AutoImportDisabled",
+                "is annotated import.open-cluster-management.io/disable-auto-import, so its hub would not deliver it the target's bootstrap kubeconfig (set spec.liftDisableAutoImport to lift it while the migration runs)",
+            ),
+            Self::Hosted => (
+                "ClusterHosted",
+                "runs its klusterlet in hosted mode, on another cluster: hosted clusters cannot be migrated",
+            ),
             _ => return None,
         })
     }
@@ -557,11 +598,25 @@ pub struct MigrationTaskStatus {
     /// One character per cluster of the task (see [`ClusterState`]).
     pub cluster_states: Option<String>,
     /// Source, at validation: the resolved clusters (the selector case) and what each takes
-    /// along, in the order `clusterStates` follows.
-    pub carry_over: Option<Vec<CarriedCluster>>,
+    /// along, in the order `clusterStates` follows, as one JSON array in a string. A string
+    /// is a scalar, so ManifestWork status feedback carries it whole; a list would need the
+    /// work agent's `RawFeedbackJsonString` gate (alpha, off by default) and 1 KiB at most.
+    pub carry_over_json: Option<String>,
     /// Source, at validation: the KlusterletConfig API the hub serves (`multipleHubsConfig`,
     /// `bootstrapKubeConfigs`, or `None`).
     pub klusterlet_config_shape: Option<String>,
+}
+
+/// Most a cluster may carry over (its record as JSON).
+pub const MAX_CARRY_OVER_PER_CLUSTER: usize = 16 * 1024;
+/// Most a migration may carry over (every record, as JSON): the records travel back in the
+/// source work's status feedback and down again in the target's task, whose ManifestWork
+/// must stay under upstream's 500 KiB manifest limit.
+pub const MAX_CARRY_OVER_TOTAL: usize = 256 * 1024;
+
+/// The carry-over records a source task reports (see `MigrationTaskStatus::carry_over_json`).
+pub fn decode_carry_over(json: &str) -> Result<Vec<CarriedCluster>, serde_json::Error> {
+    serde_json::from_str(json)
 }
 
 /// Default timeout of each stage but Registering.
@@ -590,9 +645,75 @@ pub enum SpecError {
     /// A duration does not parse.
     #[error("{field} {value:?} is not a duration such as 90s, 5m or 1h30m")]
     Duration { field: &'static str, value: String },
+    /// A duration is outside [`MIN_TIMEOUT`]..=[`MAX_TIMEOUT`].
+    #[error("{field} {value:?} must be between 30s and 24h")]
+    DurationRange { field: &'static str, value: String },
     /// A number is out of range.
     #[error("{0}")]
     Range(&'static str),
+    /// The selector matches too much or cannot be evaluated.
+    #[error("includedManagedClustersSelector: {0}")]
+    BadSelector(String),
+    /// A name is not a DNS-1123 label.
+    #[error(
+        "{field} {value:?} is not a valid name (lowercase letters, digits and '-', at most 63)"
+    )]
+    Name { field: &'static str, value: String },
+}
+
+/// Shortest stage timeout: less could not see a single cluster through.
+pub const MIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Longest stage timeout (also what keeps deadlines far from any overflow).
+pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+/// Most clusters one migration may name (what its status can list).
+pub const MAX_CLUSTERS: usize = 3000;
+
+/// Whether `name` is a DNS-1123 label (a ManagedCluster's name).
+pub fn is_dns_label(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// A label selector's own rules (apimachinery `LabelSelectorAsSelector`): known operators,
+/// values with In and NotIn only, and it must select by something.
+fn check_selector(selector: &LabelSelector) -> Result<(), SpecError> {
+    let labels = selector.match_labels.as_ref().map_or(0, |m| m.len());
+    let expressions = selector.match_expressions.as_deref().unwrap_or(&[]);
+    if labels == 0 && expressions.is_empty() {
+        return Err(SpecError::BadSelector(
+            "an empty selector would move every cluster of the hub; name them, or a label they share".into(),
+        ));
+    }
+    for e in expressions {
+        let values = e.values.as_deref().unwrap_or(&[]);
+        match e.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => {
+                return Err(SpecError::BadSelector(format!(
+                    "{} {} needs at least one value",
+                    e.key, e.operator
+                )));
+            }
+            "In" | "NotIn" => {}
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                return Err(SpecError::BadSelector(format!(
+                    "{} {} takes no values",
+                    e.key, e.operator
+                )));
+            }
+            "Exists" | "DoesNotExist" => {}
+            other => {
+                return Err(SpecError::BadSelector(format!(
+                    "unknown operator {other:?} (In, NotIn, Exists or DoesNotExist)"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl ManagedClusterMigrationSpec {
@@ -603,6 +724,14 @@ impl ManagedClusterMigrationSpec {
         }
         if self.to.is_empty() {
             return Err(SpecError::EmptyHub("to"));
+        }
+        for (field, value) in [("from", &self.from), ("to", &self.to)] {
+            if !is_dns_label(value) {
+                return Err(SpecError::Name {
+                    field,
+                    value: value.clone(),
+                });
+            }
         }
         if self.from == self.to {
             return Err(SpecError::SameHub(self.from.clone()));
@@ -617,14 +746,25 @@ impl ManagedClusterMigrationSpec {
                 if names.is_empty() {
                     return Err(SpecError::Selector("includedManagedClusters is empty"));
                 }
+                if names.len() > MAX_CLUSTERS {
+                    return Err(SpecError::Range(
+                        "includedManagedClusters lists more than 3000 clusters; split the migration",
+                    ));
+                }
                 let mut seen = std::collections::BTreeSet::new();
                 for n in names {
+                    if !is_dns_label(n) {
+                        return Err(SpecError::Name {
+                            field: "includedManagedClusters",
+                            value: n.clone(),
+                        });
+                    }
                     if !seen.insert(n) {
                         return Err(SpecError::DuplicateCluster(n.clone()));
                     }
                 }
             }
-            (None, Some(_)) => {}
+            (None, Some(selector)) => check_selector(selector)?,
         }
         self.stage_timeout()?;
         self.registering_timeout()?;
@@ -661,13 +801,20 @@ fn optional_duration(
     value: Option<&str>,
     default: std::time::Duration,
 ) -> Result<std::time::Duration, SpecError> {
-    match value {
-        None => Ok(default),
-        Some(v) => parse_duration(v).ok_or_else(|| SpecError::Duration {
+    let Some(v) = value else {
+        return Ok(default);
+    };
+    let d = parse_duration(v).ok_or_else(|| SpecError::Duration {
+        field,
+        value: v.to_owned(),
+    })?;
+    if !(MIN_TIMEOUT..=MAX_TIMEOUT).contains(&d) {
+        return Err(SpecError::DurationRange {
             field,
             value: v.to_owned(),
-        }),
+        });
     }
+    Ok(d)
 }
 
 /// Parses a Go duration (`300ms`, `90s`, `5m`, `1h30m`, `1.5h`); `None` if malformed.
@@ -852,6 +999,95 @@ mod tests {
         let mut s = spec();
         s.registering_timeout = Some("20m".into());
         assert_eq!(s.registering_timeout(), Ok(Duration::from_secs(1200)));
+        // Bounded: nothing near an overflow, nothing too short to move one cluster.
+        for (value, ok) in [
+            ("29s", false),
+            ("30s", true),
+            ("24h", true),
+            ("24h1s", false),
+            ("99999999999h", false),
+        ] {
+            let mut s = spec();
+            s.stage_timeout = Some(value.into());
+            assert_eq!(s.validate().is_ok(), ok, "{value}");
+            if !ok {
+                assert!(
+                    matches!(
+                        s.validate(),
+                        Err(SpecError::DurationRange {
+                            field: "stageTimeout",
+                            ..
+                        })
+                    ),
+                    "{value}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn selectors_must_select_by_something_valid() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+        let with = |sel: LabelSelector| {
+            let mut s = spec();
+            s.included_managed_clusters = None;
+            s.included_managed_clusters_selector = Some(sel);
+            s.validate()
+        };
+        let expr = |op: &str, values: Option<Vec<&str>>| LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "env".into(),
+                operator: op.into(),
+                values: values.map(|v| v.into_iter().map(String::from).collect()),
+            }]),
+            ..Default::default()
+        };
+        let cases = [
+            ("empty", LabelSelector::default(), false),
+            (
+                "matchLabels",
+                LabelSelector {
+                    match_labels: Some([("env".to_owned(), "prod".to_owned())].into()),
+                    ..Default::default()
+                },
+                true,
+            ),
+            ("In with values", expr("In", Some(vec!["prod"])), true),
+            ("In without values", expr("In", None), false),
+            ("NotIn, empty values", expr("NotIn", Some(vec![])), false),
+            ("Exists", expr("Exists", None), true),
+            ("Exists with values", expr("Exists", Some(vec!["x"])), false),
+            ("unknown operator", expr("Like", Some(vec!["x"])), false),
+        ];
+        for (what, sel, ok) in cases {
+            let r = with(sel);
+            assert_eq!(r.is_ok(), ok, "{what}: {r:?}");
+            if !ok {
+                assert!(matches!(r, Err(SpecError::BadSelector(_))), "{what}: {r:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_dns_labels() {
+        for (name, ok) in [
+            ("cluster-1", true),
+            ("Cluster1", false),
+            ("-c", false),
+            ("c-", false),
+            ("", false),
+            ("a.b", false),
+        ] {
+            assert_eq!(is_dns_label(name), ok, "{name:?}");
+        }
+        assert!(is_dns_label(&"a".repeat(63)));
+        assert!(!is_dns_label(&"a".repeat(64)));
+        let mut s = spec();
+        s.included_managed_clusters = Some(vec!["c1".into(), "Bad_Name".into()]);
+        assert!(matches!(s.validate(), Err(SpecError::Name { .. })));
+        let mut s = spec();
+        s.included_managed_clusters = Some((0..=MAX_CLUSTERS).map(|i| format!("c{i}")).collect());
+        assert!(matches!(s.validate(), Err(SpecError::Range(_))));
     }
 
     #[test]

@@ -125,9 +125,39 @@ pub mod annotations {
     pub const BLOCK_MOVE: &str = "migration.open-cluster-management.io/block-move";
     /// ManagedCluster being migrated; the value names the migration.
     pub const MIGRATING: &str = "migration.open-cluster-management.io/migrating";
+    /// ManagedCluster being migrated: the KlusterletConfig it selected before (empty: none),
+    /// so rollback and cleanup put it back.
+    pub const ORIGINAL_KLUSTERLET_CONFIG: &str =
+        "migration.open-cluster-management.io/original-klusterlet-config";
+    /// ManagedCluster being migrated that carried [`DISABLE_AUTO_IMPORT`] before (`"true"`),
+    /// lifted while the migration configured it, put back on rollback.
+    pub const ORIGINAL_DISABLE_AUTO_IMPORT: &str =
+        "migration.open-cluster-management.io/original-disable-auto-import";
+    /// ACM: a cluster whose import controller must not touch its klusterlet (its klusterlet
+    /// works turn read-only, and auto-import skips it).
+    pub const DISABLE_AUTO_IMPORT: &str = "import.open-cluster-management.io/disable-auto-import";
+    /// ACM: how the klusterlet is deployed (`Default`, `Singleton`, `Hosted`, `SingletonHosted`).
+    pub const KLUSTERLET_DEPLOY_MODE: &str =
+        "import.open-cluster-management.io/klusterlet-deploy-mode";
+    /// ACM, hosted mode: the managed cluster whose namespace holds the klusterlet works.
+    pub const HOSTING_CLUSTER_NAME: &str = "import.open-cluster-management.io/hosting-cluster-name";
+    /// ManagedCluster annotations the target hub's import controller reads, carried over
+    /// (upstream stolostron/managedcluster-import-controller `pkg/constants` and
+    /// `pkg/helpers/helpers.go`): the klusterlet's namespace, node selector and tolerations,
+    /// deploy mode, and how the cluster was created. The migration's own never travel.
+    pub const CARRIED_FOR_IMPORT: &[&str] = &[
+        "import.open-cluster-management.io/klusterlet-namespace",
+        "open-cluster-management/nodeSelector",
+        "open-cluster-management/tolerations",
+        KLUSTERLET_DEPLOY_MODE,
+        "open-cluster-management/created-via",
+    ];
     /// ManagedCluster pre-created on the target by a migration; the value names it (so only
     /// what the migration created is removed on rollback).
     pub const PRE_CREATED: &str = "migration.open-cluster-management.io/pre-created-by";
+    /// ManagedCluster on the target: when the target learnt that the source released it (the
+    /// target approves only bootstrap CSRs asked for from then on).
+    pub const RELEASED_AT: &str = "migration.open-cluster-management.io/released-at";
     /// ManagedClusterAddOn: the agent version rendered into the deploy work now.
     pub const AGENT_VERSION: &str = "migration.open-cluster-management.io/agent-version";
     /// ManagedClusterAddOn: the agent version its config asks for.

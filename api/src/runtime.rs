@@ -333,6 +333,74 @@ impl Process {
     }
 }
 
+/// The process's controller tasks. Each runs until the process stops, so one that ends
+/// before (returned, failed or panicked) leaves the process half-alive: [`Supervisor::first_end`]
+/// says which ended and how, and the caller turns unready and exits non-zero, so the pod
+/// restarts and a standby can take over.
+#[derive(Debug, Default)]
+pub struct Supervisor {
+    set: tokio::task::JoinSet<Result<(), String>>,
+    names: std::collections::HashMap<tokio::task::Id, &'static str>,
+}
+
+impl Supervisor {
+    /// Runs `task` under supervision.
+    pub fn spawn<F, E>(&mut self, name: &'static str, task: F)
+    where
+        F: std::future::Future<Output = Result<(), E>> + Send + 'static,
+        E: std::fmt::Display,
+    {
+        let handle = self
+            .set
+            .spawn(async move { task.await.map_err(|e| e.to_string()) });
+        self.names.insert(handle.id(), name);
+    }
+
+    /// Waits for the first task to end; which it was and how. Pending forever while they all
+    /// run (or when there are none).
+    pub async fn first_end(&mut self) -> String {
+        let Some(ended) = self.set.join_next_with_id().await else {
+            return std::future::pending().await;
+        };
+        let (id, outcome) = match ended {
+            Ok((id, r)) => (id, r.map_err(|e| format!("failed: {e}"))),
+            Err(e) if e.is_panic() => (e.id(), Err("panicked".to_owned())),
+            Err(e) => (e.id(), Err(format!("was cancelled: {e}"))),
+        };
+        let name = self.names.get(&id).copied().unwrap_or("controller");
+        match outcome {
+            Ok(()) => format!("the {name} ended"),
+            Err(how) => format!("the {name} {how}"),
+        }
+    }
+
+    /// Lets the tasks finish within `grace` (they were told to stop), then aborts the rest.
+    pub async fn shutdown(mut self, grace: std::time::Duration) {
+        let all = async {
+            while let Some(ended) = self.set.join_next_with_id().await {
+                match ended {
+                    Ok((id, Err(e))) => {
+                        let name = self.names.get(&id).copied().unwrap_or("controller");
+                        tracing::warn!(task = name, error = %e, "stopped with an error");
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.is_panic() => tracing::warn!("a task panicked while stopping"),
+                    Err(_) => {}
+                }
+            }
+        };
+        if tokio::time::timeout(grace, all).await.is_err() {
+            tracing::info!("stopped controllers mid-reconcile");
+        }
+        self.set.abort_all();
+    }
+
+    /// Stops every task at once.
+    pub fn abort_all(&mut self) {
+        self.set.abort_all();
+    }
+}
+
 /// Treats "not found" as done: `Ok(None)` for a 404, the value or other errors as they are
 /// (for deletes and reads where absence is a valid outcome).
 pub fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<Option<T>, kube::Error> {
@@ -419,6 +487,55 @@ pub fn csr_decided(csr: &k8s_openapi::api::certificates::v1::CertificateSigningR
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_supervisor_names_the_task_that_ended_and_how() {
+        let forever = || async {
+            std::future::pending::<()>().await;
+            Ok::<(), String>(())
+        };
+        let cases: Vec<(&str, Supervisor)> = {
+            let mut panicked = Supervisor::default();
+            panicked.spawn("steady", forever());
+            panicked.spawn("migration controller", async {
+                if true {
+                    panic!("a bug");
+                }
+                Ok::<(), String>(())
+            });
+            let mut failed = Supervisor::default();
+            failed.spawn("steady", forever());
+            failed.spawn("CSR approver", async { Err::<(), _>("watch closed") });
+            let mut returned = Supervisor::default();
+            returned.spawn("steady", forever());
+            returned.spawn("addon controller", async { Ok::<(), String>(()) });
+            vec![
+                ("the migration controller panicked", panicked),
+                ("the CSR approver failed: watch closed", failed),
+                ("the addon controller ended", returned),
+            ]
+        };
+        for (want, mut sup) in cases {
+            let got = tokio::time::timeout(std::time::Duration::from_secs(5), sup.first_end())
+                .await
+                .unwrap_or_else(|_| panic!("no end reported; wanted {want}"));
+            assert_eq!(got, want);
+            sup.abort_all();
+        }
+    }
+
+    #[tokio::test]
+    async fn the_supervisor_waits_while_every_task_runs() {
+        let mut sup = Supervisor::default();
+        sup.spawn("steady", async {
+            std::future::pending::<()>().await;
+            Ok::<(), String>(())
+        });
+        let waited =
+            tokio::time::timeout(std::time::Duration::from_millis(100), sup.first_end()).await;
+        assert!(waited.is_err(), "{waited:?}");
+        sup.shutdown(std::time::Duration::from_millis(10)).await;
+    }
 
     #[test]
     fn metrics_carry_build_info() {

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use ocm_sim::fleet::{Fleet, FleetKubelet, FleetOptions};
 
+pub mod migration;
+
 /// Image repository the kubelets run the agent for.
 pub const AGENT_IMAGE: &str = "quay.io/cluster-migration-addon/addon-agent";
 
@@ -62,7 +64,18 @@ pub async fn fleet_with_hub_kinds(
         }),
         plain_hubs: plain_hubs.iter().map(|h| (*h).to_owned()).collect(),
         legacy_hubs: legacy_hubs.iter().map(|h| (*h).to_owned()).collect(),
+        mce28_hubs: Vec::new(),
+        raw_feedback_hubs: Vec::new(),
+        // Klusterlets give up on a silent hub after 20 s instead of the 180 s minimum upstream.
+        hub_timeout: Some(Duration::from_secs(20)),
+        // AppliedManifestWorks of a hub a cluster left are evicted after 20 s, not 60 min.
+        eviction_grace: Duration::from_secs(20),
     };
+    // `RUST_LOG=ocm_sim=debug` shows what the simulated components do (test output).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let fleet = Fleet::up(&opts)
         .await
         .unwrap_or_else(|e| panic!("fleet up: {e}"));

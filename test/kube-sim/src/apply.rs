@@ -219,8 +219,15 @@ pub fn value_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
     value_at(next, rest)
 }
 
-/// Removes the field at a path (a `.` marker removes the list item it marks).
+/// Removes the field at a path (a `.` marker removes the list item it marks). A nested map
+/// the removal leaves empty goes too, as structured-merge-diff's `RemoveItems` turns it into
+/// null (kubernetes-sigs/structured-merge-diff#184; its keeping `{}` instead, #306, was
+/// reverted); top-level fields (`spec`) stay.
 pub fn remove_at(obj: &mut Value, path: &[String]) {
+    remove_nested(obj, path, 0);
+}
+
+fn remove_nested(obj: &mut Value, path: &[String], depth: usize) {
     let Some((head, rest)) = path.split_first() else {
         return;
     };
@@ -230,7 +237,10 @@ pub fn remove_at(obj: &mut Value, path: &[String]) {
             if last {
                 m.remove(f);
             } else if let Some(next) = m.get_mut(f) {
-                remove_at(next, rest);
+                remove_nested(next, rest, depth + 1);
+                if depth >= 1 && next.as_object().is_some_and(serde_json::Map::is_empty) {
+                    m.remove(f);
+                }
             }
         }
     } else if let Some(k) = head.strip_prefix("k:") {
@@ -238,7 +248,7 @@ pub fn remove_at(obj: &mut Value, path: &[String]) {
             if last {
                 items.retain(|i| !item_matches(i, k));
             } else if let Some(next) = items.iter_mut().find(|i| item_matches(i, k)) {
-                remove_at(next, rest);
+                remove_nested(next, rest, depth + 1);
             }
         }
     } else if let Some(v) = head.strip_prefix("v:")
@@ -627,6 +637,23 @@ mod tests {
         let b = ap(&a, json!({"spec": {"y": 1}}), "b", false).unwrap();
         let a3 = ap(&b, json!({"spec": {"x": 1}}), "a", false).unwrap();
         assert_eq!(a3["spec"], json!({"x": 1, "y": 1}));
+    }
+
+    /// structured-merge-diff: a struct whose every field its applier stops applying goes with
+    /// them, not left as `{}` (which defaulting and validation would then trip over).
+    #[test]
+    fn dropping_every_field_of_a_nested_map_drops_the_map() {
+        let a = ap(
+            &json!({}),
+            json!({"spec": {"x": 1, "y": {"z": {"w": 1}}}}),
+            "a",
+            false,
+        )
+        .unwrap();
+        let a2 = ap(&a, json!({"spec": {"x": 1}}), "a", false).unwrap();
+        assert_eq!(a2["spec"], json!({"x": 1}));
+        let a3 = ap(&a2, json!({"spec": {}}), "a", false).unwrap();
+        assert_eq!(a3["spec"], json!({}), "a top-level field stays");
     }
 
     #[test]

@@ -279,8 +279,90 @@ pub fn forbidden_message(user: &UserInfo, a: &Attributes) -> String {
     )
 }
 
-/// RBAC objects every cluster starts with: cluster-admin for system:masters, and the
-/// discovery and self-review permissions every authenticated user has.
+/// The user-facing roles kube-apiserver's RBAC bootstrap policy creates
+/// (`plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go`): `admin`, `edit` and `view`
+/// are aggregated (each from ClusterRoles labelled `rbac.authorization.k8s.io/aggregate-to-<role>`,
+/// `view` into `edit`, `edit` into `admin`), and `system:aggregate-to-*` hold the built-in
+/// rules. The aggregation controller fills their `rules`.
+fn user_facing_roles() -> Vec<Value> {
+    use serde_json::json;
+    let all_write = json!(["create", "delete", "deletecollection", "patch", "update"]);
+    let read = json!(["get", "list", "watch"]);
+    let role = |name: &str, label: Option<&str>, rules: Value| {
+        let mut r = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                           "metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+                           "rules": rules});
+        if let Some(l) = label {
+            r["metadata"]["labels"][format!("rbac.authorization.k8s.io/aggregate-to-{l}")] =
+                json!("true");
+        }
+        r
+    };
+    let aggregated = |name: &str, from: &str, label: Option<&str>| {
+        let mut r = role(name, label, json!([]));
+        r["aggregationRule"] = json!({"clusterRoleSelectors": [
+            {"matchLabels": {format!("rbac.authorization.k8s.io/aggregate-to-{from}"): "true"}}]});
+        r
+    };
+    vec![
+        aggregated("admin", "admin", None),
+        aggregated("edit", "edit", Some("admin")),
+        aggregated("view", "view", Some("edit")),
+        role(
+            "system:aggregate-to-admin",
+            Some("admin"),
+            json!([
+                {"apiGroups": ["authorization.k8s.io"], "resources": ["localsubjectaccessreviews"], "verbs": ["create"]},
+                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings", "roles"],
+                 "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]}
+            ]),
+        ),
+        role(
+            "system:aggregate-to-edit",
+            Some("edit"),
+            json!([
+                {"apiGroups": [""], "resources": ["pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets", "services/proxy"], "verbs": read},
+                {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]},
+                {"apiGroups": [""], "resources": ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"], "verbs": all_write},
+                {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+                {"apiGroups": [""], "resources": ["configmaps", "events", "persistentvolumeclaims", "replicationcontrollers",
+                                                  "replicationcontrollers/scale", "secrets", "serviceaccounts", "services", "services/proxy"], "verbs": all_write},
+                {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
+                {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments", "deployments/rollback", "deployments/scale",
+                                                      "replicasets", "replicasets/scale", "statefulsets", "statefulsets/scale"], "verbs": all_write},
+                {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": all_write},
+                {"apiGroups": ["batch"], "resources": ["cronjobs", "jobs"], "verbs": all_write},
+                {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": all_write},
+                {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "networkpolicies"], "verbs": all_write},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]}
+            ]),
+        ),
+        role(
+            "system:aggregate-to-view",
+            Some("view"),
+            json!([
+                {"apiGroups": [""], "resources": ["configmaps", "endpoints", "persistentvolumeclaims", "persistentvolumeclaims/status",
+                                                  "pods", "replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts",
+                                                  "services", "services/status"], "verbs": read},
+                {"apiGroups": [""], "resources": ["bindings", "events", "limitranges", "namespaces/status", "pods/log", "pods/status",
+                                                  "replicationcontrollers/status", "resourcequotas", "resourcequotas/status"], "verbs": read},
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": read},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": read},
+                {"apiGroups": ["apps"], "resources": ["controllerrevisions", "daemonsets", "daemonsets/status", "deployments",
+                                                      "deployments/scale", "deployments/status", "replicasets", "replicasets/scale",
+                                                      "replicasets/status", "statefulsets", "statefulsets/scale", "statefulsets/status"], "verbs": read},
+                {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers", "horizontalpodautoscalers/status"], "verbs": read},
+                {"apiGroups": ["batch"], "resources": ["cronjobs", "cronjobs/status", "jobs", "jobs/status"], "verbs": read},
+                {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets", "poddisruptionbudgets/status"], "verbs": read},
+                {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "ingresses/status", "networkpolicies"], "verbs": read}
+            ]),
+        ),
+    ]
+}
+
+/// RBAC objects every cluster starts with: cluster-admin for system:masters, the discovery
+/// and self-review permissions every authenticated user has, and the user-facing roles.
 pub fn bootstrap_rbac() -> Vec<(&'static str, Value)> {
     use serde_json::json;
     let cr = "rbac.authorization.k8s.io/clusterroles";
@@ -348,6 +430,9 @@ pub fn bootstrap_rbac() -> Vec<(&'static str, Value)> {
             ),
         ),
     ]
+    .into_iter()
+    .chain(user_facing_roles().into_iter().map(|r| (cr, r)))
+    .collect()
 }
 
 #[cfg(test)]

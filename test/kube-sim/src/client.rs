@@ -107,20 +107,36 @@ fn transport(config: &kube::Config) -> Result<Transport, kube::Error> {
         .build(connector))
 }
 
+/// How long a request may wait for its response to start (connecting and the headers; a
+/// watch's body streams on without limit). client-go bounds the same steps (dial 30 s, TLS
+/// handshake 10 s); without a bound, a request queued for an HTTP/2 connection whose dial
+/// failed (the server was down) could wait forever.
+const RESPONSE_START_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A shared transport as a tower service.
 #[derive(Clone)]
 struct Shared(Arc<Transport>);
 
 impl tower::Service<Request<Body>> for Shared {
     type Response = Response<Incoming>;
-    type Error = HttpError;
-    type Future = ResponseFuture;
+    type Error = BoxError;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
+    >;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
-        self.0.request(req)
+        let response: ResponseFuture = self.0.request(req);
+        Box::pin(async move {
+            match tokio::time::timeout(RESPONSE_START_TIMEOUT, response).await {
+                Ok(r) => r.map_err(|e: HttpError| BoxError::from(e)),
+                Err(_) => Err(BoxError::from(format!(
+                    "no response within {RESPONSE_START_TIMEOUT:?}"
+                ))),
+            }
+        })
     }
 }

@@ -1,7 +1,7 @@
 //! The controllers a real control plane runs beside the API server, reduced to what the
 //! semantics need: garbage collection through ownerReferences (background, foreground,
-//! orphan), namespace deletion, CRD instance cleanup, ServiceAccount token Secrets and the
-//! `kubernetes.io/kube-apiserver-client` CSR signer.
+//! orphan), namespace deletion, CRD instance cleanup, ServiceAccount token Secrets, the
+//! `kubernetes.io/kube-apiserver-client` CSR signer and ClusterRole aggregation.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use crate::sim::{DeleteOpts, Sim, WriteOpts, mint_token};
 use crate::store::{Event, EventType, Next, Store};
 
 const CRD_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+const CLUSTER_ROLES: &str = "rbac.authorization.k8s.io/clusterroles";
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
 
 type Key = (String, String, String);
@@ -31,12 +32,14 @@ pub async fn run(sim: Sim) {
     let mut rx = sim.store().subscribe_all();
     let mut pending = Pending::default();
     resync(&sim, &mut pending);
+    aggregate_cluster_roles(&sim);
     loop {
         match rx.recv().await {
             Next::Event(ev) => react(&sim, &mut pending, &ev),
             Next::FellBehind => {
                 rx = sim.store().subscribe_all();
                 resync(&sim, &mut pending);
+                aggregate_cluster_roles(&sim);
             }
             Next::Closed => break,
         }
@@ -75,6 +78,9 @@ fn resync(sim: &Sim, pending: &mut Pending) {
 }
 
 fn react(sim: &Sim, pending: &mut Pending, ev: &Event) {
+    if ev.storage == CLUSTER_ROLES {
+        aggregate_cluster_roles(sim);
+    }
     let key = (ev.storage.clone(), ev.namespace.clone(), ev.name.clone());
     if ev.type_ == EventType::Deleted {
         if let Some(uid) = meta_str(&ev.object, "uid") {
@@ -114,6 +120,58 @@ fn examine(sim: &Sim, pending: &mut Pending, key: &Key) {
         "secrets" => populate_token_secret(sim, ns, name, &obj),
         "certificates.k8s.io/certificatesigningrequests" => sign_csr(sim, name, &obj),
         _ => {}
+    }
+}
+
+/// The ClusterRole aggregation controller (kube-controller-manager's
+/// `pkg/controller/clusterroleaggregation`): every ClusterRole with an `aggregationRule` gets
+/// the rules of the other ClusterRoles its selectors match (in name order, each rule once);
+/// written only when they changed, so the events this causes settle.
+fn aggregate_cluster_roles(sim: &Sim) {
+    let roles: Vec<(String, Arc<Value>)> = sim
+        .store()
+        .list(CLUSTER_ROLES, None, None)
+        .map(|((_, name), obj)| (name.clone(), obj.clone()))
+        .collect();
+    for (name, role) in &roles {
+        let Some(selectors) = role
+            .pointer("/aggregationRule/clusterRoleSelectors")
+            .and_then(Value::as_array)
+        else {
+            continue;
+        };
+        let selectors: Vec<meta::LabelSelector> = selectors
+            .iter()
+            .filter_map(meta::LabelSelector::from_object)
+            .collect();
+        let mut rules: Vec<Value> = Vec::new();
+        for selector in &selectors {
+            for (other, obj) in &roles {
+                if other == name || !selector.matches(&meta::labels(obj)) {
+                    continue;
+                }
+                for rule in obj
+                    .get("rules")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    if !rules.contains(rule) {
+                        rules.push(rule.clone());
+                    }
+                }
+            }
+        }
+        let current = role.get("rules").cloned().unwrap_or(Value::Null);
+        let current_rules = current.as_array().cloned().unwrap_or_default();
+        if current_rules != rules {
+            modify(
+                sim,
+                &(CLUSTER_ROLES.to_owned(), String::new(), name.clone()),
+                "",
+                |o| o["rules"] = Value::Array(rules),
+            );
+        }
     }
 }
 

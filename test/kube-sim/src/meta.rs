@@ -165,6 +165,41 @@ impl LabelSelector {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions` with `In`, `NotIn`,
+    /// `Exists`, `DoesNotExist`); `None` for an operator it does not know.
+    pub fn from_object(selector: &Value) -> Option<Self> {
+        let mut reqs: Vec<Requirement> = selector
+            .get("matchLabels")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some(Requirement::Eq(k.clone(), v.as_str()?.to_owned())))
+            .collect();
+        for e in selector
+            .get("matchExpressions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let key = e.get("key").and_then(Value::as_str)?.to_owned();
+            let values: Vec<String> = e
+                .get("values")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect();
+            reqs.push(match e.get("operator").and_then(Value::as_str)? {
+                "In" => Requirement::In(key, values),
+                "NotIn" => Requirement::NotIn(key, values),
+                "Exists" => Requirement::Exists(key),
+                "DoesNotExist" => Requirement::NotExists(key),
+                _ => return None,
+            });
+        }
+        Some(Self(reqs))
+    }
 }
 
 /// Splits on commas that are not inside parentheses.

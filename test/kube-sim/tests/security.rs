@@ -278,3 +278,99 @@ async fn plain_http_mode_needs_no_credentials() {
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
     cms.list(&ListParams::default()).await.unwrap();
 }
+
+/// kube-controller-manager's ClusterRole aggregation (`pkg/controller/clusterroleaggregation`)
+/// and the bootstrap policy's aggregated `admin`: a ClusterRole labelled for an aggregated
+/// role adds its rules there, and takes them away when the label goes.
+#[tokio::test]
+async fn cluster_roles_aggregate_by_label() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let sim = start().await;
+    let admin = sim.client().await.unwrap();
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    // `admin` (built in) gathers edit and view: Secrets and Deployments in any namespace.
+    eventually(Duration::from_secs(5), "admin aggregated", || async {
+        let r = roles.get("admin").await.ok()?;
+        let rules = serde_json::to_string(&r.rules?).ok()?;
+        (rules.contains("secrets")
+            && rules.contains("deployments")
+            && rules.contains("rolebindings"))
+        .then_some(())
+    })
+    .await;
+    let apply = |v: serde_json::Value| {
+        let roles = roles.clone();
+        async move {
+            let name = v["metadata"]["name"].as_str().unwrap().to_owned();
+            roles
+                .patch(
+                    &name,
+                    &PatchParams::apply("test").force(),
+                    &Patch::Apply(&v),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "work-aggregate"},
+        "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.io/aggregate-to-work": "true"}}]},
+        "rules": []}))
+    .await;
+    apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "cm-reader", "labels": {"example.io/aggregate-to-work": "true"}},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}),
+    )
+    .await;
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &serde_json::from_value(json!({
+            "metadata": {"name": "robot-work"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "work-aggregate"},
+            "subjects": [{"kind": "ServiceAccount", "name": "robot", "namespace": "default"}]})).unwrap())
+        .await
+        .unwrap();
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "robot"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let tr: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
+    let token = sas
+        .create_token_request("robot", &PostParams::default(), &tr)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let robot = client_from_kubeconfig(&sim.kubeconfig_for_token(&token))
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(robot, "kube-system");
+    eventually(
+        Duration::from_secs(5),
+        "the aggregated rule allows",
+        || async { cms.list(&ListParams::default()).await.ok().map(|_| ()) },
+    )
+    .await;
+    // The label goes: so does the rule.
+    apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "cm-reader", "labels": {}},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}),
+    )
+    .await;
+    eventually(Duration::from_secs(5), "the rule taken away", || async {
+        match cms.list(&ListParams::default()).await {
+            Err(kube::Error::Api(s)) if s.code == 403 => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    let aggregated = roles.get("work-aggregate").await.unwrap();
+    assert_eq!(aggregated.rules, Some(vec![]));
+}

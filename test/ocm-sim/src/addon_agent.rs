@@ -27,8 +27,8 @@ use migration_api::ocm::addon::ManagedClusterAddOn;
 use serde_json::json;
 
 use crate::Error;
-use crate::klusterlet::{hub_kubeconfig, hub_kubeconfig_changed, secret_text};
-use crate::names::{AGENT_NAMESPACE, CLUSTER_NAME_LABEL};
+use crate::klusterlet::secret_text;
+use crate::names::CLUSTER_NAME_LABEL;
 
 const MANAGER: &str = "registration-agent-addons";
 
@@ -43,6 +43,8 @@ pub struct AddonAgentOptions {
     /// The connections of the klusterlet agent's process (registration, work and addon
     /// agents share them, as the singleton klusterlet agent does).
     pub transports: kube_sim::client::Transports,
+    /// The hub the process is connected to (set by its registration agent).
+    pub connection: tokio::sync::watch::Receiver<Option<crate::klusterlet::Connected>>,
 }
 
 fn b64(s: &str) -> String {
@@ -56,14 +58,17 @@ type Pending = HashMap<String, (String, String)>;
 /// klusterlet is registered with (starting over when the hub kubeconfig changes), acts on each
 /// change, and every `resync` looks at every addon again (lease health, pending CSRs).
 pub async fn run(managed: Client, opts: AddonAgentOptions) -> Result<(), Error> {
-    let secrets: Api<Secret> = Api::namespaced(managed.clone(), AGENT_NAMESPACE);
     let mut pending: Pending = HashMap::new();
+    let mut connection = opts.connection.clone();
     loop {
-        let seen = hub_kubeconfig(&secrets).await?;
+        // Singleton mode: it runs only while the process is connected to a hub.
+        let Some(seen) = crate::klusterlet::connected(&mut connection).await else {
+            return Ok(());
+        };
         let hub = opts.transports.client(&seen.text).await?;
         tokio::select! {
             r = serve_hub(&managed, &hub, &seen.text, &opts, &mut pending) => r?,
-            () = hub_kubeconfig_changed(&secrets, &seen) => {}
+            _ = connection.wait_for(|c| c.as_ref() != Some(&seen)) => {}
         }
     }
 }

@@ -43,6 +43,10 @@ impl std::fmt::Debug for SimCluster {
 }
 
 const MANAGED_KINDS: &[&str] = &["ClusterClaim", "AppliedManifestWork", "Klusterlet"];
+/// The work agent's ServiceAccount (in the klusterlet's namespace).
+pub const WORK_SERVICE_ACCOUNT: &str = "klusterlet-work-sa";
+/// The label that adds a ClusterRole's rules to the work agent's identity.
+pub const WORK_AGGREGATE_LABEL: &str = "open-cluster-management.io/aggregate-to-work";
 /// The APIs ACM/MCE adds to an OCM hub.
 const ACM_KINDS: &[&str] = &["KlusterletConfig", "KlusterletAddonConfig"];
 
@@ -120,6 +124,89 @@ impl SimCluster {
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]
         }))
         .await?;
+        self.token(ns, name, validity).await
+    }
+
+    /// The work agent's identity on this cluster, as the klusterlet operator sets it up
+    /// (upstream `manifests/klusterlet/managed/klusterlet-work-*.yaml` and
+    /// `klusterlet_managed_reconcile.go`, open-cluster-management-io/ocm): ServiceAccount
+    /// `klusterlet-work-sa` bound to the built-in `admin` role (namespaced kinds in every
+    /// namespace), to its own mandatory role (AppliedManifestWorks, access reviews), and to the
+    /// aggregate role `open-cluster-management:klusterlet-work:aggregate`, which gathers every
+    /// ClusterRole labelled `open-cluster-management.io/aggregate-to-work: "true"`; the
+    /// execution role (namespaces, CRDs, RBAC with escalate and bind, ...) is one of them.
+    /// Custom resources are reachable only through such a labelled role. Returns a token.
+    pub async fn work_agent_identity(&self, validity: Duration) -> Result<String, Error> {
+        let ns = crate::names::AGENT_NAMESPACE;
+        let sa = WORK_SERVICE_ACCOUNT;
+        self.ensure_namespace(ns).await?;
+        apply(Api::<ServiceAccount>::namespaced(self.admin.clone(), ns), sa, json!({
+            "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": ns}
+        }))
+        .await?;
+        let roles = Api::<ClusterRole>::all(self.admin.clone());
+        let rw = json!([
+            "get", "list", "watch", "create", "update", "patch", "delete"
+        ]);
+        for role in [
+            json!({"metadata": {"name": "open-cluster-management:klusterlet-work:agent"}, "rules": [
+                {"apiGroups": ["work.open-cluster-management.io"], "resources": ["appliedmanifestworks"], "verbs": rw},
+                {"apiGroups": ["work.open-cluster-management.io"], "resources": ["appliedmanifestworks/status"], "verbs": ["patch", "update"]},
+                {"apiGroups": ["work.open-cluster-management.io"], "resources": ["appliedmanifestworks/finalizers"], "verbs": ["update"]},
+                {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+                {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]}
+            ]}),
+            json!({"metadata": {"name": "open-cluster-management:klusterlet-work:execution",
+                                "labels": {WORK_AGGREGATE_LABEL: "true"}}, "rules": [
+                {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch", "create", "delete", "update"]},
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["create", "update", "patch", "delete"]},
+                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings", "rolebindings"], "verbs": rw},
+                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "roles"],
+                 "verbs": ["get", "list", "watch", "create", "update", "patch", "delete", "escalate", "bind"]},
+                {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": rw},
+                {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+                 "verbs": ["get", "list", "watch", "create", "update", "patch"]}
+            ]}),
+            json!({"metadata": {"name": "open-cluster-management:klusterlet-work:aggregate"},
+                   "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {WORK_AGGREGATE_LABEL: "true"}}]},
+                   "rules": []}),
+        ] {
+            let name = role["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let mut body = role;
+            body["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
+            body["kind"] = json!("ClusterRole");
+            apply(roles.clone(), &name, body).await?;
+        }
+        let bindings = Api::<ClusterRoleBinding>::all(self.admin.clone());
+        for (binding, role) in [
+            (
+                "open-cluster-management:klusterlet-work:agent",
+                "open-cluster-management:klusterlet-work:agent",
+            ),
+            (
+                "open-cluster-management:klusterlet-work:aggregate",
+                "open-cluster-management:klusterlet-work:aggregate",
+            ),
+            (
+                "open-cluster-management:klusterlet-work:execution-admin",
+                "admin",
+            ),
+        ] {
+            apply(bindings.clone(), binding, json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": binding},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
+            }))
+            .await?;
+        }
+        self.token(ns, sa, validity).await
+    }
+
+    async fn token(&self, ns: &str, name: &str, validity: Duration) -> Result<String, Error> {
         let sas: Api<ServiceAccount> = Api::namespaced(self.admin.clone(), ns);
         let tr = serde_json::from_value(
             json!({"spec": {"audiences": [], "expirationSeconds": validity.as_secs()}}),

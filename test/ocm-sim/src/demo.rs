@@ -254,6 +254,10 @@ pub async fn start(opts: &DemoOptions, out: &mut impl Write) -> Result<Running, 
             Vec::new()
         },
         legacy_hubs: Vec::new(),
+        mce28_hubs: Vec::new(),
+        raw_feedback_hubs: Vec::new(),
+        hub_timeout: None,
+        eviction_grace: Duration::from_secs(60 * 60),
     };
     let fleet = Fleet::up(&fleet_opts).await?;
     fleet.write_kubeconfigs(&opts.dir)?;

@@ -12,7 +12,9 @@ use migration_api::ocm::cluster::ManagedCluster;
 
 use crate::Error;
 use crate::cluster::{Role, SimCluster};
-use crate::hub::{Agent, AgentOptions, Hub, HubOptions, start_managed_serviceaccount};
+use crate::hub::{
+    Agent, AgentOptions, Hub, HubKind, HubOptions, OlderMce, start_managed_serviceaccount,
+};
 use crate::registration::RegistrationOptions;
 
 /// Name of the global hub.
@@ -39,8 +41,20 @@ pub struct FleetOptions {
     pub kubelet: Option<FleetKubelet>,
     /// Hubs (by name) that are plain OCM: no ACM APIs, no import controller.
     pub plain_hubs: Vec<String>,
-    /// Hubs (by name) with an older ACM: KlusterletConfig's `spec.bootstrapKubeConfigs`.
+    /// Hubs (by name) with an older ACM: KlusterletConfig's `spec.bootstrapKubeConfigs`,
+    /// rendered as MCE 2.7 does (the listed hubs alone).
     pub legacy_hubs: Vec<String>,
+    /// Hubs (by name) with MCE 2.8: `spec.bootstrapKubeConfigs`, the current hub appended.
+    pub mce28_hubs: Vec<String>,
+    /// Hubs (by name) whose work agent (towards the global hub) runs with the
+    /// `RawFeedbackJsonString` feature gate; upstream it is alpha and off by default, and so
+    /// it is here for every hub not named.
+    pub raw_feedback_hubs: Vec<String>,
+    /// Replaces every klusterlet's `hubConnectionTimeoutSeconds` (at least 180 s upstream)
+    /// so tests need not wait minutes; `None` keeps what each Klusterlet says.
+    pub hub_timeout: Option<Duration>,
+    /// Every work agent's AppliedManifestWork eviction grace period (upstream 60 minutes).
+    pub eviction_grace: Duration,
 }
 
 /// The kubelet every hub runs (see [`crate::kubelet`]).
@@ -66,6 +80,10 @@ impl Default for FleetOptions {
             kubelet: None,
             plain_hubs: Vec::new(),
             legacy_hubs: Vec::new(),
+            mce28_hubs: Vec::new(),
+            raw_feedback_hubs: Vec::new(),
+            hub_timeout: None,
+            eviction_grace: Duration::from_secs(60 * 60),
         }
     }
 }
@@ -130,14 +148,16 @@ impl Fleet {
             registration: RegistrationOptions {
                 lease_check_interval: opts.lease_check_interval,
             },
-            plain: false,
-            legacy_klusterlet_config: false,
+            kind: HubKind::Acm,
         };
         let agent = AgentOptions {
             join_delay: opts.join_delay,
             lease_duration_secs: opts.lease_duration_secs,
             status_sync_interval: opts.status_sync_interval,
             addon_lease_period: opts.addon_lease_period,
+            raw_feedback_json: false,
+            hub_timeout: opts.hub_timeout,
+            eviction_grace: opts.eviction_grace,
         };
         let global = Hub::start(GLOBAL_HUB, hub_opts.clone()).await?;
         let mut hubs = Vec::new();
@@ -147,13 +167,25 @@ impl Fleet {
             let hub = Hub::start(
                 &name,
                 HubOptions {
-                    plain: opts.plain_hubs.contains(&name),
-                    legacy_klusterlet_config: opts.legacy_hubs.contains(&name),
+                    kind: if opts.plain_hubs.contains(&name) {
+                        HubKind::Plain
+                    } else if opts.legacy_hubs.contains(&name) {
+                        HubKind::OlderAcm(OlderMce::Mce27)
+                    } else if opts.mce28_hubs.contains(&name) {
+                        HubKind::OlderAcm(OlderMce::Mce28)
+                    } else {
+                        HubKind::Acm
+                    },
                     ..hub_opts.clone()
                 },
             )
             .await?;
-            hub_agents.push(Agent::start(&hub.cluster, &global.bootstrap_kubeconfig, agent).await?);
+            let hub_agent = AgentOptions {
+                raw_feedback_json: opts.raw_feedback_hubs.contains(&name),
+                ..agent
+            };
+            hub_agents
+                .push(Agent::start(&hub.cluster, &global.bootstrap_kubeconfig, hub_agent).await?);
             hubs.push(hub);
         }
         let mut tasks = Vec::new();

@@ -31,11 +31,31 @@ pub struct HubOptions {
     /// (ClusterManager autoApproveUsers with the ManagedClusterAutoApproval feature gate).
     pub auto_approve: bool,
     pub registration: RegistrationOptions,
-    /// A plain OCM hub: no ACM APIs and no import controller (clusters keep the Klusterlet
+    /// What runs the hub: ACM/MCE (current or older) or plain OCM.
+    pub kind: HubKind,
+}
+
+/// What a hub runs, as far as migrations see it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HubKind {
+    /// ACM/MCE with the current KlusterletConfig (`multipleHubsConfig`) and import controller.
+    #[default]
+    Acm,
+    /// An older ACM/MCE: the KlusterletConfig CRD has `spec.bootstrapKubeConfigs`.
+    OlderAcm(OlderMce),
+    /// Plain OCM: no ACM APIs and no import controller (clusters keep the Klusterlet
     /// configuration they joined with unless something else changes it).
-    pub plain: bool,
-    /// An older ACM hub: the KlusterletConfig CRD has `spec.bootstrapKubeConfigs`.
-    pub legacy_klusterlet_config: bool,
+    Plain,
+}
+
+/// How an older ACM/MCE renders `spec.bootstrapKubeConfigs` (upstream
+/// `pkg/bootstrap/render.go` on the import controller's `backplane-2.7` and `-2.8` branches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OlderMce {
+    /// MCE 2.7: the listed secrets alone (a klusterlet restarted with them goes there).
+    Mce27,
+    /// MCE 2.8: the listed secrets, then the current hub's (`bootstrap-hub-kubeconfig-current-hub`).
+    Mce28,
 }
 
 /// A running hub.
@@ -60,12 +80,10 @@ impl Hub {
     /// Starts a hub: OCM CRDs, the ClusterManager, the bootstrap identity and the
     /// registration controller.
     pub async fn start(name: &str, opts: HubOptions) -> Result<Self, Error> {
-        let role = if opts.plain {
-            Role::PlainHub
-        } else if opts.legacy_klusterlet_config {
-            Role::LegacyHub
-        } else {
-            Role::Hub
+        let role = match opts.kind {
+            HubKind::Plain => Role::PlainHub,
+            HubKind::OlderAcm(_) => Role::LegacyHub,
+            HubKind::Acm => Role::Hub,
         };
         let cluster = SimCluster::start(name, role).await?;
         let gates = if opts.auto_approve {
@@ -94,7 +112,7 @@ impl Hub {
             .await?;
         let client = cluster.client_for_token(&controller_token).await?;
         let mut tasks = registration::spawn(client, opts.registration);
-        if !opts.plain {
+        if opts.kind != HubKind::Plain {
             cluster
                 .ensure_namespace(crate::import::BOOTSTRAP_SECRETS_NAMESPACE)
                 .await?;
@@ -106,9 +124,14 @@ impl Hub {
                     YEAR,
                 )
                 .await?;
+            let older = match opts.kind {
+                HubKind::OlderAcm(mce) => Some(mce),
+                _ => None,
+            };
             tasks.push(tokio::spawn(crate::import::run(
                 cluster.client_for_token(&import_token).await?,
                 bootstrap_kubeconfig.clone(),
+                older,
             )));
         }
         let placement_token = cluster
@@ -210,6 +233,13 @@ pub struct AgentOptions {
     pub status_sync_interval: Duration,
     /// Addon lease period (addons go unavailable after five periods without renewal).
     pub addon_lease_period: Duration,
+    /// The work agent's `RawFeedbackJsonString` feature gate (upstream alpha, off by default).
+    pub raw_feedback_json: bool,
+    /// Replaces the Klusterlet's `hubConnectionTimeoutSeconds` (at least 180 s upstream), so
+    /// that tests need not wait minutes for a klusterlet to give up on a hub.
+    pub hub_timeout: Option<Duration>,
+    /// The work agent's AppliedManifestWork eviction grace period (upstream 60 minutes).
+    pub eviction_grace: Duration,
 }
 
 impl Default for AgentOptions {
@@ -219,6 +249,9 @@ impl Default for AgentOptions {
             lease_duration_secs: 60,
             status_sync_interval: Duration::from_secs(10),
             addon_lease_period: Duration::from_secs(60),
+            raw_feedback_json: false,
+            hub_timeout: None,
+            eviction_grace: Duration::from_secs(60 * 60),
         }
     }
 }
@@ -227,6 +260,8 @@ impl Default for AgentOptions {
 #[derive(Debug)]
 pub struct Agent {
     tasks: Vec<JoinHandle<()>>,
+    connection: crate::klusterlet::Connection,
+    kill: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl Agent {
@@ -267,6 +302,8 @@ impl Agent {
         // One klusterlet agent process (registration, work and addon agents), one set of
         // connections.
         let transports = kube_sim::client::Transports::default();
+        let connection = tokio::sync::watch::Sender::new(None);
+        let kill = std::sync::Arc::new(tokio::sync::Notify::new());
         let opts = KlusterletOptions {
             cluster_name: cluster.name.clone(),
             agent_name: format!("{}-agent", cluster.name),
@@ -274,18 +311,27 @@ impl Agent {
             api_ca_pem: cluster.api.ca_pem().to_owned(),
             join_delay: agent.join_delay,
             lease_duration_secs: agent.lease_duration_secs,
+            hub_timeout: agent.hub_timeout,
             transports: transports.clone(),
+            connection: connection.clone(),
+            kill: kill.clone(),
+            lives: std::sync::Arc::default(),
         };
         let managed = cluster.admin.clone();
         let name = cluster.name.clone();
         let registration = restarting(name.clone(), "registration agent", move || {
             klusterlet::run(managed.clone(), opts.clone())
         });
-        let managed = cluster.admin.clone();
+        // The work agent applies under its own identity, not as cluster-admin.
+        let work_token = cluster.work_agent_identity(YEAR).await?;
+        let managed = cluster.client_for_token(&work_token).await?;
         let work_opts = WorkAgentOptions {
             cluster_name: name.clone(),
             status_sync_interval: agent.status_sync_interval,
             transports: transports.clone(),
+            raw_feedback_json: agent.raw_feedback_json,
+            connection: connection.subscribe(),
+            eviction_grace: agent.eviction_grace,
         };
         let work = restarting(name.clone(), "work agent", move || {
             work_agent::run(managed.clone(), work_opts.clone())
@@ -296,13 +342,27 @@ impl Agent {
             lease_period: agent.addon_lease_period,
             resync: agent.status_sync_interval,
             transports,
+            connection: connection.subscribe(),
         };
         let addons = restarting(name, "addon agent", move || {
             addon_agent::run(managed.clone(), addon_opts.clone())
         });
         Ok(Self {
             tasks: vec![registration, work, addons],
+            connection,
+            kill,
         })
+    }
+
+    /// Kills the klusterlet agent process (a pod deleted): it starts again, selects a
+    /// bootstrap kubeconfig and, where its hub kubeconfig does not fit, bootstraps.
+    pub fn kill(&self) {
+        self.kill.notify_one();
+    }
+
+    /// The hub the klusterlet process is connected to, and in which of its lives.
+    pub fn connected(&self) -> Option<crate::klusterlet::Connected> {
+        self.connection.borrow().clone()
     }
 
     /// Stops the klusterlet (its lease stops being renewed, its works are no longer served).

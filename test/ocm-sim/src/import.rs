@@ -1,40 +1,422 @@
-//! The import controller of a hub (the ACM/MCE behaviour): every accepted cluster gets a
-//! `<cluster>-klusterlet` ManifestWork carrying its Klusterlet configuration. A cluster
-//! annotated `agent.open-cluster-management.io/klusterlet-config: <name>` gets the bootstrap
-//! kubeconfigs that KlusterletConfig lists (`multipleHubsConfig.bootstrapKubeConfigs`, with the
-//! current hub first under `IncludeCurrentHub`; or, on hubs with the older CRD,
-//! `bootstrapKubeConfigs`, which names the hubs to use and nothing else; secrets read from the
-//! hub's `multicluster-engine` namespace) with the MultipleHubs feature gate, so its klusterlet
-//! can switch hubs. Removing the annotation restores the default configuration.
+//! The import controller of an ACM/MCE hub (stolostron/managedcluster-import-controller): every
+//! accepted cluster gets a `<cluster>-klusterlet` ManifestWork rendering its Klusterlet from
+//! its KlusterletConfig, as upstream's `pkg/bootstrap/render.go` (`Generate`) and
+//! `pkg/controller/manifestwork/manifestwork_controller.go` do:
+//!
+//! - The cluster's KlusterletConfig (annotation `agent.open-cluster-management.io/klusterlet-config`)
+//!   is merged over the one named `global` (`GetMergedKlusterletConfigWithGlobal`, merge rules
+//!   of stolostron/cluster-lifecycle-api `helpers/klusterletconfig/merge.go`, see
+//!   [`merge_klusterlet_configs`]).
+//! - The cluster's bootstrap kubeconfig (`bootstrap-hub-kubeconfig`) points at
+//!   `hubKubeAPIServerConfig.url` (or the older `hubKubeAPIServerURL`) when set, else the hub.
+//! - Feature gates go to the registration or the work agent; `nodePlacement`, `registries`
+//!   (image overrides) and the work agent's eviction grace period and status sync interval are
+//!   rendered on the Klusterlet.
+//! - `multipleHubsConfig` with LocalSecrets: MultipleHubs on, the listed secrets (read from the
+//!   import controller's own namespace; one missing fails the whole render, so the work is not
+//!   changed) and, with `IncludeCurrentHub`, the current hub's bootstrap kubeconfig as
+//!   `bootstrap-hub-kubeconfig-current-hub`, **last**. Hubs with the older CRD render
+//!   `spec.bootstrapKubeConfigs` the same way, the current hub appended by MCE 2.8 and not by
+//!   MCE 2.7 ([`OlderMce`]).
+//! - A cluster annotated `import.open-cluster-management.io/disable-auto-import` keeps the
+//!   works it has, every manifest of them made ReadOnly; nothing new is rendered for it.
+//! - Deleting a cluster ([`clean_up`], [`delete_namespaces`]): the works of one the hub no
+//!   longer accepts, or that is unavailable, are force-deleted; then its namespace goes.
+//! - The Klusterlet goes last in the work, after the ClusterRole that lets the work agent
+//!   (`admin`) manage it (`pkg/bootstrap/manifests/klusterlet/clusterrole_aggregate.yaml`).
+//!
+//! Not simulated: the per-cluster bootstrap ServiceAccount tokens (every cluster of a hub
+//! bootstraps with the hub's one identity), image pull secrets, `installMode: noOperator`
+//! (the Klusterlet is rendered as for the default mode), hosted mode.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
-use migration_api::common::BootstrapKubeConfigs;
 use migration_api::names::BOOTSTRAP_HUB_KUBECONFIG;
 use migration_api::names::annotations::KLUSTERLET_CONFIG;
+use migration_api::names::conditions::CLUSTER_AVAILABLE;
+use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::config::KlusterletConfig;
 use migration_api::ocm::work::ManifestWork;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
+use crate::finalizers;
+use crate::hub::OlderMce;
 use crate::names::AGENT_NAMESPACE;
 
-/// Namespace on the hub holding the bootstrap kubeconfig secrets KlusterletConfigs name.
+/// The import controller's own namespace (MCE's `multicluster-engine`): the bootstrap
+/// kubeconfig secrets KlusterletConfigs name are read from here.
 pub const BOOTSTRAP_SECRETS_NAMESPACE: &str = "multicluster-engine";
+/// The KlusterletConfig every cluster's own is merged over.
+pub const GLOBAL_KLUSTERLET_CONFIG: &str = "global";
+/// The current hub's bootstrap kubeconfig among several (`IncludeCurrentHub`).
+pub const CURRENT_HUB_SECRET: &str = "bootstrap-hub-kubeconfig-current-hub";
+/// A cluster whose klusterlet works the import controller must not change.
+pub const DISABLE_AUTO_IMPORT: &str = "import.open-cluster-management.io/disable-auto-import";
 const MANAGER: &str = "managedcluster-import-controller";
+/// Work agent feature gates (upstream `DefaultSpokeWorkFeatureGates`); the others a
+/// KlusterletConfig lists are the registration agent's.
+const WORK_FEATURE_GATES: &[&str] = &[
+    "RawFeedbackJsonString",
+    "ExecutorValidatingCaches",
+    "NilExecutorValidating",
+    "ManifestWorkReplicaSet",
+    "CloudEventsDrivers",
+];
+
+/// The ClusterRole ACM's import adds to every cluster so that the work agent (bound to
+/// `admin`) can manage the Klusterlet.
+pub fn klusterlet_admin_role() -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "open-cluster-management:klusterlet-admin-aggregate-clusterrole",
+                     "labels": {"rbac.authorization.k8s.io/aggregate-to-admin": "true"}},
+        "rules": [{"apiGroups": ["operator.open-cluster-management.io"], "resources": ["klusterlets"],
+                   "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]
+    })
+}
 
 /// Name of a cluster's klusterlet work.
 pub fn klusterlet_work(cluster: &str) -> String {
     format!("{cluster}-klusterlet")
+}
+
+/// Whether a value is "zero" as Go's `reflect.Value.IsZero` sees the JSON it came from.
+fn is_zero(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => s.is_empty(),
+        Some(Value::Array(a)) => a.is_empty(),
+        Some(Value::Object(o)) => o.values().all(|v| is_zero(Some(v))),
+        Some(Value::Bool(b)) => !b,
+        Some(Value::Number(n)) => n.as_f64() == Some(0.0),
+    }
+}
+
+/// The spec of `own` merged over `global` (`MergeKlusterletConfigs`): most fields are taken
+/// from `own` when set there; `hubKubeAPIServerConfig` merges field by field (trusted CA
+/// bundles by name); feature gates are `own`'s plus `global`'s for other features; the larger
+/// `maxCustomClusterClaims` wins.
+pub fn merge_klusterlet_configs(global: Option<&Value>, own: Option<&Value>) -> Value {
+    let (Some(base), Some(over)) = (global, own) else {
+        return own.or(global).cloned().unwrap_or_else(|| json!({}));
+    };
+    let empty = Map::new();
+    let base_map = base.as_object().unwrap_or(&empty);
+    let over_map = over.as_object().unwrap_or(&empty);
+    let mut merged = base_map.clone();
+    let keys: std::collections::BTreeSet<&String> =
+        base_map.keys().chain(over_map.keys()).collect();
+    for key in keys {
+        let (b, o) = (base_map.get(key), over_map.get(key));
+        let value = match key.as_str() {
+            "hubKubeAPIServerConfig" => match (b, o) {
+                (Some(b), Some(o)) if !o.is_null() && !b.is_null() => {
+                    let mut c = o.clone();
+                    for field in ["url", "proxyURL", "serverVerificationStrategy"] {
+                        if is_zero(c.get(field)) && !is_zero(b.get(field)) {
+                            c[field] = b[field].clone();
+                        }
+                    }
+                    let mut bundles = c
+                        .get("trustedCABundles")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
+                    for bundle in b
+                        .get("trustedCABundles")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                    {
+                        if !bundles.iter().any(|x| x.get("name") == bundle.get("name")) {
+                            bundles.push(bundle.clone());
+                        }
+                    }
+                    if !bundles.is_empty() {
+                        c["trustedCABundles"] = Value::Array(bundles);
+                    }
+                    Some(c)
+                }
+                (b, o) => o.filter(|o| !o.is_null()).or(b).cloned(),
+            },
+            "featureGates" => {
+                let mut gates = o.and_then(Value::as_array).cloned().unwrap_or_default();
+                for g in b.and_then(Value::as_array).into_iter().flatten() {
+                    if !gates.iter().any(|x| x.get("feature") == g.get("feature")) {
+                        gates.push(g.clone());
+                    }
+                }
+                Some(Value::Array(gates))
+            }
+            "clusterClaimConfiguration" => match (b, o) {
+                (Some(b), Some(o)) if !o.is_null() && !b.is_null() => {
+                    let max = |v: &Value| v["maxCustomClusterClaims"].as_i64().unwrap_or(0);
+                    let mut c = o.clone();
+                    c["maxCustomClusterClaims"] = json!(max(o).max(max(b)));
+                    Some(c)
+                }
+                (b, o) => o.filter(|o| !o.is_null()).or(b).cloned(),
+            },
+            _ => {
+                if is_zero(o) {
+                    b.cloned()
+                } else {
+                    o.cloned()
+                }
+            }
+        };
+        match value {
+            Some(v) => merged.insert(key.clone(), v),
+            None => merged.remove(key),
+        };
+    }
+    // The deprecated URL moves into hubKubeAPIServerConfig when that is present.
+    if let Some(config) = merged
+        .get("hubKubeAPIServerConfig")
+        .filter(|c| c.is_object())
+        .cloned()
+    {
+        let mut config = config;
+        if is_zero(config.get("url")) && !is_zero(merged.get("hubKubeAPIServerURL")) {
+            config["url"] = merged["hubKubeAPIServerURL"].clone();
+        }
+        merged.insert("hubKubeAPIServerConfig".into(), config);
+    }
+    Value::Object(merged)
+}
+
+/// The hub's bootstrap kubeconfig with its server replaced (the URL a KlusterletConfig names).
+fn with_server(kubeconfig: &str, server: &str) -> String {
+    let Ok(mut kc) = serde_yaml::from_str::<Value>(kubeconfig) else {
+        return kubeconfig.to_owned();
+    };
+    for c in kc
+        .get_mut("clusters")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        c["cluster"]["server"] = json!(server);
+    }
+    serde_yaml::to_string(&kc).unwrap_or_else(|_| kubeconfig.to_owned())
+}
+
+/// Why a cluster's klusterlet manifests cannot be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Config(String),
+}
+
+/// What the render reads besides the cluster: the merged KlusterletConfig spec, the
+/// bootstrap secrets it names (name, kubeconfig; `None` when missing), and the hub's kind.
+#[derive(Clone, Copy, Debug)]
+pub struct RenderInput<'a> {
+    pub cluster: &'a str,
+    pub spec: &'a Value,
+    pub hub_bootstrap_kubeconfig: &'a str,
+    pub secrets: &'a [(String, Option<String>)],
+    pub older: Option<OlderMce>,
+}
+
+/// The names of the bootstrap kubeconfig secrets the merged spec lists, and whether the
+/// current hub's is appended.
+pub fn listed_secrets(spec: &Value, older: Option<OlderMce>) -> (Vec<String>, bool) {
+    let (boot, include_current) = match older {
+        None => {
+            let m = spec.get("multipleHubsConfig");
+            (
+                m.and_then(|m| m.get("bootstrapKubeConfigs")),
+                m.and_then(|m| m.get("genBootstrapKubeConfigStrategy"))
+                    .and_then(Value::as_str)
+                    == Some("IncludeCurrentHub"),
+            )
+        }
+        Some(mce) => (spec.get("bootstrapKubeConfigs"), mce == OlderMce::Mce28),
+    };
+    let local = boot
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("LocalSecrets"))
+        .and_then(|b| b.get("localSecretsConfig"));
+    let names = local
+        .and_then(|l| l.get("kubeConfigSecrets"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.get("name").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        });
+    match names {
+        Some(n) => (n, include_current),
+        None => (Vec::new(), false),
+    }
+}
+
+/// A cluster's klusterlet manifests (pure): the Klusterlet role, the bootstrap kubeconfig
+/// secrets, the Klusterlet last.
+pub fn render(input: &RenderInput<'_>) -> Result<Vec<Value>, RenderError> {
+    let spec = input.spec;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let url = spec
+        .pointer("/hubKubeAPIServerConfig/url")
+        .or_else(|| spec.get("hubKubeAPIServerURL"))
+        .and_then(Value::as_str)
+        .filter(|u| !u.is_empty());
+    let bootstrap = match url {
+        Some(u) => with_server(input.hub_bootstrap_kubeconfig, u),
+        None => input.hub_bootstrap_kubeconfig.to_owned(),
+    };
+    let secret = |name: &str, kubeconfig: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": name, "namespace": AGENT_NAMESPACE},
+               "type": "Opaque", "data": {"kubeconfig": b64(kubeconfig)}})
+    };
+    let mut manifests = vec![
+        klusterlet_admin_role(),
+        secret(BOOTSTRAP_HUB_KUBECONFIG, &bootstrap),
+    ];
+    let (mut registration_gates, mut work_gates) = (Vec::new(), Vec::new());
+    for g in spec
+        .get("featureGates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let feature = g.get("feature").and_then(Value::as_str).unwrap_or_default();
+        if WORK_FEATURE_GATES.contains(&feature) {
+            work_gates.push(g.clone());
+        } else {
+            registration_gates.push(g.clone());
+        }
+    }
+    let mut registration = json!({});
+    let (names, include_current) = listed_secrets(spec, input.older);
+    if !names.is_empty() {
+        let mut listed = Vec::new();
+        for name in &names {
+            let Some((_, Some(kubeconfig))) = input.secrets.iter().find(|(n, _)| n == name) else {
+                return Err(RenderError::Config(format!(
+                    "secrets \"{name}\" not found in namespace {BOOTSTRAP_SECRETS_NAMESPACE}"
+                )));
+            };
+            manifests.push(secret(name, kubeconfig));
+            listed.push(json!({"name": name}));
+        }
+        if include_current {
+            manifests.push(secret(CURRENT_HUB_SECRET, &bootstrap));
+            listed.push(json!({"name": CURRENT_HUB_SECRET}));
+        }
+        if !registration_gates
+            .iter()
+            .any(|g| g.get("feature").and_then(Value::as_str) == Some("MultipleHubs"))
+        {
+            registration_gates.push(json!({"feature": "MultipleHubs", "mode": "Enable"}));
+        }
+        let boot = match input.older {
+            None => spec.pointer("/multipleHubsConfig/bootstrapKubeConfigs"),
+            Some(_) => spec.get("bootstrapKubeConfigs"),
+        };
+        let timeout = boot
+            .and_then(|b| b.pointer("/localSecretsConfig/hubConnectionTimeoutSeconds"))
+            .cloned()
+            .unwrap_or(json!(600));
+        registration["bootstrapKubeConfigs"] = json!({"type": "LocalSecrets", "localSecretsConfig": {
+            "kubeConfigSecrets": listed, "hubConnectionTimeoutSeconds": timeout}});
+    }
+    if !registration_gates.is_empty() {
+        registration["featureGates"] = Value::Array(registration_gates);
+    }
+    let mut work = json!({});
+    if !work_gates.is_empty() {
+        work["featureGates"] = Value::Array(work_gates);
+    }
+    for (from, to) in [
+        (
+            "appliedManifestWorkEvictionGracePeriod",
+            "appliedManifestWorkEvictionGracePeriod",
+        ),
+        ("workStatusSyncInterval", "statusSyncInterval"),
+    ] {
+        if let Some(v) = spec.get(from).filter(|v| !is_zero(Some(v))) {
+            work[to] = v.clone();
+        }
+    }
+    let mut klusterlet_spec = json!({"clusterName": input.cluster, "namespace": AGENT_NAMESPACE,
+                                     "registrationConfiguration": registration});
+    if work.as_object().is_some_and(|w| !w.is_empty()) {
+        klusterlet_spec["workConfiguration"] = work;
+    }
+    if let Some(p) = spec.get("nodePlacement").filter(|p| !is_zero(Some(p))) {
+        klusterlet_spec["nodePlacement"] = p.clone();
+    }
+    // Registries rewrite the agent images (source prefix -> mirror).
+    let image = |default: &str| {
+        spec.get("registries")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find_map(|r| {
+                let source = r.get("source")?.as_str()?;
+                let mirror = r.get("mirror")?.as_str()?;
+                default
+                    .strip_prefix(source)
+                    .map(|rest| format!("{mirror}{rest}"))
+            })
+            .unwrap_or_else(|| default.to_owned())
+    };
+    klusterlet_spec["registrationImagePullSpec"] = json!(image(
+        "registry.redhat.io/multicluster-engine/registration-rhel9:latest"
+    ));
+    klusterlet_spec["workImagePullSpec"] = json!(image(
+        "registry.redhat.io/multicluster-engine/work-rhel9:latest"
+    ));
+    manifests.push(json!({
+        "apiVersion": "operator.open-cluster-management.io/v1", "kind": "Klusterlet",
+        "metadata": {"name": migration_api::names::KLUSTERLET},
+        "spec": klusterlet_spec
+    }));
+    Ok(manifests)
+}
+
+/// ReadOnly manifest configs for every manifest of a work (`buildManifestConfigs` with
+/// auto-import disabled).
+pub fn read_only_configs(manifests: &[Value]) -> Vec<Value> {
+    manifests
+        .iter()
+        .map(|m| {
+            let (group, _) = m["apiVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .rsplit_once('/')
+                .unwrap_or(("", ""));
+            let kind = m["kind"].as_str().unwrap_or_default().to_ascii_lowercase();
+            let resource = if kind.ends_with('s') {
+                format!("{kind}es")
+            } else if let Some(stem) = kind.strip_suffix('y') {
+                format!("{stem}ies")
+            } else {
+                format!("{kind}s")
+            };
+            let mut id =
+                json!({"group": group, "resource": resource, "name": m["metadata"]["name"]});
+            if let Some(ns) = m["metadata"]["namespace"].as_str() {
+                id["namespace"] = json!(ns);
+            }
+            json!({"resourceIdentifier": id, "updateStrategy": {"type": "ReadOnly"}})
+        })
+        .collect()
 }
 
 struct Ctx {
@@ -42,27 +424,46 @@ struct Ctx {
     /// The hub's own bootstrap kubeconfig, which the klusterlet work keeps on every cluster
     /// (so a cluster that moved here restarts against this hub, not the one it left).
     bootstrap_kubeconfig: String,
+    older: Option<OlderMce>,
 }
 
 /// Runs until aborted.
-pub async fn run(client: Client, bootstrap_kubeconfig: String) {
+pub async fn run(client: Client, bootstrap_kubeconfig: String, older: Option<OlderMce>) {
     let clusters: Api<ManagedCluster> = Api::all(client.clone());
-    let configs: Api<KlusterletConfig> = Api::all(client.clone());
+    let configs: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ApiResource::erase::<KlusterletConfig>(&()));
     let secrets: Api<Secret> = Api::namespaced(client.clone(), BOOTSTRAP_SECRETS_NAMESPACE);
     let controller = Controller::new(clusters, watcher::Config::default());
     let store = controller.store();
     let by_config = store.clone();
-    let by_secret = store;
+    let by_secret = store.clone();
+    let by_work = store;
+    tokio::spawn(delete_namespaces(client.clone()));
     controller
         .watches(
-            configs,
+            Api::<ManifestWork>::all(client.clone()),
             watcher::Config::default(),
-            move |kc: KlusterletConfig| {
+            move |w: ManifestWork| {
+                let r = ObjectRef::<ManagedCluster>::new(&w.namespace()?);
+                by_work
+                    .get(&r)
+                    .filter(|mc| mc.metadata.deletion_timestamp.is_some())
+                    .map(|_| r)
+            },
+        )
+        .watches_with(
+            configs,
+            ApiResource::erase::<KlusterletConfig>(&()),
+            watcher::Config::default(),
+            move |kc: DynamicObject| {
                 let name = kc.name_any();
                 by_config
                     .state()
                     .into_iter()
-                    .filter(|mc| mc.annotations().get(KLUSTERLET_CONFIG) == Some(&name))
+                    .filter(|mc| {
+                        name == GLOBAL_KLUSTERLET_CONFIG
+                            || mc.annotations().get(KLUSTERLET_CONFIG) == Some(&name)
+                    })
                     .map(|mc| ObjectRef::from_obj(&*mc))
                     .collect::<Vec<_>>()
             },
@@ -71,114 +472,420 @@ pub async fn run(client: Client, bootstrap_kubeconfig: String) {
             by_secret
                 .state()
                 .into_iter()
-                .filter(|mc| mc.annotations().contains_key(KLUSTERLET_CONFIG))
                 .map(|mc| ObjectRef::from_obj(&*mc))
                 .collect::<Vec<_>>()
         })
+        .watches(
+            Api::<Secret>::all(client.clone()),
+            watcher::Config::default().fields(&format!("metadata.name={AUTO_IMPORT_SECRET}")),
+            |s: Secret| {
+                s.namespace()
+                    .map(|ns| ObjectRef::<ManagedCluster>::new(&ns))
+            },
+        )
         .run(
             reconcile,
-            |_, e: &kube::Error, _| {
+            |_, e: &RenderError, _| {
                 tracing::debug!(error = %e, "import reconcile failed");
                 Action::requeue(Duration::from_millis(500))
             },
             Arc::new(Ctx {
                 client,
                 bootstrap_kubeconfig,
+                older,
             }),
         )
         .for_each(|_| async {})
         .await;
 }
 
-async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
-    if !mc.spec.hub_accepts_client || mc.metadata.deletion_timestamp.is_some() {
+async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, RenderError> {
+    if mc.metadata.deletion_timestamp.is_some() {
+        return Ok(clean_up(&ctx.client, &mc).await?);
+    }
+    // Upstream `pkg/controller/managedcluster/managedcluster_controller.go`.
+    let clusters: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    if finalizers::add(&clusters, &*mc, IMPORT_FINALIZER).await? {
         return Ok(Action::await_change());
     }
     let cluster = mc.name_any();
-    let mut manifests: Vec<Value> = Vec::new();
-    let mut registration = json!({});
-    if let Some(config_name) = mc.annotations().get(KLUSTERLET_CONFIG) {
-        // Read as JSON: hubs with the older CRD keep `bootstrapKubeConfigs` under `spec`.
-        let configs: Api<DynamicObject> = Api::all_with(
-            ctx.client.clone(),
-            &ApiResource::erase::<KlusterletConfig>(&()),
-        );
-        if let Some(kc) = configs.get_opt(config_name).await? {
-            let spec = kc.data.get("spec").cloned().unwrap_or_default();
-            let (include_current, boot) = match spec.get("multipleHubsConfig") {
-                Some(m) => (
-                    m.get("genBootstrapKubeConfigStrategy")
-                        .and_then(Value::as_str)
-                        == Some("IncludeCurrentHub"),
-                    m.get("bootstrapKubeConfigs").cloned(),
-                ),
-                // The older shape lists the hubs to use, the current one only if named.
-                None => (false, spec.get("bootstrapKubeConfigs").cloned()),
-            };
-            if let Some(local) = boot
-                .and_then(|b| serde_json::from_value::<BootstrapKubeConfigs>(b).ok())
-                .filter(|b| b.type_ == "LocalSecrets")
-                .and_then(|b| b.local_secrets_config)
-            {
-                let mut names: Vec<String> = Vec::new();
-                if include_current {
-                    names.push(BOOTSTRAP_HUB_KUBECONFIG.to_owned());
-                }
-                let secrets: Api<Secret> =
-                    Api::namespaced(ctx.client.clone(), BOOTSTRAP_SECRETS_NAMESPACE);
-                for s in &local.kube_config_secrets {
-                    let Some(secret) = secrets.get_opt(&s.name).await? else {
-                        tracing::info!(%cluster, secret = %s.name, "bootstrap kubeconfig secret not found on the hub");
-                        continue;
-                    };
-                    manifests.push(json!({
-                        "apiVersion": "v1", "kind": "Secret",
-                        "metadata": {"name": s.name, "namespace": AGENT_NAMESPACE},
-                        "type": "Opaque",
-                        "data": serde_json::to_value(secret.data.unwrap_or_default()).unwrap_or(json!({}))
-                    }));
-                    names.push(s.name.clone());
-                }
-                registration = json!({
-                    "featureGates": [{"feature": "MultipleHubs", "mode": "Enable"}],
-                    "bootstrapKubeConfigs": {"type": "LocalSecrets", "localSecretsConfig": {
-                        "kubeConfigSecrets": names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>(),
-                        "hubConnectionTimeoutSeconds": local.hub_connection_timeout_seconds.unwrap_or(600)
-                    }}
-                });
-            }
-        }
-    }
-    manifests.insert(
-        0,
-        json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": BOOTSTRAP_HUB_KUBECONFIG, "namespace": AGENT_NAMESPACE},
-            "type": "Opaque",
-            "data": {"kubeconfig": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &ctx.bootstrap_kubeconfig)}
-        }),
-    );
-    manifests.insert(
-        0,
-        json!({
-            "apiVersion": "operator.open-cluster-management.io/v1", "kind": "Klusterlet",
-            "metadata": {"name": "klusterlet"},
-            "spec": {"clusterName": cluster, "registrationConfiguration": registration}
-        }),
-    );
     let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), &cluster);
     let name = klusterlet_work(&cluster);
+    if mc.annotations().contains_key(DISABLE_AUTO_IMPORT) {
+        // The works stay as they are, read-only (upstream's DR restore guard).
+        if let Some(w) = works.get_opt(&name).await? {
+            let manifests = w
+                .spec
+                .workload
+                .as_ref()
+                .and_then(|w| w.manifests.clone())
+                .unwrap_or_default();
+            works
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"spec": {"manifestConfigs": read_only_configs(&manifests)}}),
+                    ),
+                )
+                .await?;
+        }
+        return Ok(Action::await_change());
+    }
+    // Read as JSON: hubs with the older CRD keep `bootstrapKubeConfigs` under `spec`.
+    let configs: Api<DynamicObject> = Api::all_with(
+        ctx.client.clone(),
+        &ApiResource::erase::<KlusterletConfig>(&()),
+    );
+    let spec_of = |kc: Option<DynamicObject>| kc.and_then(|k| k.data.get("spec").cloned());
+    let global = spec_of(configs.get_opt(GLOBAL_KLUSTERLET_CONFIG).await?);
+    let own = match mc.annotations().get(KLUSTERLET_CONFIG) {
+        Some(n) => spec_of(configs.get_opt(n).await?),
+        None => None,
+    };
+    let spec = merge_klusterlet_configs(global.as_ref(), own.as_ref());
+    let (names, _) = listed_secrets(&spec, ctx.older);
+    let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), BOOTSTRAP_SECRETS_NAMESPACE);
+    let mut secrets = Vec::new();
+    for n in names {
+        let text = secrets_api
+            .get_opt(&n)
+            .await?
+            .and_then(|s| crate::klusterlet::secret_text(&s, "kubeconfig"));
+        secrets.push((n, text));
+    }
+    let manifests = render(&RenderInput {
+        cluster: &cluster,
+        spec: &spec,
+        hub_bootstrap_kubeconfig: &ctx.bootstrap_kubeconfig,
+        secrets: &secrets,
+        older: ctx.older,
+    })?;
+    auto_import(&ctx.client, &cluster, &manifests).await?;
+    // Klusterlet works only for clusters the hub accepts.
+    if !mc.spec.hub_accepts_client {
+        return Ok(Action::await_change());
+    }
     works
         .patch(
             &name,
             &PatchParams::apply(MANAGER).force(),
             &Patch::Apply(json!({
                 "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
-                "metadata": {"name": name, "namespace": cluster},
+                "metadata": {"name": name, "namespace": cluster,
+                             "labels": {"import.open-cluster-management.io/klusterlet-works": "true"}},
                 "spec": {"workload": {"manifests": manifests},
                          "deleteOption": {"propagationPolicy": "Orphan"}}
             })),
         )
         .await?;
     Ok(Action::await_change())
+}
+
+/// Auto-import (upstream `pkg/controller/autoimport/autoimport_controller.go`): with an
+/// `auto-import-secret` (a kubeconfig of the managed cluster) in the cluster's namespace, and
+/// no `disable-auto-import` on it (checked by the caller), the klusterlet manifests are applied
+/// straight onto the cluster, whether the hub accepts it or not. The secret is deleted after
+/// a successful import unless annotated `keeping-auto-import-secret`, and as long as it is kept
+/// every reconcile imports again: the `ImportAndSync` strategy, the one that can pull a
+/// cluster back onto this hub.
+async fn auto_import(
+    client: &Client,
+    cluster: &str,
+    manifests: &[Value],
+) -> Result<(), RenderError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), cluster);
+    let Some(secret) = secrets.get_opt(AUTO_IMPORT_SECRET).await? else {
+        return Ok(());
+    };
+    let Some(kubeconfig) = crate::klusterlet::secret_text(&secret, "kubeconfig") else {
+        return Ok(());
+    };
+    let managed = kube_sim::client_from_kubeconfig(&kubeconfig)
+        .await
+        .map_err(|e| RenderError::Config(format!("auto-import-secret of {cluster}: {e}")))?;
+    for m in manifests {
+        let gvk = kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
+            api_version: m["apiVersion"].as_str().unwrap_or_default().to_owned(),
+            kind: m["kind"].as_str().unwrap_or_default().to_owned(),
+        })
+        .map_err(|e| RenderError::Config(e.to_string()))?;
+        let (ar, caps) = kube::discovery::pinned_kind(&managed, &gvk).await?;
+        let name = m["metadata"]["name"].as_str().unwrap_or_default();
+        let api: Api<DynamicObject> = match (caps.scope, m["metadata"]["namespace"].as_str()) {
+            (kube::discovery::Scope::Namespaced, Some(ns)) => {
+                Api::namespaced_with(managed.clone(), ns, &ar)
+            }
+            _ => Api::all_with(managed.clone(), &ar),
+        };
+        api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(m))
+            .await?;
+    }
+    tracing::info!(%cluster, "auto-imported: the klusterlet manifests applied onto the cluster");
+    if !secret.annotations().contains_key(KEEP_AUTO_IMPORT_SECRET) {
+        secrets
+            .delete(AUTO_IMPORT_SECRET, &Default::default())
+            .await?;
+    }
+    Ok(())
+}
+
+/// Upstream `pkg/controller/resourcecleanup/resourcecleanup_controller.go`: a deleted cluster
+/// the hub no longer accepts, or whose `ManagedClusterConditionAvailable` is False or Unknown,
+/// has its ManagedClusterAddOns and ManifestWorks force-deleted (deleted, then their finalizers
+/// cleared: `pkg/helpers/manifestwork.go` `ForceDeleteManifestWork`), whatever they applied
+/// left on the cluster; any other waits for its work agent to finish the works the
+/// registration GC deletes. The import finalizer goes once none is left.
+async fn clean_up(client: &Client, mc: &ManagedCluster) -> Result<Action, kube::Error> {
+    let name = mc.name_any();
+    let works: Api<ManifestWork> = Api::namespaced(client.clone(), &name);
+    let addons: Api<ManagedClusterAddOn> = Api::namespaced(client.clone(), &name);
+    let unavailable = mc
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == CLUSTER_AVAILABLE))
+        .is_some_and(|c| c.status == "False" || c.status == "Unknown");
+    let lp = ListParams::default();
+    if !mc.spec.hub_accepts_client || unavailable {
+        for a in addons.list_metadata(&lp).await?.items {
+            finalizers::force_delete(&addons, &a.name_any()).await?;
+        }
+        for w in works.list_metadata(&lp).await?.items {
+            finalizers::force_delete(&works, &w.name_any()).await?;
+        }
+    }
+    let left_works = works.list_metadata(&lp).await?.items.len();
+    let left_addons = addons.list_metadata(&lp).await?.items.len();
+    if left_works > 0 || left_addons > 0 {
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    }
+    finalizers::remove(
+        &Api::<ManagedCluster>::all(client.clone()),
+        &name,
+        IMPORT_FINALIZER,
+    )
+    .await?;
+    Ok(Action::await_change())
+}
+
+/// Upstream `pkg/controller/clusternamespacedeletion/controller.go`: once a cluster is gone,
+/// its namespace goes too, unless annotated `open-cluster-management.io/retain-namespace` or
+/// ManagedClusterAddOns are still in it (the hive, assisted-installer, hosted-cluster and pod
+/// checks have nothing to find here).
+async fn delete_namespaces(client: Client) {
+    let clusters: Api<ManagedCluster> = Api::all(client.clone());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut events = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(watcher(
+        clusters,
+        watcher::Config::default()
+    )));
+    while let Some(ev) = events.next().await {
+        let Ok(watcher::Event::Delete(mc)) = ev else {
+            continue;
+        };
+        let name = mc.name_any();
+        let addons: Api<ManagedClusterAddOn> = Api::namespaced(client.clone(), &name);
+        let result = async {
+            let Some(ns) = namespaces.get_opt(&name).await? else {
+                return Ok(());
+            };
+            if ns.annotations().contains_key(RETAIN_NAMESPACE)
+                || ns.metadata.deletion_timestamp.is_some()
+                || !addons
+                    .list_metadata(&ListParams::default())
+                    .await?
+                    .items
+                    .is_empty()
+            {
+                return Ok(());
+            }
+            finalizers::ignore_not_found(namespaces.delete(&name, &DeleteParams::default()).await)
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(cluster = %name, error = %e, "deleting the cluster namespace");
+        }
+    }
+}
+
+/// The import controller's finalizer on every ManagedCluster.
+pub const IMPORT_FINALIZER: &str =
+    "managedcluster-import-controller.open-cluster-management.io/cleanup";
+/// Keeps a deleted cluster's namespace.
+pub const RETAIN_NAMESPACE: &str = "open-cluster-management.io/retain-namespace";
+
+/// The secret auto-import reads the managed cluster's kubeconfig from.
+pub const AUTO_IMPORT_SECRET: &str = "auto-import-secret";
+/// Keeps the auto-import secret after an import.
+pub const KEEP_AUTO_IMPORT_SECRET: &str =
+    "managedcluster-import-controller.open-cluster-management.io/keeping-auto-import-secret";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `helpers/klusterletconfig/merge.go`: the cluster's own KlusterletConfig over `global`.
+    #[test]
+    fn a_clusters_klusterlet_config_merges_over_the_global_one() {
+        let global = json!({"hubKubeAPIServerConfig": {"url": "https://global:6443", "serverVerificationStrategy": "UseSystemTruststore",
+                                                       "trustedCABundles": [{"name": "a"}]},
+                            "featureGates": [{"feature": "ClusterClaim", "mode": "Enable"}, {"feature": "AddonManagement", "mode": "Enable"}],
+                            "nodePlacement": {"nodeSelector": {"zone": "g"}},
+                            "appliedManifestWorkEvictionGracePeriod": "60m"});
+        let own = json!({"hubKubeAPIServerConfig": {"proxyURL": "http://proxy", "trustedCABundles": [{"name": "b"}, {"name": "a"}]},
+                         "featureGates": [{"feature": "ClusterClaim", "mode": "Disable"}],
+                         "registries": [{"source": "registry.redhat.io", "mirror": "mirror.io"}]});
+        let m = merge_klusterlet_configs(Some(&global), Some(&own));
+        assert_eq!(m["hubKubeAPIServerConfig"]["url"], "https://global:6443");
+        assert_eq!(m["hubKubeAPIServerConfig"]["proxyURL"], "http://proxy");
+        assert_eq!(
+            m["hubKubeAPIServerConfig"]["serverVerificationStrategy"],
+            "UseSystemTruststore"
+        );
+        assert_eq!(
+            m["hubKubeAPIServerConfig"]["trustedCABundles"],
+            json!([{"name": "b"}, {"name": "a"}])
+        );
+        assert_eq!(
+            m["featureGates"],
+            json!([{"feature": "ClusterClaim", "mode": "Disable"}, {"feature": "AddonManagement", "mode": "Enable"}])
+        );
+        assert_eq!(m["nodePlacement"], global["nodePlacement"]);
+        assert_eq!(m["registries"], own["registries"]);
+        assert_eq!(m["appliedManifestWorkEvictionGracePeriod"], "60m");
+        assert_eq!(merge_klusterlet_configs(None, Some(&own)), own);
+        assert_eq!(merge_klusterlet_configs(Some(&global), None), global);
+        assert_eq!(merge_klusterlet_configs(None, None), json!({}));
+    }
+
+    fn names_of(manifests: &[Value]) -> Vec<String> {
+        manifests
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}/{}",
+                    m["kind"].as_str().unwrap(),
+                    m["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+
+    const HUB: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: https://127.0.0.1:1\ncontexts: []\nusers: []\n";
+
+    /// `pkg/bootstrap/render.go`: with IncludeCurrentHub the current hub's bootstrap
+    /// kubeconfig comes last, under its own name, and points where the KlusterletConfig says.
+    #[test]
+    fn include_current_hub_renders_the_current_hub_last_with_the_configured_url() {
+        let spec = json!({"hubKubeAPIServerConfig": {"url": "https://localhost:1"},
+                          "multipleHubsConfig": {"genBootstrapKubeConfigStrategy": "IncludeCurrentHub",
+                              "bootstrapKubeConfigs": {"type": "LocalSecrets", "localSecretsConfig": {
+                                  "kubeConfigSecrets": [{"name": "bootstrap-hub2"}], "hubConnectionTimeoutSeconds": 180}}},
+                          "featureGates": [{"feature": "RawFeedbackJsonString", "mode": "Enable"}],
+                          "nodePlacement": {"nodeSelector": {"infra": "true"}},
+                          "registries": [{"source": "registry.redhat.io/multicluster-engine", "mirror": "mirror.io/mce"}]});
+        let secrets = [("bootstrap-hub2".to_owned(), Some("target".to_owned()))];
+        let input = RenderInput {
+            cluster: "c1",
+            spec: &spec,
+            hub_bootstrap_kubeconfig: HUB,
+            secrets: &secrets,
+            older: None,
+        };
+        let m = render(&input).unwrap();
+        assert_eq!(
+            names_of(&m),
+            [
+                "ClusterRole/open-cluster-management:klusterlet-admin-aggregate-clusterrole",
+                "Secret/bootstrap-hub-kubeconfig",
+                "Secret/bootstrap-hub2",
+                "Secret/bootstrap-hub-kubeconfig-current-hub",
+                "Klusterlet/klusterlet"
+            ]
+        );
+        let k = &m[4]["spec"];
+        assert_eq!(
+            k["registrationConfiguration"]["bootstrapKubeConfigs"]["localSecretsConfig"]["kubeConfigSecrets"],
+            json!([{"name": "bootstrap-hub2"}, {"name": CURRENT_HUB_SECRET}])
+        );
+        assert_eq!(
+            k["registrationConfiguration"]["featureGates"],
+            json!([{"feature": "MultipleHubs", "mode": "Enable"}])
+        );
+        assert_eq!(
+            k["workConfiguration"]["featureGates"],
+            json!([{"feature": "RawFeedbackJsonString", "mode": "Enable"}])
+        );
+        assert_eq!(k["nodePlacement"]["nodeSelector"]["infra"], "true");
+        assert_eq!(
+            k["registrationImagePullSpec"],
+            "mirror.io/mce/registration-rhel9:latest"
+        );
+        let current = base64::engine::general_purpose::STANDARD
+            .decode(m[3]["data"]["kubeconfig"].as_str().unwrap())
+            .unwrap();
+        assert!(
+            String::from_utf8(current)
+                .unwrap()
+                .contains("https://localhost:1")
+        );
+        // A listed secret the hub does not have fails the render (nothing is half applied).
+        let missing = [("bootstrap-hub2".to_owned(), None)];
+        let input = RenderInput {
+            secrets: &missing,
+            ..input
+        };
+        assert!(
+            render(&input)
+                .unwrap_err()
+                .to_string()
+                .contains("not found")
+        );
+    }
+
+    /// The older `spec.bootstrapKubeConfigs`: MCE 2.8 appends the current hub, 2.7 does not.
+    #[test]
+    fn older_shapes_by_mce_version() {
+        let spec = json!({"bootstrapKubeConfigs": {"type": "LocalSecrets", "localSecretsConfig": {
+            "kubeConfigSecrets": [{"name": "bootstrap-hub2"}]}}});
+        assert_eq!(
+            listed_secrets(&spec, Some(OlderMce::Mce27)),
+            (vec!["bootstrap-hub2".to_owned()], false)
+        );
+        assert_eq!(
+            listed_secrets(&spec, Some(OlderMce::Mce28)),
+            (vec!["bootstrap-hub2".to_owned()], true)
+        );
+        // The current CRD's field is not read on an older hub, nor the older one on a current hub.
+        assert_eq!(listed_secrets(&spec, None), (vec![], false));
+    }
+
+    #[test]
+    fn disabled_auto_import_makes_every_manifest_read_only() {
+        let configs = read_only_configs(&[
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"}}),
+            json!({"apiVersion": "operator.open-cluster-management.io/v1", "kind": "Klusterlet", "metadata": {"name": "klusterlet"}}),
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "p"}}),
+        ]);
+        let ids: Vec<String> = configs
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}/{}/{}",
+                    c["resourceIdentifier"]["group"].as_str().unwrap(),
+                    c["resourceIdentifier"]["resource"].as_str().unwrap(),
+                    c["updateStrategy"]["type"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                "/secrets/ReadOnly",
+                "operator.open-cluster-management.io/klusterlets/ReadOnly",
+                "scheduling.k8s.io/priorityclasses/ReadOnly"
+            ]
+        );
+    }
 }

@@ -1,10 +1,34 @@
-//! The klusterlet's registration agent: bootstraps from `bootstrap-hub-kubeconfig`, creates its
-//! ManagedCluster and CSR on the hub, waits for the certificate and for acceptance, saves
-//! `hub-kubeconfig-secret`, reports Joined, claims and version, and renews its lease. When the
-//! hub stops accepting it (or deletes it), it starts over from the bootstrap kubeconfig.
+//! The klusterlet's registration agent, one run per life of the agent process (Singleton mode,
+//! ACM's default: registration, work and addon agents in one process), as upstream's
+//! `pkg/registration/spoke/spokeagent.go` (open-cluster-management-io/ocm) runs it:
+//!
+//! 1. **Selection.** Without the MultipleHubs feature gate the agent takes
+//!    `bootstrap-hub-kubeconfig` as it is. With it, it takes the Klusterlet's
+//!    `bootstrapKubeConfigs` in order (`selectBootstrapKubeConfigs` in
+//!    `pkg/registration/spoke/bootstrapkubeconfigs.go`): first the one whose server is its
+//!    current hub's, if that one is valid (a failed one ends this first pass), then the first
+//!    valid one. Valid: the bootstrap identity passes the self access reviews for creating its
+//!    ManagedCluster and CSRs, and the hub either has no such cluster or accepts it. With none
+//!    valid, the process exits (the caller restarts it with a back-off).
+//! 2. **Bootstrap**, only when the saved hub kubeconfig is not for the selected hub (same
+//!    server and CA, `IsHubKubeconfigValid` in `pkg/registration/register/common.go`):
+//!    create the ManagedCluster (or, where the bootstrap identity may, add this cluster's URL
+//!    to the `managedClusterClientConfigs` of one that exists, `creating_controller.go`),
+//!    create a CSR and wait for its certificate for as long as it takes: a denied CSR is just
+//!    not approved (`IsApproved` in `pkg/registration/register/csr/certificate.go`), and only
+//!    a CSR that disappears makes the agent ask again. Nothing here re-selects a hub.
+//! 3. **Connected**: the work and addon agents start now, with the hub kubeconfig
+//!    ([`Connection`]). The agent reports Joined, renews its lease, and (with MultipleHubs
+//!    only) restarts when the hub stops accepting it (`hub_accept_controller.go`, which can
+//!    only see that while it may still read its ManagedCluster) or its lease on the hub is
+//!    older than `hubConnectionTimeoutSeconds` (`hub_timeout_controller.go`, checked at least
+//!    every minute, not in the first 10 s). A deleted ManagedCluster restarts it only through
+//!    that timeout. It also restarts when `bootstrap-hub-kubeconfig` changes
+//!    (`event_handler.go`) and when the Klusterlet's registration settings change (the
+//!    operator redeploys it).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use futures::StreamExt;
@@ -23,6 +47,7 @@ use migration_api::names::conditions::JOINED;
 use migration_api::ocm::cluster::{ClusterClaim, ManagedCluster};
 use migration_api::ocm::operator::Klusterlet;
 use serde_json::json;
+use tokio::sync::watch;
 
 use crate::Error;
 use crate::names::{
@@ -30,6 +55,23 @@ use crate::names::{
 };
 
 const MANAGER: &str = "registration-agent";
+/// `hubConnectionTimeoutSeconds` when the Klusterlet sets none (the CRD's default).
+const DEFAULT_HUB_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The hub the agent process is connected to, once bootstrap is done: the work and addon
+/// agents run while it is `Some`, and start over when it changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Connected {
+    /// The hub kubeconfig (the agent's own certificate).
+    pub text: String,
+    /// Counts the agent process's lives.
+    pub life: u64,
+    /// The Klusterlet's registration settings this life started with (JSON).
+    pub settings: String,
+}
+
+/// Shared by the agents of one klusterlet process.
+pub type Connection = watch::Sender<Option<Connected>>;
 
 /// Settings of one klusterlet.
 #[derive(Clone, Debug)]
@@ -42,9 +84,18 @@ pub struct KlusterletOptions {
     /// Simulated time to join (image pulls, pod start-up); zero in fast tests.
     pub join_delay: Duration,
     pub lease_duration_secs: i32,
+    /// Replaces the Klusterlet's `hubConnectionTimeoutSeconds` (at least 180 upstream) so
+    /// tests need not wait minutes; `None` keeps it.
+    pub hub_timeout: Option<Duration>,
     /// The connections of the klusterlet agent's process (registration, work and addon
     /// agents share them, as the singleton klusterlet agent does).
     pub transports: kube_sim::client::Transports,
+    /// Where the process tells its work and addon agents which hub it is connected to.
+    pub connection: Connection,
+    /// Ends the process's current life at once (a pod killed), for tests.
+    pub kill: std::sync::Arc<tokio::sync::Notify>,
+    /// Counts the connected lives of the process (the connection is reset between lives).
+    pub lives: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 fn b64(s: &str) -> String {
@@ -60,51 +111,16 @@ pub(crate) fn secret_text(secret: &Secret, key: &str) -> Option<String> {
         .and_then(|v| String::from_utf8(v.0.clone()).ok())
 }
 
-/// The hub kubeconfig the agent saved, as the work and addon agents use it.
-pub(crate) struct HubKubeconfig {
-    pub text: String,
-    /// The Secret's resourceVersion: a new certificate or a new hub changes it.
-    version: String,
-}
-
-/// Waits until `hub-kubeconfig-secret` (in `secrets`' namespace) holds a kubeconfig.
-pub(crate) async fn hub_kubeconfig(secrets: &Api<Secret>) -> Result<HubKubeconfig, Error> {
-    loop {
-        let secret = await_condition(
-            secrets.clone(),
-            HUB_KUBECONFIG_SECRET,
-            |s: Option<&Secret>| s.is_some_and(|s| secret_text(s, "kubeconfig").is_some()),
-        )
+/// Waits until the process is connected to a hub; `None` when the channel is gone.
+pub(crate) async fn connected(rx: &mut watch::Receiver<Option<Connected>>) -> Option<Connected> {
+    rx.wait_for(Option::is_some)
         .await
-        .map_err(|e| Error::Setup(format!("waiting for the hub kubeconfig: {e}")))?;
-        if let Some(found) = secret.as_ref().and_then(|s| {
-            Some(HubKubeconfig {
-                text: secret_text(s, "kubeconfig")?,
-                version: s.resource_version()?,
-            })
-        }) {
-            return Ok(found);
-        }
-    }
-}
-
-/// Resolves once `hub-kubeconfig-secret` is no longer the one `seen` was read from.
-pub(crate) async fn hub_kubeconfig_changed(secrets: &Api<Secret>, seen: &HubKubeconfig) {
-    let version = seen.version.clone();
-    let changed = await_condition(
-        secrets.clone(),
-        HUB_KUBECONFIG_SECRET,
-        move |s: Option<&Secret>| {
-            s.and_then(|s| s.resource_version()).as_deref() != Some(version.as_str())
-        },
-    );
-    if let Err(e) = changed.await {
-        tracing::debug!(error = %e, "watching the hub kubeconfig");
-    }
+        .ok()
+        .and_then(|c| c.clone())
 }
 
 /// Server URL and CA data of a kubeconfig's current cluster.
-fn kubeconfig_server(text: &str) -> Option<(String, Option<String>)> {
+pub(crate) fn kubeconfig_server(text: &str) -> Option<(String, Option<String>)> {
     let kc = kube::config::Kubeconfig::from_yaml(text).ok()?;
     let cluster = kc.clusters.first()?.cluster.as_ref()?;
     Some((
@@ -120,10 +136,12 @@ fn registration_settings(k: Option<&Klusterlet>) -> String {
         .unwrap_or_default()
 }
 
-/// What the agent starts a session with.
+/// What the agent starts a life with.
 struct Candidates {
     /// The bootstrap kubeconfigs, in order.
     texts: Vec<String>,
+    /// Whether the MultipleHubs feature gate is on.
+    multiple_hubs: bool,
     hub_timeout: Duration,
     /// [`registration_settings`] of the Klusterlet they came from.
     settings: String,
@@ -131,16 +149,16 @@ struct Candidates {
 
 /// The bootstrap kubeconfigs the agent may use, in order, and the hub connection timeout: the
 /// Klusterlet's `bootstrapKubeConfigs` (LocalSecrets) when the MultipleHubs feature gate is on,
-/// else `bootstrap-hub-kubeconfig` alone.
+/// else `bootstrap-hub-kubeconfig` alone. A listed secret that does not exist is left out.
 async fn candidates(managed: &Client, secrets: &Api<Secret>) -> Result<Candidates, Error> {
     let klusterlet = Api::<Klusterlet>::all(managed.clone())
-        .get_opt("klusterlet")
+        .get_opt(migration_api::names::KLUSTERLET)
         .await?;
     let settings = registration_settings(klusterlet.as_ref());
     let reg = klusterlet
         .as_ref()
         .and_then(|k| k.spec.registration_configuration.as_ref());
-    let multiple = reg.and_then(|r| r.feature_gates.as_ref()).is_some_and(|g| {
+    let multiple_hubs = reg.and_then(|r| r.feature_gates.as_ref()).is_some_and(|g| {
         g.iter()
             .any(|f| f.feature == "MultipleHubs" && f.mode.as_deref() == Some("Enable"))
     });
@@ -148,19 +166,19 @@ async fn candidates(managed: &Client, secrets: &Api<Secret>) -> Result<Candidate
         .and_then(|r| r.bootstrap_kube_configs.as_ref())
         .filter(|b| b.type_ == "LocalSecrets")
         .and_then(|b| b.local_secrets_config.as_ref());
-    let (names, timeout) = match (multiple, local) {
+    let (names, timeout) = match (multiple_hubs, local) {
         (true, Some(l)) => (
             l.kube_config_secrets
                 .iter()
                 .map(|s| s.name.clone())
                 .collect(),
-            Duration::from_secs(
-                u64::try_from(l.hub_connection_timeout_seconds.unwrap_or(600)).unwrap_or(600),
-            ),
+            l.hub_connection_timeout_seconds
+                .and_then(|s| u64::try_from(s).ok())
+                .map_or(DEFAULT_HUB_TIMEOUT, Duration::from_secs),
         ),
         _ => (
             vec![BOOTSTRAP_HUB_KUBECONFIG.to_owned()],
-            Duration::from_secs(600),
+            DEFAULT_HUB_TIMEOUT,
         ),
     };
     let mut texts = Vec::new();
@@ -175,241 +193,198 @@ async fn candidates(managed: &Client, secrets: &Api<Secret>) -> Result<Candidate
     }
     Ok(Candidates {
         texts,
+        multiple_hubs,
         hub_timeout: timeout,
         settings,
     })
 }
 
-/// Whether a bootstrap kubeconfig is usable: its identity may create CSRs on that hub, and the
-/// hub, if it already has this cluster, accepts it.
-async fn usable(boot_text: &str, opts: &KlusterletOptions) -> bool {
-    let cluster = opts.cluster_name.as_str();
+/// Whether a bootstrap kubeconfig is valid (`checkBootstrapKubeConfigValid`): its identity
+/// passes the bootstrap self access reviews (`GetBootstrapSSARs`: create and get
+/// ManagedClusters; create, get, list and watch CSRs) and the hub, if it has this cluster,
+/// accepts it.
+async fn valid(boot_text: &str, opts: &KlusterletOptions) -> bool {
     let Ok(boot) = opts.transports.client(boot_text).await else {
         return false;
     };
     let ssar: Api<SelfSubjectAccessReview> = Api::all(boot.clone());
-    let review = json!({"spec": {"resourceAttributes": {"verb": "create", "group": "certificates.k8s.io", "resource": "certificatesigningrequests"}}});
-    let Ok(review) = serde_json::from_value(review) else {
-        return false;
-    };
-    let allowed = match ssar.create(&PostParams::default(), &review).await {
-        Ok(r) => r.status.is_some_and(|s| s.allowed),
-        Err(_) => false,
-    };
-    if !allowed {
-        return false;
+    let reviews = [
+        (
+            "cluster.open-cluster-management.io",
+            "managedclusters",
+            "create",
+        ),
+        (
+            "cluster.open-cluster-management.io",
+            "managedclusters",
+            "get",
+        ),
+        (
+            "certificates.k8s.io",
+            "certificatesigningrequests",
+            "create",
+        ),
+        ("certificates.k8s.io", "certificatesigningrequests", "get"),
+        ("certificates.k8s.io", "certificatesigningrequests", "list"),
+        ("certificates.k8s.io", "certificatesigningrequests", "watch"),
+    ];
+    for (group, resource, verb) in reviews {
+        let review = json!({"spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource}}});
+        let Ok(review) = serde_json::from_value(review) else {
+            return false;
+        };
+        let allowed = match ssar.create(&PostParams::default(), &review).await {
+            Ok(r) => r.status.is_some_and(|s| s.allowed),
+            Err(_) => false,
+        };
+        if !allowed {
+            return false;
+        }
     }
-    match Api::<ManagedCluster>::all(boot).get_opt(cluster).await {
+    match Api::<ManagedCluster>::all(boot)
+        .get_opt(&opts.cluster_name)
+        .await
+    {
         Ok(Some(mc)) => mc.spec.hub_accepts_client,
         Ok(None) => true,
         Err(_) => false,
     }
 }
 
-/// Runs the agent until the task is aborted.
+/// The bootstrap kubeconfig this life uses, as `selectBootstrapKubeConfigs` picks it; `None`
+/// when none is valid.
+async fn select<'a>(
+    found: &'a Candidates,
+    current_server: Option<&str>,
+    opts: &KlusterletOptions,
+) -> Option<&'a String> {
+    if !found.multiple_hubs {
+        return found.texts.first();
+    }
+    for text in &found.texts {
+        let server = kubeconfig_server(text).map(|(s, _)| s);
+        if server.is_some() && server.as_deref() == current_server {
+            if valid(text, opts).await {
+                return Some(text);
+            }
+            break;
+        }
+    }
+    for text in &found.texts {
+        if valid(text, opts).await {
+            return Some(text);
+        }
+    }
+    None
+}
+
+/// Sets the connection back to `None` when the agent process's life ends, however it ends.
+struct Disconnect<'a>(&'a Connection);
+
+impl Drop for Disconnect<'_> {
+    fn drop(&mut self) {
+        self.0.send_replace(None);
+    }
+}
+
+/// One life of the agent process: returns when the process would exit (the caller starts the
+/// next one after a restart back-off), or when it is killed ([`KlusterletOptions::kill`]); an
+/// error when no bootstrap kubeconfig is valid.
 pub async fn run(managed: Client, opts: KlusterletOptions) -> Result<(), Error> {
+    let kill = opts.kill.clone();
+    tokio::select! {
+        r = life(managed, &opts) => r,
+        () = kill.notified() => {
+            tracing::info!(cluster = %opts.cluster_name, "the agent process was killed");
+            Ok(())
+        }
+    }
+}
+
+async fn life(managed: Client, opts: &KlusterletOptions) -> Result<(), Error> {
+    let opts = opts.clone();
+    let _disconnect = Disconnect(&opts.connection);
+    opts.connection.send_replace(None);
     let secrets: Api<Secret> = Api::namespaced(managed.clone(), AGENT_NAMESPACE);
-    // How long to wait before looking for a usable hub again.
-    let retry = Duration::from_secs(u64::try_from(opts.lease_duration_secs).unwrap_or(1).max(1));
-    loop {
-        await_condition(
-            secrets.clone(),
-            BOOTSTRAP_HUB_KUBECONFIG,
-            |s: Option<&Secret>| s.and_then(|s| secret_text(s, "kubeconfig")).is_some(),
-        )
-        .await
-        .map_err(|e| Error::Setup(format!("waiting for the bootstrap kubeconfig: {e}")))?;
-        let found = candidates(&managed, &secrets).await?;
-        let mut selected = None;
-        for text in &found.texts {
-            if usable(text, &opts).await {
-                selected = Some(text);
-                break;
-            }
-        }
-        let Some(boot_text) = selected else {
-            tracing::debug!(cluster = %opts.cluster_name, "no usable bootstrap kubeconfig");
-            tokio::time::sleep(retry).await;
-            continue;
-        };
-        match session(&managed, &secrets, boot_text, &opts, &found).await {
-            Ok(()) => tracing::info!(cluster = %opts.cluster_name, "restarting registration"),
-            Err(e) => {
-                tracing::debug!(cluster = %opts.cluster_name, error = %e, "registration attempt failed");
-                tokio::time::sleep(retry).await;
-            }
-        }
-    }
-}
-
-/// One connection to one hub; returns when the agent must start over.
-async fn session(
-    managed: &Client,
-    secrets: &Api<Secret>,
-    boot_text: &str,
-    opts: &KlusterletOptions,
-    found: &Candidates,
-) -> Result<(), Error> {
-    let hub_timeout = found.hub_timeout;
-    let (server, ca) = kubeconfig_server(boot_text)
-        .ok_or_else(|| Error::Setup("bootstrap kubeconfig has no cluster".into()))?;
-    let boot = opts.transports.client(boot_text).await?;
-    let existing = secrets.get_opt(HUB_KUBECONFIG_SECRET).await?;
-    let hub_text = match existing.and_then(|s| secret_text(&s, "kubeconfig")) {
-        Some(t) if kubeconfig_server(&t).is_some_and(|(s, _)| s == server) => t,
-        _ => register(&boot, secrets, &server, ca.as_deref(), opts).await?,
-    };
-    let hub = opts.transports.client(&hub_text).await?;
-    let name = opts.cluster_name.clone();
-    // Acceptance is visible to the bootstrap identity too; the agent's own RBAC comes with it.
-    let clusters_boot: Api<ManagedCluster> = Api::all(boot.clone());
-    await_condition(clusters_boot, &name, |mc: Option<&ManagedCluster>| {
-        mc.is_some_and(|m| {
-            m.spec.hub_accepts_client
-                && m.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| {
-                        cs.iter().any(|c| {
-                            c.type_ == migration_api::names::conditions::HUB_ACCEPTED
-                                && c.status == "True"
-                        })
-                    })
-        })
-    })
+    await_condition(
+        secrets.clone(),
+        BOOTSTRAP_HUB_KUBECONFIG,
+        |s: Option<&Secret>| s.and_then(|s| secret_text(s, "kubeconfig")).is_some(),
+    )
     .await
-    .map_err(|e| Error::Setup(format!("waiting for acceptance: {e}")))?;
-    report_joined(managed, &hub, opts).await?;
-    let leases: Api<Lease> = Api::namespaced(hub.clone(), &name);
-    let clusters: Api<ManagedCluster> = Api::all(hub.clone());
-    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut watch = std::pin::pin!(watcher(clusters, cfg));
-    let period = Duration::from_secs(u64::try_from(opts.lease_duration_secs).unwrap_or(60).max(1));
-    let mut tick = tokio::time::interval(period);
-    let mut last_contact = std::time::Instant::now();
-    let klusterlets: Api<Klusterlet> = Api::all(managed.clone());
-    let own = watcher::Config::default().fields("metadata.name=klusterlet");
-    let mut config_watch = std::pin::pin!(watcher(klusterlets, own));
-    loop {
-        tokio::select! {
-            ev = config_watch.next() => match ev {
-                Some(Ok(watcher::Event::Apply(k) | watcher::Event::InitApply(k)))
-                    if registration_settings(Some(&k)) != found.settings =>
-                {
-                    tracing::info!(cluster = %name, "Klusterlet registration settings changed; the agent restarts");
-                    return Ok(());
-                }
-                Some(Err(e)) => {
-                    tracing::debug!(cluster = %name, error = %e, "watching its Klusterlet");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                _ => {}
-            },
-            _ = tick.tick() => {
-                let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
-                match leases.patch(CLUSTER_LEASE, &PatchParams::default(), &Patch::Merge(json!({"spec": {"renewTime": now}}))).await {
-                    Ok(_) => last_contact = std::time::Instant::now(),
-                    Err(e) => {
-                        tracing::debug!(cluster = %name, error = %e, "lease renewal failed");
-                        if last_contact.elapsed() > hub_timeout {
-                            tracing::info!(cluster = %name, "hub unreachable past the connection timeout");
-                            return Ok(());
-                        }
-                    }
-                }
-            }
-            ev = watch.next() => match ev {
-                Some(Ok(watcher::Event::Apply(mc) | watcher::Event::InitApply(mc))) if !mc.spec.hub_accepts_client => {
-                    tracing::info!(cluster = %name, "hub no longer accepts this cluster");
-                    return Ok(());
-                }
-                Some(Ok(watcher::Event::Delete(_))) => return Ok(()),
-                Some(Err(kube::runtime::watcher::Error::WatchError(s))) if s.code == 403 || s.code == 401 => return Ok(()),
-                Some(Err(e)) => {
-                    tracing::debug!(cluster = %name, error = %e, "watching its ManagedCluster");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Some(Ok(_)) => {}
-                None => return Ok(()),
-            },
-        }
-    }
-}
-
-/// Creates the ManagedCluster (if absent) and a CSR; waits for the certificate; saves
-/// `hub-kubeconfig-secret`; returns its kubeconfig.
-async fn register(
-    boot: &Client,
-    secrets: &Api<Secret>,
-    server: &str,
-    ca: Option<&str>,
-    opts: &KlusterletOptions,
-) -> Result<String, Error> {
+    .map_err(|e| Error::Setup(format!("waiting for the bootstrap kubeconfig: {e}")))?;
     if !opts.join_delay.is_zero() {
         tokio::time::sleep(opts.join_delay).await;
     }
+    let found = candidates(&managed, &secrets).await?;
+    let current = secrets
+        .get_opt(HUB_KUBECONFIG_SECRET)
+        .await?
+        .and_then(|s| secret_text(&s, "kubeconfig"));
+    let current_server = current
+        .as_deref()
+        .and_then(kubeconfig_server)
+        .map(|(s, _)| s);
+    let Some(boot_text) = select(&found, current_server.as_deref(), &opts).await else {
+        return Err(Error::Setup(format!(
+            "no bootstrap kubeconfig is available for managed cluster {}",
+            opts.cluster_name
+        )));
+    };
+    let selected = kubeconfig_server(boot_text)
+        .ok_or_else(|| Error::Setup("bootstrap kubeconfig has no cluster".into()))?;
+    tracing::debug!(cluster = %opts.cluster_name, server = %selected.0, "bootstrap kubeconfig selected");
+    let hub_text = match current {
+        // The saved hub kubeconfig is for the selected hub: no bootstrap.
+        Some(t) if kubeconfig_server(&t).as_ref() == Some(&selected) => t,
+        _ => bootstrap(&secrets, boot_text, &selected, &opts).await?,
+    };
+    connected_life(&managed, &secrets, &hub_text, &opts, &found).await
+}
+
+/// Bootstrap: the ManagedCluster, then a CSR, waited for until it is issued; saves
+/// `hub-kubeconfig-secret` and returns its kubeconfig.
+async fn bootstrap(
+    secrets: &Api<Secret>,
+    boot_text: &str,
+    (server, ca): &(String, Option<String>),
+    opts: &KlusterletOptions,
+) -> Result<String, Error> {
+    tracing::debug!(cluster = %opts.cluster_name, %server, "bootstrapping");
+    let boot = opts.transports.client(boot_text).await?;
+    ensure_cluster(&boot, opts).await;
     let name = &opts.cluster_name;
-    let clusters: Api<ManagedCluster> = Api::all(boot.clone());
-    if clusters.get_opt(name).await?.is_none() {
-        let mc: ManagedCluster = serde_json::from_value(json!({
-            "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
-            "metadata": {"name": name},
-            "spec": {"hubAcceptsClient": false, "leaseDurationSeconds": opts.lease_duration_secs,
-                     "managedClusterClientConfigs": [{"url": opts.api_url, "caBundle": b64(&opts.api_ca_pem)}]}
-        }))?;
-        match clusters.create(&PostParams::default(), &mc).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
     let user = names::agent_user(name, &opts.agent_name);
     let groups = vec![
         names::cluster_group(name),
         names::MANAGED_CLUSTERS_GROUP.to_owned(),
     ];
-    let (csr_pem, key_pem) =
-        kube_sim::pki::make_csr(&user, &groups).map_err(|e| Error::Setup(e.to_string()))?;
     let csrs: Api<CertificateSigningRequest> = Api::all(boot.clone());
-    let csr: CertificateSigningRequest = serde_json::from_value(json!({
-        "metadata": {"generateName": format!("{name}-"), "labels": {CLUSTER_NAME_LABEL: name}},
-        "spec": {"request": b64(&csr_pem), "signerName": migration_api::names::KUBE_APISERVER_CLIENT_SIGNER,
-                 "usages": ["digital signature", "key encipherment", "client auth"]}
-    }))?;
-    let created = csrs.create(&PostParams::default(), &csr).await?;
-    let issued = await_condition(
-        csrs,
-        &created.name_any(),
-        |c: Option<&CertificateSigningRequest>| {
-            c.and_then(|c| c.status.as_ref()).is_some_and(|s| {
-                s.certificate.is_some()
-                    || s.conditions
-                        .iter()
-                        .flatten()
-                        .any(|c| c.type_ == "Denied" && c.status == "True")
-            })
-        },
-    )
-    .await
-    .map_err(|e| Error::Setup(format!("waiting for the certificate: {e}")))?;
-    // A denied request sends the agent back to choosing a hub, as the real one does when its
-    // bootstrap attempt fails.
-    if issued
-        .as_ref()
-        .and_then(|c| c.status.as_ref())
-        .is_some_and(|s| s.certificate.is_none())
-    {
-        return Err(Error::Setup(format!(
-            "CSR {} was denied",
-            created.name_any()
-        )));
-    }
-    let cert = issued
-        .and_then(|c| c.status)
-        .and_then(|s| s.certificate)
-        .map(|c| String::from_utf8_lossy(&c.0).into_owned())
-        .ok_or_else(|| Error::Setup("the CSR disappeared".into()))?;
+    let (cert, key_pem) = loop {
+        let (csr_pem, key_pem) =
+            kube_sim::pki::make_csr(&user, &groups).map_err(|e| Error::Setup(e.to_string()))?;
+        let csr: CertificateSigningRequest = serde_json::from_value(json!({
+            "metadata": {"generateName": format!("{name}-"), "labels": {CLUSTER_NAME_LABEL: name}},
+            "spec": {"request": b64(&csr_pem), "signerName": migration_api::names::KUBE_APISERVER_CLIENT_SIGNER,
+                     "usages": ["digital signature", "key encipherment", "client auth"]}
+        }))?;
+        let created = match csrs.create(&PostParams::default(), &csr).await {
+            Ok(c) => c,
+            Err(e) => {
+                // The secret controller tries again; the agent does not re-select.
+                tracing::debug!(cluster = %name, error = %e, "creating the bootstrap CSR");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        match issued(&csrs, &created.name_any()).await {
+            Some(cert) => break (cert, key_pem),
+            // The CSR is gone: ask again.
+            None => continue,
+        }
+    };
     let ca_line = ca
+        .as_ref()
         .map(|c| format!("    certificate-authority-data: {c}\n"))
         .unwrap_or_default();
     let kubeconfig = format!(
@@ -444,6 +419,255 @@ async fn register(
         )
         .await?;
     Ok(kubeconfig)
+}
+
+/// Waits for a CSR's certificate: `None` once the CSR is gone. A denied CSR is waited on like
+/// any other that is not approved yet.
+async fn issued(csrs: &Api<CertificateSigningRequest>, name: &str) -> Option<String> {
+    loop {
+        match await_condition(
+            csrs.clone(),
+            name,
+            |c: Option<&CertificateSigningRequest>| {
+                c.is_none_or(|c| c.status.as_ref().is_some_and(|s| s.certificate.is_some()))
+            },
+        )
+        .await
+        {
+            Ok(Some(csr)) => {
+                return csr
+                    .status
+                    .and_then(|s| s.certificate)
+                    .map(|c| String::from_utf8_lossy(&c.0).into_owned());
+            }
+            Ok(None) => return None,
+            Err(e) => {
+                // The hub is unreachable (or the bootstrap identity revoked): keep waiting.
+                tracing::debug!(csr = %name, error = %e, "waiting for the certificate");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// The creating controller: the ManagedCluster is created if absent; one that exists gets this
+/// cluster's URL in `managedClusterClientConfigs` if it lacks it, where the bootstrap identity
+/// may update it (OCM's own bootstrap role may not; ACM's may). Refusals are skipped.
+async fn ensure_cluster(boot: &Client, opts: &KlusterletOptions) {
+    let name = &opts.cluster_name;
+    let clusters: Api<ManagedCluster> = Api::all(boot.clone());
+    let config = json!({"url": opts.api_url, "caBundle": b64(&opts.api_ca_pem)});
+    let result = match clusters.get_opt(name).await {
+        Ok(None) => {
+            let mc = serde_json::from_value::<ManagedCluster>(json!({
+                "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+                "metadata": {"name": name},
+                "spec": {"hubAcceptsClient": false, "leaseDurationSeconds": opts.lease_duration_secs,
+                         "managedClusterClientConfigs": [config]}
+            }));
+            match mc {
+                Ok(mc) => clusters.create(&PostParams::default(), &mc).await.map(drop),
+                Err(e) => Err(kube::Error::SerdeError(e)),
+            }
+        }
+        Ok(Some(mut mc)) => {
+            let configs = mc
+                .spec
+                .managed_cluster_client_configs
+                .get_or_insert_with(Vec::new);
+            if configs.iter().any(|c| c.url == opts.api_url) {
+                Ok(())
+            } else {
+                match serde_json::from_value(config) {
+                    Ok(c) => configs.push(c),
+                    Err(e) => tracing::debug!(error = %e, "client config"),
+                }
+                clusters
+                    .replace(name, &PostParams::default(), &mc)
+                    .await
+                    .map(drop)
+            }
+        }
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => {}
+        Err(kube::Error::Api(s)) if matches!(s.code, 401 | 403 | 409) => {}
+        Err(e) => tracing::debug!(cluster = %name, error = %e, "creating controller"),
+    }
+}
+
+/// The agent's life once connected to a hub; returns when the process would exit.
+async fn connected_life(
+    managed: &Client,
+    secrets: &Api<Secret>,
+    hub_text: &str,
+    opts: &KlusterletOptions,
+    found: &Candidates,
+) -> Result<(), Error> {
+    let life = opts
+        .lives
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let hub = opts.transports.client(hub_text).await?;
+    opts.connection.send_replace(Some(Connected {
+        text: hub_text.to_owned(),
+        life,
+        settings: found.settings.clone(),
+    }));
+    let name = opts.cluster_name.clone();
+    // The lease, Joined and the hub timeout run on their own (the status, lease and
+    // hub-timeout controllers): a request awaited here, while a watch below waits for its
+    // connection, would stall both.
+    let (restart_tx, mut restart) = tokio::sync::oneshot::channel::<()>();
+    let sync_status = std::sync::Arc::new(tokio::sync::Notify::new());
+    let heartbeat = tokio::spawn(heartbeat(
+        managed.clone(),
+        hub.clone(),
+        opts.clone(),
+        found
+            .multiple_hubs
+            .then(|| opts.hub_timeout.unwrap_or(found.hub_timeout)),
+        sync_status.clone(),
+        restart_tx,
+    ));
+    let _stop_heartbeat = AbortOnDrop(heartbeat);
+    let clusters: Api<ManagedCluster> = Api::all(hub.clone());
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut accept_watch = std::pin::pin!(watcher(clusters, cfg));
+    let klusterlets: Api<Klusterlet> = Api::all(managed.clone());
+    let own = watcher::Config::default().fields("metadata.name=klusterlet");
+    let mut config_watch = std::pin::pin!(watcher(klusterlets, own));
+    let boot =
+        watcher::Config::default().fields(&format!("metadata.name={BOOTSTRAP_HUB_KUBECONFIG}"));
+    let mut boot_watch = std::pin::pin!(watcher(secrets.clone(), boot));
+    let mut boot_data: Option<Option<BTreeMap<String, ByteString>>> = None;
+    loop {
+        tokio::select! {
+            _ = &mut restart => {
+                tracing::info!(cluster = %name, "its lease on the hub is older than the hub connection timeout; the agent restarts");
+                return Ok(());
+            }
+            ev = config_watch.next() => match ev {
+                Some(Ok(watcher::Event::Apply(k) | watcher::Event::InitApply(k)))
+                    if registration_settings(Some(&k)) != found.settings =>
+                {
+                    tracing::info!(cluster = %name, "Klusterlet registration settings changed; the agent restarts");
+                    return Ok(());
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(cluster = %name, error = %e, "watching its Klusterlet");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                _ => {}
+            },
+            ev = boot_watch.next() => match ev {
+                Some(Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s))) => {
+                    let data = s.data.clone();
+                    match &boot_data {
+                        Some(seen) if *seen != data => {
+                            tracing::info!(cluster = %name, "the bootstrap kubeconfig changed; the agent restarts");
+                            return Ok(());
+                        }
+                        _ => boot_data = Some(data),
+                    }
+                }
+                Some(Ok(watcher::Event::Delete(_))) => {
+                    tracing::info!(cluster = %name, "the bootstrap kubeconfig was deleted; the agent restarts");
+                    return Ok(());
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(cluster = %name, error = %e, "watching the bootstrap kubeconfig");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                _ => {}
+            },
+            ev = accept_watch.next() => match ev {
+                Some(Ok(watcher::Event::Apply(mc) | watcher::Event::InitApply(mc))) => {
+                    if found.multiple_hubs && !mc.spec.hub_accepts_client {
+                        tracing::info!(cluster = %name, "hub no longer accepts this cluster; the agent restarts");
+                        return Ok(());
+                    }
+                    // The status controller syncs on its ManagedCluster's changes too.
+                    sync_status.notify_one();
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(cluster = %name, error = %e, "watching its ManagedCluster");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Some(Ok(_)) => {}
+                None => tokio::time::sleep(Duration::from_millis(500)).await,
+            },
+        }
+    }
+}
+
+/// Aborts a task when dropped (the agent process's life ended).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The lease controller, the status controller's Joined report and (with `hub_timeout`, i.e.
+/// MultipleHubs) the hub-timeout controller: `restart` fires when the cluster's lease on the
+/// hub has not been renewed for longer than the timeout (its first failed read counts as the
+/// last renewal; never in the first 10 s, `hub_timeout_controller.go`).
+async fn heartbeat(
+    managed: Client,
+    hub: Client,
+    opts: KlusterletOptions,
+    hub_timeout: Option<Duration>,
+    sync_status: std::sync::Arc<tokio::sync::Notify>,
+    restart: tokio::sync::oneshot::Sender<()>,
+) {
+    let name = opts.cluster_name.clone();
+    let leases: Api<Lease> = Api::namespaced(hub.clone(), &name);
+    let period = Duration::from_secs(u64::try_from(opts.lease_duration_secs).unwrap_or(60).max(1));
+    let mut tick = tokio::time::interval(period);
+    let check_every = hub_timeout.map_or(Duration::from_secs(60), |t| {
+        (t / 4).clamp(Duration::from_secs(1), Duration::from_secs(60))
+    });
+    let mut timeout_check = tokio::time::interval(check_every);
+    let started = Instant::now();
+    let mut last_renew: Option<jiff::Timestamp> = None;
+    let mut joined = false;
+    loop {
+        tokio::select! {
+            () = sync_status.notified(), if !joined => {
+                joined = report_joined(&managed, &hub, &opts).await.is_ok();
+            }
+            _ = tick.tick() => {
+                if !joined {
+                    joined = report_joined(&managed, &hub, &opts).await.is_ok();
+                }
+                let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+                if let Err(e) = leases.patch(CLUSTER_LEASE, &PatchParams::default(), &Patch::Merge(json!({"spec": {"renewTime": now}}))).await {
+                    tracing::debug!(cluster = %name, error = %e, "lease renewal failed");
+                }
+            }
+            _ = timeout_check.tick(), if hub_timeout.is_some() => {
+                match leases.get(CLUSTER_LEASE).await {
+                    Ok(l) => last_renew = l.spec.and_then(|s| s.renew_time).map(|t| t.0),
+                    Err(_) => {
+                        if last_renew.is_none() {
+                            last_renew = Some(jiff::Timestamp::now());
+                        }
+                    }
+                }
+                let timeout = hub_timeout.unwrap_or(DEFAULT_HUB_TIMEOUT);
+                let stale = last_renew.is_some_and(|t| {
+                    let age = jiff::Timestamp::now().duration_since(t);
+                    Duration::try_from(age).unwrap_or_default() > timeout
+                });
+                if started.elapsed() >= Duration::from_secs(10) && stale {
+                    let _ = restart.send(());
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// Reports Joined, the cluster's claims and its version in ManagedCluster status.

@@ -4,6 +4,7 @@
 pub mod addon_agent;
 pub mod cluster;
 pub mod demo;
+pub mod finalizers;
 pub mod fleet;
 pub mod hub;
 pub mod import;

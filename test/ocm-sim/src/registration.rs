@@ -1,8 +1,10 @@
 //! The hub's registration controller: CSR approval (renewals; auto-approval for users listed in
 //! the ClusterManager when the ManagedClusterAutoApproval feature gate is on), acceptance
 //! (cluster namespace, the agent's hub RBAC, the cluster lease, HubAcceptedManagedCluster),
-//! denial (RBAC revoked), cleanup on deletion, and the lease judge (Available, Unknown with the
-//! unreachable taint when the lease goes stale).
+//! denial (RBAC revoked), deletion as upstream's managedcluster and GC controllers do it
+//! ([`reconcile`]: what is left in the cluster's namespace is deleted and waited for, the
+//! namespace itself stays), and the lease judge (Available, Unknown with the unreachable taint
+//! when the lease goes stale).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,21 +14,35 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalize, finalizer};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, condition_is_true, find_condition, set_condition};
 use migration_api::names::conditions::{CLUSTER_AVAILABLE, HUB_ACCEPTED, JOINED};
+use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::operator::ClusterManager;
+use migration_api::ocm::work::ManifestWork;
 use serde_json::json;
 
+use crate::finalizers;
 use crate::names::{self, CLUSTER_LEASE, CLUSTER_NAME_LABEL, UNREACHABLE_TAINT};
 
 const MANAGER: &str = "registration-controller";
-const CLEANUP_FINALIZER: &str = "cluster.open-cluster-management.io/api-resource-cleanup";
+/// The managedcluster controller's finalizer (open-cluster-management.io/api
+/// `cluster/v1/types.go` `ManagedClusterFinalizer`).
+pub const CLEANUP_FINALIZER: &str = "cluster.open-cluster-management.io/api-resource-cleanup";
+/// The GC controller's finalizer (ocm `pkg/common/helpers/clusters.go` `GcFinalizer`).
+pub const GC_FINALIZER: &str = "cluster.open-cluster-management.io/resource-cleanup";
+/// The condition the GC controller reports a deletion's progress in.
+pub const DELETING: &str = "Deleting";
+/// Orders the GC's deletions in a cluster namespace (`CleanupPriorityAnnotationKey`).
+pub const CLEANUP_PRIORITY: &str = "open-cluster-management.io/cleanup-priority";
+/// How soon the GC looks again while resources remain (upstream's requeue time).
+const GC_REQUEUE: Duration = Duration::from_secs(5);
 
 /// Settings of a hub's registration controller.
 #[derive(Clone, Debug)]
@@ -180,8 +196,24 @@ struct Ctx {
 
 async fn run_cluster_controller(client: Client) {
     let clusters: Api<ManagedCluster> = Api::all(client.clone());
-    let ctx = Arc::new(Ctx { client });
-    Controller::new(clusters, watcher::Config::default())
+    let controller = Controller::new(clusters, watcher::Config::default());
+    // Deleting clusters wait for what is left in their namespace: watch it go.
+    let deleting = controller.store();
+    let by_addon = deleting.clone();
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+    });
+    controller
+        .watches(
+            Api::<ManifestWork>::all(client.clone()),
+            watcher::Config::default(),
+            move |w: ManifestWork| deleting_cluster(&deleting, w.namespace()),
+        )
+        .watches(
+            Api::<ManagedClusterAddOn>::all(client),
+            watcher::Config::default(),
+            move |a: ManagedClusterAddOn| deleting_cluster(&by_addon, a.namespace()),
+        )
         .run(
             reconcile,
             |_, _, _| Action::requeue(Duration::from_secs(1)),
@@ -191,29 +223,149 @@ async fn run_cluster_controller(client: Client) {
         .await;
 }
 
-async fn reconcile(
-    mc: Arc<ManagedCluster>,
-    ctx: Arc<Ctx>,
-) -> Result<Action, kube::runtime::finalizer::Error<ReconcileError>> {
+/// The cluster of namespace `ns`, if it is being deleted.
+fn deleting_cluster(
+    store: &Store<ManagedCluster>,
+    ns: Option<String>,
+) -> Option<ObjectRef<ManagedCluster>> {
+    let r = ObjectRef::new(&ns?);
+    store
+        .get(&r)
+        .filter(|mc| mc.metadata.deletion_timestamp.is_some())
+        .map(|_| r)
+}
+
+/// Upstream runs two controllers on a ManagedCluster, each with its finalizer:
+/// `pkg/registration/hub/managedcluster/controller.go` (`api-resource-cleanup`: accept or
+/// deny; on deletion the cluster's RBAC goes, and the finalizer only once no ManifestWork is
+/// left in its namespace) and, with the ResourceCleanup feature gate (beta, on by default),
+/// `pkg/registration/hub/gc/controller.go` (`resource-cleanup`, see [`collect_garbage`]).
+/// Neither deletes the cluster's namespace (ACM's import controller does, `import.rs`).
+async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
-    let client = ctx.client.clone();
-    finalizer(&api, CLEANUP_FINALIZER, mc, |ev| async move {
-        match ev {
-            Finalize::Apply(mc) => {
-                if mc.spec.hub_accepts_client {
-                    accept(&client, &mc).await?;
-                } else {
-                    deny(&client, &mc).await?;
-                }
-                Ok(Action::await_change())
-            }
-            Finalize::Cleanup(mc) => {
-                cleanup(&client, &mc.name_any()).await?;
-                Ok(Action::await_change())
+    let client = &ctx.client;
+    let name = mc.name_any();
+    if mc.metadata.deletion_timestamp.is_none() {
+        for f in [CLEANUP_FINALIZER, GC_FINALIZER] {
+            if finalizers::add(&api, &*mc, f).await? {
+                // The next event carries the list as it is now.
+                return Ok(Action::await_change());
             }
         }
+        if mc.spec.hub_accepts_client {
+            accept(client, &mc).await?;
+        } else {
+            deny(client, &mc).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    let mut requeue = false;
+    if mc.finalizers().iter().any(|f| f == GC_FINALIZER) {
+        match collect_garbage(client, &name).await? {
+            Some(remaining) => {
+                apply_condition(
+                    client,
+                    &mc,
+                    DELETING,
+                    "False",
+                    "ResourceRemaining",
+                    &remaining,
+                )
+                .await?;
+                requeue = true;
+            }
+            None => {
+                apply_condition(
+                    client,
+                    &mc,
+                    DELETING,
+                    "True",
+                    "NoResource",
+                    "No cleaned resource in cluster ns.",
+                )
+                .await?;
+                finalizers::remove(&api, &name, GC_FINALIZER).await?;
+            }
+        }
+    }
+    if mc.finalizers().iter().any(|f| f == CLEANUP_FINALIZER) {
+        if cleanup(client, &name).await? {
+            finalizers::remove(&api, &name, CLEANUP_FINALIZER).await?;
+        } else {
+            requeue = true;
+        }
+    }
+    Ok(if requeue {
+        Action::requeue(GC_REQUEUE)
+    } else {
+        Action::await_change()
     })
-    .await
+}
+
+/// Upstream `pkg/registration/hub/gc/gc_resources.go`: in the cluster's namespace, the first
+/// kind of the gc-resource-list (default: managedclusteraddons, then manifestworks) that has
+/// objects left has those of the lowest `open-cluster-management.io/cleanup-priority` deleted
+/// (a ManifestWork then waits for its work agent to remove its finalizer), and the cluster's
+/// `Deleting` condition says what remains; `None` once nothing does.
+async fn collect_garbage(client: &Client, ns: &str) -> Result<Option<String>, kube::Error> {
+    let addons: Api<ManagedClusterAddOn> = Api::namespaced(client.clone(), ns);
+    let works: Api<ManifestWork> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default();
+    let addon_list: Vec<ObjectMeta> = addons
+        .list_metadata(&lp)
+        .await?
+        .items
+        .into_iter()
+        .map(|o| o.metadata)
+        .collect();
+    let work_list: Vec<ObjectMeta> = works
+        .list_metadata(&lp)
+        .await?
+        .items
+        .into_iter()
+        .map(|o| o.metadata)
+        .collect();
+    let (kind, items) = if !addon_list.is_empty() {
+        ("managedclusteraddons", addon_list)
+    } else if !work_list.is_empty() {
+        ("manifestworks", work_list)
+    } else {
+        return Ok(None);
+    };
+    let pending = items
+        .iter()
+        .filter(|m| m.finalizers.as_ref().is_some_and(|f| !f.is_empty()))
+        .count();
+    let first = items.iter().map(cleanup_priority).min().unwrap_or(0);
+    for m in items.iter().filter(|m| cleanup_priority(m) == first) {
+        let name = m.name.clone().unwrap_or_default();
+        let deleted = if kind == "managedclusteraddons" {
+            addons
+                .delete(&name, &DeleteParams::default())
+                .await
+                .map(drop)
+        } else {
+            works
+                .delete(&name, &DeleteParams::default())
+                .await
+                .map(drop)
+        };
+        finalizers::ignore_not_found(deleted)?;
+    }
+    Ok(Some(format!(
+        "The resource {kind} is remaning, the remaining count is {}, the finalizer pending count is {pending}",
+        items.len()
+    )))
+}
+
+/// `open-cluster-management.io/cleanup-priority`, 0 to 100 (0 when absent or invalid).
+fn cleanup_priority(m: &ObjectMeta) -> i64 {
+    m.annotations
+        .as_ref()
+        .and_then(|a| a.get(CLEANUP_PRIORITY))
+        .and_then(|v| v.parse::<i64>().ok())
+        .filter(|p| (0..=100).contains(p))
+        .unwrap_or(0)
 }
 
 fn ssa() -> PatchParams {
@@ -332,20 +484,32 @@ async fn revoke(client: &Client, name: &str) -> Result<(), kube::Error> {
     Ok(())
 }
 
-async fn cleanup(client: &Client, name: &str) -> Result<(), ReconcileError> {
-    revoke(client, name).await?;
+/// The deleted cluster's RBAC goes; its agent's namespaced role binding (upstream: the work
+/// role binding, held by a finalizer) stays while ManifestWorks are left, so that its work
+/// agent can still finish them. True once nothing is left.
+async fn cleanup(client: &Client, name: &str) -> Result<bool, ReconcileError> {
     let role = names::cluster_role(name);
+    ignore_not_found(
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .delete(&role, &DeleteParams::default())
+            .await,
+    )?;
     ignore_not_found(
         Api::<ClusterRole>::all(client.clone())
             .delete(&role, &DeleteParams::default())
             .await,
     )?;
-    ignore_not_found(
-        Api::<Namespace>::all(client.clone())
-            .delete(name, &DeleteParams::default())
-            .await,
-    )?;
-    Ok(())
+    let works: Api<ManifestWork> = Api::namespaced(client.clone(), name);
+    if !works
+        .list_metadata(&ListParams::default().limit(1))
+        .await?
+        .items
+        .is_empty()
+    {
+        return Ok(false);
+    }
+    revoke(client, name).await?;
+    Ok(true)
 }
 
 fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
@@ -377,7 +541,7 @@ async fn apply_condition(
     // ones left out would be removed.
     let mut current: Vec<Condition> = conditions(mc)
         .iter()
-        .filter(|c| c.type_ == HUB_ACCEPTED || c.type_ == CLUSTER_AVAILABLE)
+        .filter(|c| [HUB_ACCEPTED, CLUSTER_AVAILABLE, DELETING].contains(&c.type_.as_str()))
         .cloned()
         .collect();
     if !set_condition(&mut current, type_, status, reason, message, None) {

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
@@ -27,8 +26,6 @@ use migration_api::ocm::work::{
 use serde_json::{Value, json};
 
 use crate::Error;
-use crate::klusterlet::{hub_kubeconfig, hub_kubeconfig_changed};
-use crate::names::AGENT_NAMESPACE;
 
 /// Settings of a work agent.
 #[derive(Clone, Debug)]
@@ -39,6 +36,15 @@ pub struct WorkAgentOptions {
     /// The connections of the klusterlet agent's process (registration, work and addon
     /// agents share them, as the singleton klusterlet agent does).
     pub transports: kube_sim::client::Transports,
+    /// The work agent's `RawFeedbackJsonString` feature gate (alpha upstream, off by
+    /// default): only with it are lists and objects returned as `JsonRaw` feedback.
+    pub raw_feedback_json: bool,
+    /// The hub the process is connected to (set by its registration agent).
+    pub connection: tokio::sync::watch::Receiver<Option<crate::klusterlet::Connected>>,
+    /// How long an AppliedManifestWork of a work that is gone (or of another hub) is kept
+    /// before it is evicted with what it alone owns (upstream default 60 minutes; the
+    /// Klusterlet's `workConfiguration.appliedManifestWorkEvictionGracePeriod`).
+    pub eviction_grace: Duration,
 }
 
 struct Ctx {
@@ -47,7 +53,13 @@ struct Ctx {
     cluster: String,
     hub_hash: String,
     resync: Duration,
+    raw_feedback_json: bool,
+    /// What the Update strategy last wrote, per object: the manifest's hash and the
+    /// resourceVersion it left.
+    applied: AppliedCache,
 }
+
+type AppliedCache = std::sync::Mutex<std::collections::HashMap<String, (u64, String)>>;
 
 /// Why a work could not be reconciled.
 #[derive(Debug, thiserror::Error)]
@@ -67,18 +79,15 @@ fn hub_hash(url: &str) -> String {
 /// Runs the agent: waits for the klusterlet's hub kubeconfig, serves the works of that hub,
 /// and starts over when the kubeconfig changes (a hub switch).
 pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
-    let secrets: Api<Secret> = Api::namespaced(managed.clone(), AGENT_NAMESPACE);
+    let mut connection = opts.connection.clone();
     loop {
-        let seen = hub_kubeconfig(&secrets).await?;
+        // Singleton mode: the work agent runs only while the process is connected to a hub.
+        let Some(seen) = crate::klusterlet::connected(&mut connection).await else {
+            return Ok(());
+        };
         let text = &seen.text;
-        let server = kube::config::Kubeconfig::from_yaml(text)
-            .ok()
-            .and_then(|k| {
-                k.clusters
-                    .first()
-                    .and_then(|c| c.cluster.as_ref())
-                    .and_then(|c| c.server.clone())
-            })
+        let server = crate::klusterlet::kubeconfig_server(text)
+            .map(|(s, _)| s)
             .unwrap_or_default();
         let hub = opts.transports.client(text).await?;
         let ctx = Arc::new(Ctx {
@@ -87,9 +96,33 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             cluster: opts.cluster_name.clone(),
             hub_hash: hub_hash(&server),
             resync: opts.status_sync_interval,
+            raw_feedback_json: opts.raw_feedback_json,
+            applied: AppliedCache::default(),
         });
         let works: Api<ManifestWork> = Api::namespaced(hub, &opts.cluster_name);
-        let controller = Controller::new(works, watcher::Config::default())
+        // When the process restarts (a pod replaced), reconciles under way finish first, as in
+        // a graceful shutdown, so no applied object goes unrecorded.
+        let mut changes = connection.clone();
+        let restarted = {
+            let seen = seen.clone();
+            async move {
+                let _ = changes.wait_for(|c| c.as_ref() != Some(&seen)).await;
+            }
+        };
+        let evicting = {
+            let mut changes = connection.clone();
+            let seen = seen.clone();
+            let ctx = ctx.clone();
+            let grace = opts.eviction_grace;
+            async move {
+                tokio::select! {
+                    () = evict_unmanaged(&ctx, grace) => {}
+                    _ = changes.wait_for(|c| c.as_ref() != Some(&seen)) => {}
+                }
+            }
+        };
+        let serving = Controller::new(works, watcher::Config::default())
+            .graceful_shutdown_on(restarted)
             .run(
                 reconcile,
                 |_, e: &kube::runtime::finalizer::Error<WorkError>, _| {
@@ -99,11 +132,86 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
                 ctx,
             )
             .for_each(|_| async {});
-        tokio::select! {
-            _ = controller => {}
-            () = hub_kubeconfig_changed(&secrets, &seen) => tracing::info!(cluster = %opts.cluster_name, "hub kubeconfig changed; restarting the work agent"),
+        futures::join!(serving, evicting);
+        tracing::info!(cluster = %opts.cluster_name, "the agent process restarted; so does the work agent");
+    }
+}
+
+/// The unmanaged AppliedManifestWork controller (upstream
+/// `pkg/work/spoke/controllers/finalizercontroller/unmanaged_appliedmanifestwork_controller.go`):
+/// an AppliedManifestWork of this agent whose work is gone from the hub it serves, or that
+/// belongs to another hub (its name does not start with this hub's hash), is marked with
+/// `evictionStartTime` and, after the grace period, deleted together with what it alone owns.
+/// One whose work is back loses the mark.
+async fn evict_unmanaged(ctx: &Ctx, grace: Duration) {
+    let mut tick = tokio::time::interval(ctx.resync.max(Duration::from_millis(200)));
+    loop {
+        tick.tick().await;
+        if let Err(e) = evict_once(ctx, grace).await {
+            tracing::debug!(cluster = %ctx.cluster, error = %e, "eviction");
         }
     }
+}
+
+async fn evict_once(ctx: &Ctx, grace: Duration) -> Result<(), WorkError> {
+    let amws: Api<AppliedManifestWork> = Api::all(ctx.managed.clone());
+    let works: Api<ManifestWork> = Api::namespaced(ctx.hub.clone(), &ctx.cluster);
+    for amw in amws.list(&kube::api::ListParams::default()).await? {
+        if amw.spec.agent_id.as_deref() != Some(ctx.cluster.as_str())
+            || amw.metadata.deletion_timestamp.is_some()
+        {
+            continue;
+        }
+        let name = amw.name_any();
+        let work = amw.spec.manifest_work_name.clone();
+        let unmanaged = !name.starts_with(&ctx.hub_hash) || works.get_opt(&work).await?.is_none();
+        let started = amw
+            .status
+            .as_ref()
+            .and_then(|s| s.eviction_start_time.clone());
+        match (unmanaged, started) {
+            (false, None) => {}
+            (false, Some(_)) => {
+                amws.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"evictionStartTime": null}})),
+                )
+                .await?;
+            }
+            (true, None) => {
+                amws.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"status": {"evictionStartTime": migration_api::common::now()}}),
+                    ),
+                )
+                .await?;
+            }
+            (true, Some(t)) => {
+                let age = Duration::try_from(jiff::Timestamp::now().duration_since(t.0))
+                    .unwrap_or_default();
+                if age < grace {
+                    continue;
+                }
+                let resources = applied_list(&amw);
+                let refs: Vec<&Value> = resources.iter().collect();
+                let remaining =
+                    delete_applied(&ctx.managed, &refs, &amw.uid().unwrap_or_default()).await?;
+                if remaining == 0 {
+                    match amws.delete(&name, &DeleteParams::default()).await {
+                        Ok(_) => {
+                            tracing::info!(cluster = %ctx.cluster, appliedmanifestwork = %name, "evicted")
+                        }
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn reconcile(
@@ -188,6 +296,7 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
         return Ok(Action::await_change());
     }
     let work = &current;
+    tracing::debug!(cluster = %ctx.cluster, work = %work.name_any(), "applying work");
     let amws: Api<AppliedManifestWork> = Api::all(ctx.managed.clone());
     let amw_name = applied_name(ctx, work);
     let amw = amws
@@ -244,12 +353,38 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
                 meta["resource"] = json!(ar.plural);
                 let cfg = config_for(work, &ar, ns.as_deref(), &name);
                 let api = dynamic_api(&ctx.managed, &ar, &caps, ns.as_deref());
-                let result = apply_manifest(&api, manifest, cfg, &amw, &name).await;
-                if result.is_ok() {
-                    applied_resources.push(
-                        json!({"group": ar.group, "version": ar.version, "resource": ar.plural,
-                        "namespace": ns.clone().unwrap_or_default(), "name": name}),
-                    );
+                let key = format!(
+                    "{}/{}/{}/{}",
+                    ar.group,
+                    ar.plural,
+                    ns.as_deref().unwrap_or(""),
+                    name
+                );
+                let owned = !orphaned(
+                    work,
+                    &json!({"group": ar.group, "resource": ar.plural,
+                            "namespace": ns.clone().unwrap_or_default(), "name": name}),
+                );
+                let result = apply_manifest(
+                    &api,
+                    manifest,
+                    cfg,
+                    &amw,
+                    &name,
+                    (&ctx.applied, &key),
+                    owned,
+                )
+                .await;
+                // A manifest the work still lists stays tracked even when this apply failed:
+                // upstream records every listed resource that exists
+                // (`appliedmanifestwork_reconciler.go`), so a failed apply never turns into
+                // the deletion of what the work maintains.
+                applied_resources.push(
+                    json!({"group": ar.group, "version": ar.version, "resource": ar.plural,
+                    "namespace": ns.clone().unwrap_or_default(), "name": name}),
+                );
+                if let Err(e) = &result {
+                    tracing::debug!(cluster = %ctx.cluster, work = %work.name_any(), manifest = %name, error = %e, "manifest not applied");
                 }
                 match result {
                     Ok(live) => Ok((live, cfg.cloned(), ar)),
@@ -278,16 +413,23 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
                             "Resource is available",
                             None,
                         );
-                        if let Some(cfg) = cfg {
-                            feedback = Some(feedback_values(&cfg, obj, &ar));
-                            set_condition(
-                                &mut conditions,
-                                "StatusFeedbackSynced",
-                                "True",
-                                "StatusFeedbackSynced",
-                                "",
-                                None,
-                            );
+                        let (values, synced) =
+                            feedback_values(cfg.as_ref(), obj, &ar, ctx.raw_feedback_json);
+                        let (status, reason, message) = match (&cfg, synced) {
+                            (None, _) => ("True", "NoStatusFeedbackSynced", String::new()),
+                            (Some(_), Ok(())) => ("True", "StatusFeedbackSynced", String::new()),
+                            (Some(_), Err(e)) => ("False", "StatusFeedbackSyncFailed", e),
+                        };
+                        set_condition(
+                            &mut conditions,
+                            "StatusFeedbackSynced",
+                            status,
+                            reason,
+                            &message,
+                            None,
+                        );
+                        if cfg.is_some() {
+                            feedback = Some(values);
                         }
                     }
                     None => {
@@ -332,45 +474,14 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
         })
     };
     let now_keys: Vec<_> = applied_resources.iter().map(key).collect();
-    let previous: Vec<Value> = amw
-        .status
-        .as_ref()
-        .and_then(|s| s.applied_resources.as_ref())
-        .map(|r| {
-            r.iter()
-                .filter_map(|x| serde_json::to_value(x).ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    for stale in previous.iter().filter(|p| !now_keys.contains(&key(p))) {
-        let [group, resource, namespace, name] = key(stale);
-        let version = stale
-            .get("version")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let ar = ApiResource {
-            api_version: if group.is_empty() {
-                version.clone()
-            } else {
-                format!("{group}/{version}")
-            },
-            group,
-            version,
-            kind: String::new(),
-            plural: resource,
-        };
-        let api: Api<DynamicObject> = if namespace.is_empty() {
-            Api::all_with(ctx.managed.clone(), &ar)
-        } else {
-            Api::namespaced_with(ctx.managed.clone(), &namespace, &ar)
-        };
-        match api.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let previous = applied_list(&amw);
+    // Resources the work no longer lists go, as `DeleteAppliedResources` removes them (one
+    // another AppliedManifestWork also owns only loses this owner).
+    let stale: Vec<&Value> = previous
+        .iter()
+        .filter(|p| !now_keys.contains(&key(p)))
+        .collect();
+    delete_applied(&ctx.managed, &stale, &amw.uid().unwrap_or_default()).await?;
     amws.patch_status(
         &amw_name,
         &PatchParams::default(),
@@ -442,16 +553,24 @@ async fn apply_manifest(
     cfg: Option<&ManifestConfigOption>,
     owner: &AppliedManifestWork,
     name: &str,
+    (cache, key): (&AppliedCache, &str),
+    owned: bool,
 ) -> Result<Option<Value>, WorkError> {
     let strategy = cfg
         .and_then(|c| c.update_strategy.as_ref())
         .map(|u| u.type_)
         .unwrap_or_default();
+    // Upstream `manageOwnerRef` (`manifestwork_reconciler.go`): a resource the work's
+    // deleteOption orphans never carries the AppliedManifestWork as owner (one it had is
+    // taken off), so neither the work's deletion nor an eviction removes it.
+    let owner_uid = owner.uid().unwrap_or_default();
     let mut desired = manifest.clone();
-    desired["metadata"]["ownerReferences"] = json!([{
-        "apiVersion": "work.open-cluster-management.io/v1", "kind": "AppliedManifestWork",
-        "name": owner.name_any(), "uid": owner.uid().unwrap_or_default()
-    }]);
+    desired["metadata"]["ownerReferences"] = if owned {
+        json!([{"apiVersion": "work.open-cluster-management.io/v1", "kind": "AppliedManifestWork",
+                "name": owner.name_any(), "uid": owner_uid}])
+    } else {
+        json!([])
+    };
     let existing = api.get_opt(name).await?;
     let live = match strategy {
         UpdateStrategyType::ReadOnly => existing,
@@ -475,7 +594,42 @@ async fn apply_manifest(
                 .unwrap_or_else(|| "work-agent".into());
             let mut pp = PatchParams::apply(&manager);
             pp.force = ssa.and_then(|s| s.force).unwrap_or(false);
-            Some(api.patch(name, &pp, &Patch::Apply(&desired)).await?)
+            let mut config = desired.clone();
+            if let Some(m) = config["metadata"].as_object_mut() {
+                m.remove("ownerReferences");
+            }
+            let applied = api.patch(name, &pp, &Patch::Apply(&config)).await?;
+            // The owner reference goes on (or off) apart, as `ApplyOwnerReferences` does.
+            let refs: Vec<Value> = applied
+                .owner_references()
+                .iter()
+                .filter_map(|r| serde_json::to_value(r).ok())
+                .collect();
+            let has = refs.iter().any(|r| r["uid"] == owner_uid.as_str());
+            if has != owned {
+                let mut refs: Vec<Value> = refs
+                    .into_iter()
+                    .filter(|r| r["uid"] != owner_uid.as_str())
+                    .collect();
+                if owned {
+                    refs.extend(
+                        desired["metadata"]["ownerReferences"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default(),
+                    );
+                }
+                Some(
+                    api.patch(
+                        name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"ownerReferences": refs}})),
+                    )
+                    .await?,
+                )
+            } else {
+                Some(applied)
+            }
         }
         UpdateStrategyType::Update => match existing {
             None => Some(
@@ -486,65 +640,340 @@ async fn apply_manifest(
                 )
                 .await?,
             ),
-            Some(_) => {
-                let pp = PatchParams {
-                    field_manager: Some("work-agent".into()),
-                    ..Default::default()
+            Some(existing) => {
+                let rv = existing.resource_version().unwrap_or_default();
+                let required_hash = {
+                    let mut h = DefaultHasher::new();
+                    desired.to_string().hash(&mut h);
+                    h.finish()
                 };
-                Some(api.patch(name, &pp, &Patch::Merge(&desired)).await?)
+                // Upstream's resource cache (`SafeToSkipApply`): the same manifest over the
+                // object as this agent last wrote it is not applied again.
+                let cached = cache
+                    .lock()
+                    .ok()
+                    .and_then(|c| c.get(key).cloned())
+                    .is_some_and(|(h, v)| h == required_hash && v == rv);
+                let existing =
+                    serde_json::to_value(existing).map_err(|e| WorkError::Other(e.to_string()))?;
+                match updated(&existing, desired, (!owned).then_some(owner_uid.as_str()))
+                    .filter(|_| !cached)
+                {
+                    None => serde_json::from_value(existing).ok(),
+                    Some(required) => {
+                        let written: DynamicObject = api
+                            .replace(
+                                name,
+                                &PostParams {
+                                    field_manager: Some("work-agent".into()),
+                                    ..Default::default()
+                                },
+                                &serde_json::from_value(required)
+                                    .map_err(|e| WorkError::Other(e.to_string()))?,
+                            )
+                            .await?;
+                        if let Ok(mut c) = cache.lock() {
+                            c.insert(
+                                key.to_owned(),
+                                (
+                                    required_hash,
+                                    written.resource_version().unwrap_or_default(),
+                                ),
+                            );
+                        }
+                        Some(written)
+                    }
+                }
             }
         },
     };
     Ok(live.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)))
 }
 
-/// The feedback value of a field; `None` for raw JSON over the API's 1024-byte limit, which
-/// the real agent leaves out rather than truncating into invalid JSON.
-fn field_value(v: &Value) -> Option<Value> {
-    Some(match v {
+/// What the Update strategy writes over an existing object, or `None` when nothing changes
+/// (upstream `applyUnstructured` in `pkg/work/spoke/apply/update_apply.go`): labels,
+/// annotations and owner references are merged into the existing ones (so another
+/// AppliedManifestWork that owns the object keeps owning it), finalizers are kept, and the
+/// rest of the object is replaced by the manifest (a PUT at the existing resourceVersion,
+/// which needs `update`, not `patch`), unless it is already the same.
+fn updated(existing: &Value, mut required: Value, disown: Option<&str>) -> Option<Value> {
+    let mut modified = false;
+    for key in ["labels", "annotations"] {
+        let mut merged = existing
+            .pointer(&format!("/metadata/{key}"))
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        for (k, v) in required
+            .pointer(&format!("/metadata/{key}"))
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            if merged.get(k) != Some(v) {
+                merged.insert(k.clone(), v.clone());
+                modified = true;
+            }
+        }
+        if !merged.is_empty() {
+            required["metadata"][key] = Value::Object(merged);
+        }
+    }
+    let mut owners: Vec<Value> = existing
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(uid) = disown {
+        let before = owners.len();
+        owners.retain(|o| o.get("uid").and_then(Value::as_str) != Some(uid));
+        modified |= owners.len() != before;
+    }
+    for owner in required
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+    {
+        if !owners.iter().any(|o| o.get("uid") == owner.get("uid")) {
+            owners.push(owner);
+            modified = true;
+        }
+    }
+    required["metadata"]["ownerReferences"] = Value::Array(owners);
+    if let Some(f) = existing.pointer("/metadata/finalizers") {
+        required["metadata"]["finalizers"] = f.clone();
+    }
+    let body = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    };
+    if !modified && body(&required) == body(existing) {
+        return None;
+    }
+    required["metadata"]["resourceVersion"] = existing
+        .pointer("/metadata/resourceVersion")
+        .cloned()
+        .unwrap_or(Value::Null);
+    Some(required)
+}
+
+/// Largest raw JSON value the work agent returns (its `--max-json-raw-length`, default 1024).
+pub const MAX_JSON_RAW_LENGTH: usize = 1024;
+
+/// The paths of a WellKnownStatus rule, by kind (upstream
+/// `pkg/work/spoke/statusfeedback/rules/rule.go`).
+fn well_known_paths(ar: &ApiResource) -> &'static [(&'static str, &'static str)] {
+    match (ar.group.as_str(), ar.version.as_str(), ar.kind.as_str()) {
+        ("apps", "v1", "Deployment") => &[
+            ("ReadyReplicas", ".status.readyReplicas"),
+            ("Replicas", ".status.replicas"),
+            ("AvailableReplicas", ".status.availableReplicas"),
+        ],
+        ("apps", "v1", "DaemonSet") => &[
+            ("NumberReady", ".status.numberReady"),
+            ("DesiredNumberScheduled", ".status.desiredNumberScheduled"),
+            ("NumberAvailable", ".status.numberAvailable"),
+        ],
+        ("batch", "v1", "Job") => &[
+            (
+                "JobComplete",
+                ".status.conditions[?(@.type==\"Complete\")].status",
+            ),
+            ("JobSucceeded", ".status.succeeded"),
+        ],
+        ("", "v1", "Pod") => &[
+            (
+                "PodReady",
+                ".status.conditions[?(@.type==\"Ready\")].status",
+            ),
+            ("PodPhase", ".status.phase"),
+        ],
+        _ => &[],
+    }
+}
+
+/// One feedback value, as upstream's status reader (`getValueByJsonPath` in
+/// `pkg/work/spoke/statusfeedback/reader.go`) makes it: `Ok(None)` when the path selects
+/// nothing (or null). Integers, strings and booleans are returned as such. Several values, a
+/// list, an object (or a fraction) only as `JsonRaw`, and only with the `RawFeedbackJsonString`
+/// feature gate (alpha, off by default) and at most `max_raw` bytes; otherwise it is an error
+/// and the value is left out. With the gate off, several values are cut to the first.
+fn feedback_value(
+    obj: &Value,
+    name: &str,
+    path: &str,
+    raw_gate: bool,
+    max_raw: usize,
+) -> Result<Option<Value>, String> {
+    let found = kube_sim::jsonpath::evaluate(obj, path)
+        .map_err(|e| format!("failed to find value for {name} with error: {e}"))?;
+    let value = match found.as_slice() {
+        [] => return Ok(None),
+        [one] => (*one).clone(),
+        [first, ..] if !raw_gate => (*first).clone(),
+        many => Value::Array(many.iter().map(|v| (*v).clone()).collect()),
+    };
+    let field = match &value {
+        Value::Null => return Ok(None),
         Value::Number(n) if n.is_i64() => json!({"type": "Integer", "integer": n.as_i64()}),
         Value::Bool(b) => json!({"type": "Boolean", "boolean": b}),
         Value::String(s) => json!({"type": "String", "string": s}),
-        other => {
+        other if raw_gate => {
             let raw = other.to_string();
-            if raw.len() > 1024 {
-                return None;
+            if raw.len() > max_raw {
+                return Err(format!(
+                    "the length of returned json raw string for name {name} is larger than the maximum length {max_raw}"
+                ));
             }
             json!({"type": "JsonRaw", "jsonRaw": raw})
         }
-    })
+        other => {
+            let kind = match other {
+                Value::Array(_) => "[]interface {}",
+                Value::Object(_) => "map[string]interface {}",
+                _ => "float64",
+            };
+            return Err(format!(
+                "the type {kind} of the value for {name} is not found"
+            ));
+        }
+    };
+    Ok(Some(json!({"name": name, "fieldValue": field})))
 }
 
-fn feedback_values(cfg: &ManifestConfigOption, obj: &Value, ar: &ApiResource) -> Vec<Value> {
+/// The feedback values of one manifest and its StatusFeedbackSynced condition (reason,
+/// message; upstream `getFeedbackValues` in
+/// `pkg/work/spoke/controllers/statuscontroller/availablestatus_controller.go`): every value
+/// that could be read is returned, and any that could not makes the condition False.
+fn feedback_values(
+    cfg: Option<&ManifestConfigOption>,
+    obj: &Value,
+    ar: &ApiResource,
+    raw_gate: bool,
+) -> (Vec<Value>, Result<(), String>) {
+    let rules: &[_] = cfg.and_then(|c| c.feedback_rules.as_deref()).unwrap_or(&[]);
     let mut values = Vec::new();
-    for rule in cfg.feedback_rules.iter().flatten() {
-        match rule.type_ {
-            FeedbackType::WellKnownStatus if ar.kind == "Deployment" => {
-                for (name, path) in [
-                    ("ReadyReplicas", "/status/readyReplicas"),
-                    ("Replicas", "/status/replicas"),
-                    ("AvailableReplicas", "/status/availableReplicas"),
-                    ("ObservedGeneration", "/status/observedGeneration"),
-                ] {
-                    if let Some(v) = obj.pointer(path).and_then(field_value) {
-                        values.push(json!({"name": name, "fieldValue": v}));
-                    }
+    let mut errors = Vec::new();
+    for rule in rules {
+        let paths: Vec<(String, String, Option<String>)> = match rule.type_ {
+            FeedbackType::WellKnownStatus => {
+                let known = well_known_paths(ar);
+                if known.is_empty() {
+                    errors.push(format!(
+                        "cannot find the wellknown statuses for resource with gvk {}/{}, Kind={}",
+                        ar.group, ar.version, ar.kind
+                    ));
                 }
+                known
+                    .iter()
+                    .map(|(n, p)| ((*n).to_owned(), (*p).to_owned(), None))
+                    .collect()
             }
-            FeedbackType::WellKnownStatus => {}
-            FeedbackType::JSONPaths => {
-                for jp in rule.json_paths.iter().flatten() {
-                    if let Some(v) = kube_sim::jsonpath::find(obj, &jp.path)
-                        .first()
-                        .and_then(|v| field_value(v))
-                    {
-                        values.push(json!({"name": jp.name, "fieldValue": v}));
-                    }
-                }
+            FeedbackType::JSONPaths => rule
+                .json_paths
+                .iter()
+                .flatten()
+                .map(|jp| (jp.name.clone(), jp.path.clone(), jp.version.clone()))
+                .collect(),
+        };
+        for (name, path, version) in paths {
+            if version
+                .as_deref()
+                .is_some_and(|v| !v.is_empty() && v != ar.version)
+            {
+                errors.push(format!(
+                    "version set in the path {name} is not matched for the related resource"
+                ));
+                continue;
+            }
+            match feedback_value(obj, &name, &path, raw_gate, MAX_JSON_RAW_LENGTH) {
+                Ok(Some(v)) => values.push(v),
+                Ok(None) => {}
+                Err(e) => errors.push(e),
             }
         }
     }
-    values
+    let synced = if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "Sync status feedback failed with error {}",
+            errors.join(", ")
+        ))
+    };
+    (values, synced)
+}
+
+/// Deletes what an AppliedManifestWork applied (upstream `DeleteAppliedResources` in
+/// `pkg/work/helper/helpers.go`): a resource it does not own is left alone, one another
+/// AppliedManifestWork owns too only loses this owner; returns how many are still going.
+async fn delete_applied(
+    client: &Client,
+    resources: &[&Value],
+    owner_uid: &str,
+) -> Result<usize, WorkError> {
+    let mut remaining = 0;
+    for res in resources {
+        let (api, name) = applied_api(client, res);
+        let Some(obj) = api.get_opt(&name).await? else {
+            continue;
+        };
+        let refs = obj.owner_references();
+        if !refs.iter().any(|r| r.uid == owner_uid) {
+            continue;
+        }
+        let others: Vec<_> = refs
+            .iter()
+            .filter(|r| r.uid != owner_uid)
+            .cloned()
+            .collect();
+        if others.iter().any(|r| r.kind == "AppliedManifestWork") {
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"ownerReferences": others}})),
+            )
+            .await?;
+            continue;
+        }
+        remaining += 1;
+        if obj.metadata.deletion_timestamp.is_none() {
+            api.delete(&name, &DeleteParams::foreground()).await?;
+        }
+    }
+    Ok(remaining)
+}
+
+/// The API of one applied resource (an `appliedResources` entry), and its name.
+fn applied_api(client: &Client, res: &Value) -> (Api<DynamicObject>, String) {
+    let s = |k: &str| {
+        res.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let resource = ApiResource {
+        group: s("group"),
+        version: s("version"),
+        api_version: if s("group").is_empty() {
+            s("version")
+        } else {
+            format!("{}/{}", s("group"), s("version"))
+        },
+        kind: String::new(),
+        plural: s("resource"),
+    };
+    let api: Api<DynamicObject> = if s("namespace").is_empty() {
+        Api::all_with(client.clone(), &resource)
+    } else {
+        Api::namespaced_with(client.clone(), &s("namespace"), &resource)
+    };
+    (api, s("name"))
 }
 
 fn orphaned(work: &ManifestWork, res: &Value) -> bool {
@@ -582,65 +1011,41 @@ async fn cleanup_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkErro
         return Ok(Action::await_change());
     };
     let owner_uid = amw.uid().unwrap_or_default();
-    let resources: Vec<Value> = amw
-        .status
-        .as_ref()
-        .and_then(|s| s.applied_resources.as_ref())
-        .map(|r| {
-            r.iter()
-                .filter_map(|x| serde_json::to_value(x).ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut remaining = 0;
-    for res in &resources {
-        let s = |k: &str| {
-            res.get(k)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let resource = ApiResource {
-            group: s("group"),
-            version: s("version"),
-            api_version: if s("group").is_empty() {
-                s("version")
-            } else {
-                format!("{}/{}", s("group"), s("version"))
-            },
-            kind: String::new(),
-            plural: s("resource"),
-        };
-        let api: Api<DynamicObject> = if s("namespace").is_empty() {
-            Api::all_with(ctx.managed.clone(), &resource)
-        } else {
-            Api::namespaced_with(ctx.managed.clone(), &s("namespace"), &resource)
-        };
-        let Some(obj) = api.get_opt(&s("name")).await? else {
+    let resources = applied_list(&amw);
+    // Orphans first, as upstream's manifestwork finalize controller does: each loses our
+    // owner reference and leaves the AppliedManifestWork's list, before anything is deleted
+    // (a role the work delivers may be what lets the agent reach them).
+    let (orphans, owned): (Vec<&Value>, Vec<&Value>) =
+        resources.iter().partition(|r| orphaned(work, r));
+    for res in &orphans {
+        let (api, name) = applied_api(&ctx.managed, res);
+        let Some(obj) = api.get_opt(&name).await? else {
             continue;
         };
-        if orphaned(work, res) {
-            // Leave it, without our owner reference (so the AppliedManifestWork's removal
-            // does not collect it).
-            let refs: Vec<_> = obj
-                .owner_references()
-                .iter()
-                .filter(|r| r.uid != owner_uid)
-                .cloned()
-                .collect();
+        let refs: Vec<_> = obj
+            .owner_references()
+            .iter()
+            .filter(|r| r.uid != owner_uid)
+            .cloned()
+            .collect();
+        if refs.len() != obj.owner_references().len() {
             api.patch(
-                &s("name"),
+                &name,
                 &PatchParams::default(),
                 &Patch::Merge(json!({"metadata": {"ownerReferences": refs}})),
             )
             .await?;
-            continue;
-        }
-        remaining += 1;
-        if obj.metadata.deletion_timestamp.is_none() {
-            api.delete(&s("name"), &DeleteParams::foreground()).await?;
         }
     }
+    if !orphans.is_empty() {
+        amws.patch_status(
+            &amw_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"appliedResources": owned}})),
+        )
+        .await?;
+    }
+    let remaining = delete_applied(&ctx.managed, &owned, &owner_uid).await?;
     if remaining > 0 {
         // Not done: an error keeps the work's finalizer (the finalizer helper removes it on any
         // Ok), and the error policy retries shortly.
@@ -657,20 +1062,195 @@ async fn cleanup_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkErro
     Ok(Action::await_change())
 }
 
+/// What an AppliedManifestWork's status lists as applied, as JSON.
+fn applied_list(amw: &AppliedManifestWork) -> Vec<Value> {
+    amw.status
+        .as_ref()
+        .and_then(|s| s.applied_resources.as_ref())
+        .map(|r| {
+            r.iter()
+                .filter_map(|x| serde_json::to_value(x).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn rule(paths: Value) -> ManifestConfigOption {
+        serde_json::from_value(json!({
+            "resourceIdentifier": {"group": "x.io", "resource": "things", "name": "t"},
+            "feedbackRules": [{"type": "JSONPaths", "jsonPaths": paths}]
+        }))
+        .unwrap()
+    }
+
+    fn thing() -> ApiResource {
+        ApiResource {
+            group: "x.io".into(),
+            version: "v1".into(),
+            api_version: "x.io/v1".into(),
+            kind: "Thing".into(),
+            plural: "things".into(),
+        }
+    }
+
+    fn values_by_name(values: &[Value]) -> std::collections::BTreeMap<String, Value> {
+        values
+            .iter()
+            .map(|v| {
+                (
+                    v["name"].as_str().unwrap().to_owned(),
+                    v["fieldValue"].clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// Upstream `pkg/work/spoke/statusfeedback/reader.go`: scalars always travel; lists and
+    /// objects only as JsonRaw with the RawFeedbackJsonString gate (off by default), and an
+    /// error (StatusFeedbackSynced False) leaves out only the value it concerns.
     #[test]
-    fn feedback_values_by_type_and_the_raw_limit() {
-        assert_eq!(field_value(&json!(3)).unwrap()["integer"], 3);
-        assert_eq!(field_value(&json!("x")).unwrap()["type"], "String");
+    fn feedback_follows_upstreams_reader_with_the_raw_gate_off_and_on() {
+        let obj = json!({"metadata": {"annotations": {"a.io/k": "v"}},
+                         "status": {"n": 3, "s": "x", "b": true, "f": 1.5, "list": [1, 2],
+                                    "obj": {"a": 1}, "none": null, "big": "é".repeat(600)}});
+        let cfg = rule(json!([
+            {"name": "n", "path": ".status.n"}, {"name": "s", "path": ".status.s"},
+            {"name": "b", "path": ".status.b"}, {"name": "f", "path": ".status.f"},
+            {"name": "list", "path": ".status.list"}, {"name": "obj", "path": ".status.obj"},
+            {"name": "none", "path": ".status.none"}, {"name": "missing", "path": ".status.missing"},
+            {"name": "each", "path": ".status.list[*]"}, {"name": "past", "path": ".status.list[5]"},
+            {"name": "ann", "path": ".metadata.annotations.a\\.io/k"},
+            {"name": "v2", "path": ".status.n", "version": "v2"}
+        ]));
+        let (values, synced) = feedback_values(Some(&cfg), &obj, &thing(), false);
+        let got = values_by_name(&values);
+        assert_eq!(got["n"], json!({"type": "Integer", "integer": 3}));
+        assert_eq!(got["s"], json!({"type": "String", "string": "x"}));
+        assert_eq!(got["b"], json!({"type": "Boolean", "boolean": true}));
+        assert_eq!(got["ann"], json!({"type": "String", "string": "v"}));
+        // Several values: the first only.
+        assert_eq!(got["each"], json!({"type": "Integer", "integer": 1}));
+        for dropped in ["f", "list", "obj", "none", "missing", "past", "v2"] {
+            assert!(!got.contains_key(dropped), "{dropped}: {got:?}");
+        }
+        let err = synced.unwrap_err();
+        for why in [
+            "the type []interface {} of the value for list is not found",
+            "the type map[string]interface {} of the value for obj is not found",
+            "array index out of bounds: index 5, length 2",
+            "version set in the path v2 is not matched",
+        ] {
+            assert!(err.contains(why), "{why}: {err}");
+        }
+        // With the gate on, lists and objects travel as JsonRaw, several values as a list,
+        // but never over the raw length limit.
+        let (values, _) = feedback_values(Some(&cfg), &obj, &thing(), true);
+        let got = values_by_name(&values);
+        assert_eq!(got["list"], json!({"type": "JsonRaw", "jsonRaw": "[1,2]"}));
         assert_eq!(
-            field_value(&json!({"a": 1})).unwrap()["jsonRaw"],
-            "{\"a\":1}"
+            got["obj"],
+            json!({"type": "JsonRaw", "jsonRaw": "{\"a\":1}"})
         );
-        // Multi-byte characters past the limit: no panic, no truncated JSON.
-        let big = json!({"s": "é".repeat(600)});
-        assert_eq!(field_value(&big), None);
+        assert_eq!(got["each"], json!({"type": "JsonRaw", "jsonRaw": "[1,2]"}));
+        let big = rule(json!([{"name": "big", "path": ".status"}]));
+        let (values, synced) = feedback_values(Some(&big), &obj, &thing(), true);
+        assert!(values.is_empty());
+        assert!(
+            synced
+                .unwrap_err()
+                .contains("larger than the maximum length 1024")
+        );
+        // No rules: nothing to sync, and nothing fails.
+        assert_eq!(
+            feedback_values(None, &obj, &thing(), false),
+            (vec![], Ok(()))
+        );
+    }
+
+    /// Upstream `update_apply.go`: metadata merged (another owner stays), finalizers kept, the
+    /// rest replaced; nothing written when nothing differs.
+    #[test]
+    fn the_update_strategy_merges_metadata_and_replaces_the_rest() {
+        let existing = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "resourceVersion": "7", "labels": {"a": "1"}, "finalizers": ["x"],
+                         "ownerReferences": [{"uid": "other", "kind": "AppliedManifestWork"}]},
+            "data": {"k": "v", "old": "gone"}});
+        let required = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "labels": {"b": "2"}, "ownerReferences": [{"uid": "mine", "kind": "AppliedManifestWork"}]},
+            "data": {"k": "v"}});
+        let out = updated(&existing, required, None).unwrap();
+        assert_eq!(out["metadata"]["labels"], json!({"a": "1", "b": "2"}));
+        assert_eq!(out["metadata"]["finalizers"], json!(["x"]));
+        assert_eq!(out["metadata"]["resourceVersion"], "7");
+        let uids: Vec<&str> = out["metadata"]["ownerReferences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["uid"].as_str().unwrap())
+            .collect();
+        assert_eq!(uids, ["other", "mine"]);
+        assert_eq!(out["data"], json!({"k": "v"}));
+        // Applied again over what it wrote: nothing to do.
+        assert_eq!(
+            updated(
+                &out,
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "labels": {"b": "2"}, "ownerReferences": [{"uid": "mine"}]},
+            "data": {"k": "v"}}),
+                None
+            ),
+            None
+        );
+        // Orphaned by the work's deleteOption: our owner reference comes off.
+        let disowned = updated(
+            &out,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "c", "ownerReferences": []}, "data": {"k": "v"}}),
+            Some("mine"),
+        )
+        .unwrap();
+        let uids: Vec<&str> = disowned["metadata"]["ownerReferences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["uid"].as_str().unwrap())
+            .collect();
+        assert_eq!(uids, ["other"]);
+    }
+
+    /// Upstream `rules/rule.go`: Deployments report ready, total and available replicas
+    /// (no observedGeneration); kinds without well-known statuses are an error.
+    #[test]
+    fn well_known_status_by_kind() {
+        let cfg: ManifestConfigOption = serde_json::from_value(json!({
+            "resourceIdentifier": {"group": "apps", "resource": "deployments", "name": "d", "namespace": "n"},
+            "feedbackRules": [{"type": "WellKnownStatus"}]
+        }))
+        .unwrap();
+        let deployment = ApiResource {
+            group: "apps".into(),
+            version: "v1".into(),
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            plural: "deployments".into(),
+        };
+        let obj = json!({"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1, "observedGeneration": 4}});
+        let (values, synced) = feedback_values(Some(&cfg), &obj, &deployment, false);
+        assert_eq!(
+            values_by_name(&values).keys().collect::<Vec<_>>(),
+            ["AvailableReplicas", "ReadyReplicas", "Replicas"]
+        );
+        assert_eq!(synced, Ok(()));
+        let (values, synced) = feedback_values(Some(&cfg), &obj, &thing(), false);
+        assert!(values.is_empty());
+        assert!(
+            synced
+                .unwrap_err()
+                .contains("cannot find the wellknown statuses")
+        );
     }
 }

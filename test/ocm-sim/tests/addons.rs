@@ -20,7 +20,7 @@ use migration_api::common::find_condition;
 use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::cluster::ManagedCluster;
 use ocm_sim::cluster::{Role, SimCluster};
-use ocm_sim::hub::{Agent, AgentOptions, Hub, HubOptions};
+use ocm_sim::hub::{Agent, AgentOptions, Hub, HubKind, HubOptions};
 use ocm_sim::registration::RegistrationOptions;
 use serde_json::json;
 
@@ -31,6 +31,7 @@ fn available(a: &ManagedClusterAddOn) -> Option<(String, String)> {
 
 #[tokio::test]
 async fn addon_gets_its_hub_identity_and_its_health_follows_its_lease() {
+    common::logs();
     let hub = Hub::start(
         "hub1",
         HubOptions {
@@ -38,8 +39,7 @@ async fn addon_gets_its_hub_identity_and_its_health_follows_its_lease() {
             registration: RegistrationOptions {
                 lease_check_interval: Duration::from_millis(200),
             },
-            plain: false,
-            legacy_klusterlet_config: false,
+            kind: HubKind::Acm,
         },
     )
     .await
@@ -50,6 +50,9 @@ async fn addon_gets_its_hub_identity_and_its_health_follows_its_lease() {
         lease_duration_secs: 1,
         status_sync_interval: Duration::from_millis(200),
         addon_lease_period: Duration::from_secs(1),
+        raw_feedback_json: false,
+        hub_timeout: None,
+        eviction_grace: Duration::from_secs(3600),
     };
     let _agent = Agent::start(&cluster, &hub.bootstrap_kubeconfig, opts)
         .await

@@ -18,8 +18,9 @@ use kube::api::{Api, Patch, PatchParams};
 use migration_api::common::condition_is_true;
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::operator::Klusterlet;
+use migration_api::ocm::work::ManifestWork;
 use ocm_sim::cluster::{Role, SimCluster};
-use ocm_sim::hub::{Agent, Hub, HubOptions};
+use ocm_sim::hub::{Agent, AgentOptions, Hub, HubKind, HubOptions, OlderMce};
 use serde_json::json;
 
 async fn available_on(hub: &Hub, cluster: &str) -> bool {
@@ -73,6 +74,13 @@ fn hub_kubeconfig_server(secret: &Secret) -> String {
         .unwrap()
 }
 
+fn plain_hub() -> HubOptions {
+    HubOptions {
+        kind: HubKind::Plain,
+        ..common::fast_hub()
+    }
+}
+
 /// Two hubs, and cluster1 joined and available on hub1.
 async fn cluster_on_hub1_of_two() -> (Hub, Hub, SimCluster, Agent) {
     cluster_on_hub1_of_two_with(common::fast_hub()).await
@@ -80,10 +88,18 @@ async fn cluster_on_hub1_of_two() -> (Hub, Hub, SimCluster, Agent) {
 
 /// [`cluster_on_hub1_of_two`], hub1 started with `hub1_opts`.
 async fn cluster_on_hub1_of_two_with(hub1_opts: HubOptions) -> (Hub, Hub, SimCluster, Agent) {
+    cluster_on_hub1_of_two_with_agent(hub1_opts, common::fast_agent()).await
+}
+
+async fn cluster_on_hub1_of_two_with_agent(
+    hub1_opts: HubOptions,
+    agent_opts: AgentOptions,
+) -> (Hub, Hub, SimCluster, Agent) {
+    common::logs();
     let hub1 = Hub::start("hub1", hub1_opts).await.unwrap();
     let hub2 = Hub::start("hub2", common::fast_hub()).await.unwrap();
     let cluster = SimCluster::start("cluster1", Role::Managed).await.unwrap();
-    let agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, common::fast_agent())
+    let agent = Agent::start(&cluster, &hub1.bootstrap_kubeconfig, agent_opts)
         .await
         .unwrap();
     eventually(LIMIT, "cluster1 on hub1", || async {
@@ -122,6 +138,18 @@ async fn put_klusterlet_config(admin: &kube::Client, spec: serde_json::Value) {
         .unwrap();
 }
 
+/// Annotates a cluster to select a KlusterletConfig.
+async fn select_config(admin: &kube::Client, cluster: &str, config: &str) {
+    Api::<ManagedCluster>::all(admin.clone())
+        .patch(
+            cluster,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"agent.open-cluster-management.io/klusterlet-config": config}}})),
+        )
+        .await
+        .unwrap();
+}
+
 /// The hub admin stops accepting a cluster.
 async fn stop_accepting(hub: &Hub, cluster: &str) {
     Api::<ManagedCluster>::all(hub.cluster.admin.clone())
@@ -136,7 +164,8 @@ async fn stop_accepting(hub: &Hub, cluster: &str) {
 
 #[tokio::test]
 async fn switches_hubs_when_the_current_hub_stops_accepting() {
-    let (hub1, hub2, cluster, _agent) = cluster_on_hub1_of_two().await;
+    // A plain OCM hub1: nothing there renders the Klusterlet over what this test sets.
+    let (hub1, hub2, cluster, _agent) = cluster_on_hub1_of_two_with(plain_hub()).await;
     offer_second_hub(&cluster, &hub2.bootstrap_kubeconfig).await;
     // Still on hub1: the first usable bootstrap kubeconfig wins.
     assert!(available_on(&hub1, "cluster1").await);
@@ -153,7 +182,7 @@ async fn switches_hubs_when_the_current_hub_stops_accepting() {
 
 #[tokio::test]
 async fn does_not_switch_when_the_bootstrap_identity_lacks_rbac() {
-    let (hub1, hub2, cluster, _agent) = cluster_on_hub1_of_two().await;
+    let (hub1, hub2, cluster, _agent) = cluster_on_hub1_of_two_with(plain_hub()).await;
     // A hub2 identity with no bootstrap permissions.
     let token = hub2
         .cluster
@@ -229,14 +258,20 @@ async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches
                     .into_iter()
                     .map(|s| s.name)
                     .collect();
-                (names == ["bootstrap-hub-kubeconfig", "bootstrap-hub2"]
+                // The current hub comes last (upstream `pkg/bootstrap/render.go`).
+                (names == ["bootstrap-hub2", "bootstrap-hub-kubeconfig-current-hub"]
                     && secrets.get_opt("bootstrap-hub2").await.unwrap().is_some())
                 .then_some(())
             }
         },
     )
     .await;
-    // Removing the annotation takes the extra bootstrap kubeconfig away again.
+    // Listed last, the current hub is still the one its klusterlet keeps: its server is the
+    // one it is connected to (`selectBootstrapKubeConfigs`).
+    stays_on_hub1(&hub1, &hub2, &_agent, "bootstrap-hub2").await;
+    // Removing the annotation takes the extra bootstrap kubeconfig out of the Klusterlet (the
+    // secret itself stays: the klusterlet work orphans what it applied, upstream
+    // `manifestwork_controller.go`).
     mcs.patch(
         "cluster1",
         &PatchParams::default(),
@@ -244,17 +279,21 @@ async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches
     )
     .await
     .unwrap();
-    eventually(LIMIT, "the extra secret to be removed", || {
-        let secrets = secrets.clone();
-        async move {
-            secrets
-                .get_opt("bootstrap-hub2")
-                .await
-                .unwrap()
-                .is_none()
-                .then_some(())
-        }
-    })
+    eventually(
+        LIMIT,
+        "the extra bootstrap kubeconfig out of the Klusterlet",
+        || {
+            let klusterlets = klusterlets.clone();
+            async move {
+                let k = klusterlets.get_opt("klusterlet").await.unwrap()?;
+                k.spec
+                    .registration_configuration
+                    .and_then(|r| r.bootstrap_kube_configs)
+                    .is_none()
+                    .then_some(())
+            }
+        },
+    )
     .await;
     // Annotate again, then the source stops accepting: the cluster moves to hub2.
     mcs.patch(
@@ -264,9 +303,22 @@ async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches
     )
     .await
     .unwrap();
-    eventually(LIMIT, "the secret back", || {
-        let secrets = secrets.clone();
-        async move { secrets.get_opt("bootstrap-hub2").await.unwrap().map(|_| ()) }
+    // Released only once its Klusterlet lists hub2 again (as a migration waits for it):
+    // without MultipleHubs a klusterlet does not restart when its hub stops accepting it.
+    eventually(LIMIT, "hub2 back in the Klusterlet", || {
+        let klusterlets = klusterlets.clone();
+        async move {
+            let k = klusterlets.get_opt("klusterlet").await.unwrap()?;
+            let listed = k
+                .spec
+                .registration_configuration?
+                .bootstrap_kube_configs?
+                .local_secrets_config?
+                .kube_config_secrets
+                .iter()
+                .any(|s| s.name == "bootstrap-hub2");
+            listed.then_some(())
+        }
     })
     .await;
     stop_accepting(&hub1, "cluster1").await;
@@ -276,10 +328,148 @@ async fn import_controller_delivers_a_klusterlet_config_and_the_cluster_switches
     .await;
 }
 
+/// Once the klusterlet process runs with Klusterlet settings naming `secret` (it restarted
+/// for them) and has connected, it is on hub1, still, and not on hub2.
+async fn stays_on_hub1(hub1: &Hub, hub2: &Hub, agent: &Agent, secret: &str) {
+    let now = eventually(
+        LIMIT,
+        "the klusterlet restarted with the new settings",
+        || async { agent.connected().filter(|c| c.settings.contains(secret)) },
+    )
+    .await;
+    let server = kube::config::Kubeconfig::from_yaml(&now.text)
+        .unwrap()
+        .clusters[0]
+        .cluster
+        .clone()
+        .unwrap()
+        .server
+        .unwrap();
+    assert_eq!(
+        server.replace("localhost", "127.0.0.1"),
+        hub1.cluster.api.url()
+    );
+    assert!(
+        Api::<ManagedCluster>::all(hub2.cluster.admin.clone())
+            .get_opt("cluster1")
+            .await
+            .unwrap()
+            .is_none(),
+        "cluster1 went to hub2 while hub1 still accepts it"
+    );
+}
+
+/// The server-match preference compares URLs: when the cluster's own KlusterletConfig points
+/// it at its hub under another name (`hubKubeAPIServerConfig.url`), a KlusterletConfig that
+/// drops that URL renders the current hub under the default one, nothing matches, and the
+/// klusterlet takes the first valid kubeconfig: the other hub, while its own still accepts it.
+/// Carrying the URL over keeps it where it is.
+#[tokio::test]
+async fn the_current_hub_is_recognised_by_its_url() {
+    let (hub1, hub2, cluster, _agent) = cluster_on_hub1_of_two().await;
+    let admin = hub1.cluster.admin.clone();
+    let localhost = hub1.cluster.api.url().replace("127.0.0.1", "localhost");
+    // The cluster's own KlusterletConfig: the hub under another name.
+    Api::<migration_api::ocm::config::KlusterletConfig>::all(admin.clone())
+        .patch("own", &PatchParams::apply("test").force(), &Patch::Apply(json!({
+            "apiVersion": "config.open-cluster-management.io/v1alpha1", "kind": "KlusterletConfig",
+            "metadata": {"name": "own"}, "spec": {"hubKubeAPIServerConfig": {"url": localhost}}
+        })))
+        .await
+        .unwrap();
+    let mcs: Api<ManagedCluster> = Api::all(admin.clone());
+    let annotate = |name: &str| {
+        Patch::Merge(
+            json!({"metadata": {"annotations": {"agent.open-cluster-management.io/klusterlet-config": name}}}),
+        )
+    };
+    mcs.patch("cluster1", &PatchParams::default(), &annotate("own"))
+        .await
+        .unwrap();
+    let secrets: Api<Secret> =
+        Api::namespaced(cluster.admin.clone(), "open-cluster-management-agent");
+    eventually(LIMIT, "cluster1 connected to hub1 as localhost", || {
+        let secrets = secrets.clone();
+        let localhost = localhost.clone();
+        async move {
+            let s = secrets.get_opt("hub-kubeconfig-secret").await.unwrap()?;
+            (hub_kubeconfig_server(&s) == localhost).then_some(())
+        }
+    })
+    .await;
+    eventually(LIMIT, "cluster1 Available on hub1", || async {
+        available_on(&hub1, "cluster1").await.then_some(())
+    })
+    .await;
+    put_target_bootstrap_secret(&admin, &hub2).await;
+    // With the URL carried over, the current hub matches and the cluster stays.
+    put_klusterlet_config(
+        &admin,
+        json!({"hubKubeAPIServerConfig": {"url": localhost},
+               "multipleHubsConfig": {"genBootstrapKubeConfigStrategy": "IncludeCurrentHub", "bootstrapKubeConfigs": hub2_alone()}}),
+    )
+    .await;
+    mcs.patch(
+        "cluster1",
+        &PatchParams::default(),
+        &annotate("migration-hub2"),
+    )
+    .await
+    .unwrap();
+    eventually(LIMIT, "MultipleHubs on the cluster", || {
+        let k = Api::<Klusterlet>::all(cluster.admin.clone());
+        async move {
+            let b = k
+                .get("klusterlet")
+                .await
+                .ok()?
+                .spec
+                .registration_configuration?
+                .bootstrap_kube_configs?;
+            (b.local_secrets_config?.kube_config_secrets.len() == 2).then_some(())
+        }
+    })
+    .await;
+    stays_on_hub1(&hub1, &hub2, &_agent, "bootstrap-hub2").await;
+    // Without it, the current hub is rendered under 127.0.0.1 and the cluster leaves.
+    put_klusterlet_config(
+        &admin,
+        json!({"multipleHubsConfig": {"genBootstrapKubeConfigStrategy": "IncludeCurrentHub", "bootstrapKubeConfigs": hub2_alone()}}),
+    )
+    .await;
+    eventually(
+        LIMIT,
+        "cluster1 gone to hub2 although hub1 accepts it",
+        || async { available_on(&hub2, "cluster1").await.then_some(()) },
+    )
+    .await;
+}
+
+/// MCE 2.8 renders the older shape with the current hub appended: the cluster stays until
+/// its hub stops accepting it.
+#[tokio::test]
+async fn an_older_klusterlet_config_on_mce_2_8_keeps_the_current_hub() {
+    let (hub1, hub2, _cluster, _agent) = cluster_on_hub1_of_two_with(HubOptions {
+        kind: HubKind::OlderAcm(OlderMce::Mce28),
+        ..common::fast_hub()
+    })
+    .await;
+    let admin = hub1.cluster.admin.clone();
+    put_target_bootstrap_secret(&admin, &hub2).await;
+    put_klusterlet_config(&admin, json!({"bootstrapKubeConfigs": hub2_alone()})).await;
+    select_config(&admin, "cluster1", "migration-hub2").await;
+    stays_on_hub1(&hub1, &hub2, &_agent, "bootstrap-hub2").await;
+    stop_accepting(&hub1, "cluster1").await;
+    eventually(LIMIT, "cluster1 on hub2", || async {
+        available_on(&hub2, "cluster1").await.then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn an_older_klusterlet_config_names_the_target_alone_and_the_cluster_goes_there_at_once() {
-    let (hub1, hub2, cluster, _agent) = cluster_on_hub1_of_two_with(HubOptions {
-        legacy_klusterlet_config: true,
+    let (hub1, hub2, _cluster, _agent) = cluster_on_hub1_of_two_with(HubOptions {
+        kind: HubKind::OlderAcm(OlderMce::Mce27),
         ..common::fast_hub()
     })
     .await;
@@ -287,30 +477,105 @@ async fn an_older_klusterlet_config_names_the_target_alone_and_the_cluster_goes_
     put_target_bootstrap_secret(&admin, &hub2).await;
     // The older CRD: no multipleHubsConfig, the bootstrap kubeconfigs directly under spec.
     put_klusterlet_config(&admin, json!({"bootstrapKubeConfigs": hub2_alone()})).await;
-    Api::<ManagedCluster>::all(admin)
-        .patch(
-            "cluster1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"agent.open-cluster-management.io/klusterlet-config": "migration-hub2"}}})),
-        )
-        .await
-        .unwrap();
-    // hub1 still accepts it, but the Klusterlet now names hub2 alone: the agent restarts with
-    // the new settings and goes there.
+    select_config(&admin, "cluster1", "migration-hub2").await;
+    // hub1 still accepts it, but the Klusterlet now names hub2 alone (MCE 2.7 renders no
+    // current hub): the agent restarts with the new settings and goes there.
+    eventually(LIMIT, "hub1 rendering hub2 alone", || async {
+        let w = Api::<ManifestWork>::namespaced(hub1.cluster.admin.clone(), "cluster1")
+            .get_opt("cluster1-klusterlet")
+            .await
+            .unwrap()?;
+        let k = w.spec.workload?.manifests?.into_iter().find(|m| m["kind"] == "Klusterlet")?;
+        (k["spec"]["registrationConfiguration"]["bootstrapKubeConfigs"]["localSecretsConfig"]["kubeConfigSecrets"]
+            == json!([{"name": "bootstrap-hub2"}]))
+        .then_some(())
+    })
+    .await;
     eventually(LIMIT, "cluster1 on hub2", || async {
         available_on(&hub2, "cluster1").await.then_some(())
     })
     .await;
-    let k = Api::<Klusterlet>::all(cluster.admin.clone())
-        .get("klusterlet")
+}
+
+/// Upstream work agent: a resource its work's deleteOption orphans never carries the
+/// AppliedManifestWork as owner (`manageOwnerRef`, `manifestwork_reconciler.go`); once the
+/// cluster serves another hub, the old hub's AppliedManifestWorks are evicted after the grace
+/// period (`unmanaged_appliedmanifestwork_controller.go`) with what they alone own: an
+/// orphaned resource, or one a work of the new hub owns too, stays.
+#[tokio::test]
+async fn a_hub_left_behind_is_evicted_with_what_it_alone_owned() {
+    // A grace long enough for hub2's work to take the shared ConfigMap over first.
+    let agent = AgentOptions {
+        eviction_grace: Duration::from_secs(10),
+        ..common::fast_agent()
+    };
+    let (hub1, hub2, cluster, _agent) = cluster_on_hub1_of_two_with_agent(plain_hub(), agent).await;
+    let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}});
+    let payload = |name: &str, manifests: Vec<serde_json::Value>| -> ManifestWork {
+        serde_json::from_value(json!({
+            "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+            "metadata": {"name": name, "namespace": "cluster1"},
+            "spec": {"workload": {"manifests": manifests},
+                     "deleteOption": {"propagationPolicy": "SelectivelyOrphan", "selectivelyOrphans": {"orphaningRules": [
+                         {"resource": "configmaps", "namespace": "default", "name": "kept"}]}}}
+        }))
+        .unwrap()
+    };
+    Api::<ManifestWork>::namespaced(hub1.cluster.admin.clone(), "cluster1")
+        .create(
+            &kube::api::PostParams::default(),
+            &payload("payload", vec![cm("kept"), cm("owned"), cm("shared")]),
+        )
         .await
         .unwrap();
-    let names: Vec<String> = k
-        .spec
-        .registration_configuration
-        .and_then(|r| r.bootstrap_kube_configs)
-        .and_then(|b| b.local_secrets_config)
-        .map(|l| l.kube_config_secrets.into_iter().map(|s| s.name).collect())
-        .unwrap_or_default();
-    assert_eq!(names, ["bootstrap-hub2"]);
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(cluster.admin.clone(), "default");
+    let owners = |name: &'static str| {
+        let cms = cms.clone();
+        async move {
+            cms.get_opt(name)
+                .await
+                .unwrap()
+                .map(|c| c.metadata.owner_references.unwrap_or_default().len())
+        }
+    };
+    eventually(LIMIT, "the payload applied", || async {
+        (owners("owned").await == Some(1) && owners("shared").await == Some(1)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        owners("kept").await,
+        Some(0),
+        "an orphaned resource has no owner"
+    );
+    // The cluster moves to hub2, where a work holds the shared ConfigMap too.
+    offer_second_hub(&cluster, &hub2.bootstrap_kubeconfig).await;
+    stop_accepting(&hub1, "cluster1").await;
+    eventually(LIMIT, "cluster1 on hub2", || async {
+        available_on(&hub2, "cluster1").await.then_some(())
+    })
+    .await;
+    Api::<ManifestWork>::namespaced(hub2.cluster.admin.clone(), "cluster1")
+        .create(
+            &kube::api::PostParams::default(),
+            &payload("holder", vec![cm("shared")]),
+        )
+        .await
+        .unwrap();
+    eventually(
+        LIMIT,
+        "the shared ConfigMap owned by both hubs' works",
+        || async { (owners("shared").await == Some(2)).then_some(()) },
+    )
+    .await;
+    eventually(LIMIT, "hub1's AppliedManifestWork evicted", || async {
+        (owners("owned").await.is_none()).then_some(())
+    })
+    .await;
+    assert_eq!(owners("kept").await, Some(0), "orphaned: kept");
+    assert_eq!(
+        owners("shared").await,
+        Some(1),
+        "still owned by hub2's work"
+    );
 }

@@ -19,7 +19,7 @@ use migration_api::common::condition_is_true;
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::work::{AppliedManifestWork, ManifestWork};
 use ocm_sim::cluster::{Role, SimCluster};
-use ocm_sim::hub::{Agent, AgentOptions, Hub, HubOptions};
+use ocm_sim::hub::{Agent, AgentOptions, Hub, HubKind, HubOptions};
 use ocm_sim::registration::RegistrationOptions;
 
 use serde_json::json;
@@ -33,8 +33,7 @@ async fn joined_pair() -> (Hub, Vec<(SimCluster, Agent)>) {
             registration: RegistrationOptions {
                 lease_check_interval: Duration::from_millis(200),
             },
-            plain: false,
-            legacy_klusterlet_config: false,
+            kind: HubKind::Acm,
         },
     )
     .await
@@ -44,6 +43,9 @@ async fn joined_pair() -> (Hub, Vec<(SimCluster, Agent)>) {
         lease_duration_secs: 1,
         status_sync_interval: Duration::from_millis(200),
         addon_lease_period: Duration::from_secs(1),
+        raw_feedback_json: false,
+        hub_timeout: None,
+        eviction_grace: Duration::from_secs(3600),
     };
     let mut clusters = Vec::new();
     for name in ["cluster1", "cluster2"] {
@@ -101,7 +103,7 @@ fn work(name: &str, delete_option: serde_json::Value) -> ManifestWork {
             "deleteOption": delete_option,
             "manifestConfigs": [{
                 "resourceIdentifier": {"resource": "configmaps", "namespace": "app", "name": "settings"},
-                "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [{"name": "mode", "path": ".data.mode"}, {"name": "extra", "path": ".data.extra"}]}]
+                "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [{"name": "mode", "path": ".data.mode"}, {"name": "extra", "path": ".metadata.labels.extra"}]}]
             }]
         }
     }))
@@ -162,12 +164,14 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         w.finalizers(),
         ["cluster.open-cluster-management.io/manifest-work-cleanup"]
     );
-    // Feedback follows the object on the cluster; drift from the manifest is reverted.
+    // Feedback follows the object on the cluster; drift from the manifest is reverted (the
+    // Update strategy replaces the object but merges its labels, as upstream's
+    // `update_apply.go` does, so the added label stays).
     c1_cms
         .patch(
             "settings",
             &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"mode": "green", "extra": "seen"}})),
+            &Patch::Merge(json!({"metadata": {"labels": {"extra": "seen"}}, "data": {"mode": "green", "other": "x"}})),
         )
         .await
         .unwrap();
@@ -196,6 +200,10 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         },
     )
     .await;
+    let live = c1_cms.get("settings").await.unwrap();
+    let data = live.data.unwrap_or_default();
+    assert_eq!(data.get("mode").map(String::as_str), Some("blue"));
+    assert!(!data.contains_key("other"), "drift replaced: {data:?}");
     // While nothing changes, the agent keeps reconciling (re-reading the work from the hub)
     // without writing the work again: per-manifest conditions keep their transition times.
     let settled = works.get("app").await.unwrap().resource_version();
@@ -353,4 +361,58 @@ async fn selectively_orphaned_objects_stay_the_rest_go() {
         kept.owner_references().is_empty(),
         "the orphan no longer points at the AppliedManifestWork"
     );
+}
+
+/// Upstream's work agent is not cluster-admin (`manifests/klusterlet/managed/
+/// klusterlet-work-*.yaml`): it applies namespaced kinds as `admin`, but a custom resource only
+/// through a ClusterRole labelled `open-cluster-management.io/aggregate-to-work`.
+#[tokio::test]
+async fn the_work_agent_reaches_custom_resources_only_through_an_aggregated_role() {
+    let (hub, clusters) = joined_pair().await;
+    let works: Api<ManifestWork> = Api::namespaced(hub.cluster.admin.clone(), "cluster1");
+    let claim = json!({"apiVersion": "cluster.open-cluster-management.io/v1alpha1", "kind": "ClusterClaim",
+                       "metadata": {"name": "region.example.io"}, "spec": {"value": "east"}});
+    let claims_work = |manifests: Vec<serde_json::Value>| -> ManifestWork {
+        serde_json::from_value(json!({
+            "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+            "metadata": {"name": "claims", "namespace": "cluster1"},
+            "spec": {"workload": {"manifests": manifests}}
+        }))
+        .unwrap()
+    };
+    works
+        .create(&PostParams::default(), &claims_work(vec![claim.clone()]))
+        .await
+        .unwrap();
+    let condition = |want: &'static str| {
+        let works = works.clone();
+        move || {
+            let works = works.clone();
+            async move {
+                let w = works.get("claims").await.ok()?;
+                let m = w.status?.resource_status?.manifests?;
+                let c = m
+                    .iter()
+                    .find(|m| m.resource_meta.kind.as_deref() == Some("ClusterClaim"))?
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == "Applied")?
+                    .clone();
+                (c.status == want).then_some(c.message)
+            }
+        }
+    };
+    let refused = eventually(LIMIT, "the claim refused", condition("False")).await;
+    assert!(refused.contains("forbidden"), "{refused}");
+    let claims: Api<migration_api::ocm::cluster::ClusterClaim> =
+        Api::all(clusters[0].0.admin.clone());
+    assert!(claims.get_opt("region.example.io").await.unwrap().is_none());
+    // A role labelled for the work agent's aggregate role, delivered first, lets it through.
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "claims-for-work", "labels": {"open-cluster-management.io/aggregate-to-work": "true"}},
+        "rules": [{"apiGroups": ["cluster.open-cluster-management.io"], "resources": ["clusterclaims"],
+                   "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]});
+    set_manifests(&works, &claims_work(vec![role, claim])).await;
+    eventually(LIMIT, "the claim applied", condition("True")).await;
+    assert!(claims.get_opt("region.example.io").await.unwrap().is_some());
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ocm_sim::hub::{AgentOptions, HubOptions};
+use ocm_sim::hub::{AgentOptions, HubKind, HubOptions};
 use ocm_sim::registration::RegistrationOptions;
 
 #[allow(unused_imports)]
@@ -16,18 +16,21 @@ pub fn fast_hub() -> HubOptions {
         registration: RegistrationOptions {
             lease_check_interval: Duration::from_millis(200),
         },
-        plain: false,
-        legacy_klusterlet_config: false,
+        kind: HubKind::Acm,
     }
 }
 
-/// A klusterlet with no join delay and one-second leases.
+/// A klusterlet with no join delay, one-second leases, and AppliedManifestWorks of a hub it
+/// left evicted after three seconds.
 pub fn fast_agent() -> AgentOptions {
     AgentOptions {
         join_delay: Duration::ZERO,
         lease_duration_secs: 1,
         status_sync_interval: Duration::from_millis(200),
         addon_lease_period: Duration::from_secs(1),
+        raw_feedback_json: false,
+        hub_timeout: None,
+        eviction_grace: Duration::from_secs(3),
     }
 }
 

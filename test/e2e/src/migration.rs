@@ -1,0 +1,315 @@
+//! What the migration tests share: a fleet with the manager running and the addon Available
+//! on every hub, the migration in namespace [`NS`] driven with kubectl, and the invariant
+//! every migration test ends with (each cluster accepted and Available on exactly one hub).
+
+// Test support: a panic here is a failure report of the test that called it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::{Client, ResourceExt};
+use migration_api::migration::{ManagedClusterMigration, MigrationPhase};
+use migration_api::ocm::operator::Klusterlet;
+use ocm_sim::fleet::Fleet;
+
+use crate::{
+    Manager, addon_available, enable_addon, eventually, kubeconfig, kubectl_apply, kubectl_ok,
+};
+
+/// The namespace the tests' migrations live in.
+pub const NS: &str = "default";
+
+/// A fleet of `hubs` hubs with `per_hub` clusters each, the manager running and the addon
+/// Available on every hub.
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+    pub fleet: Fleet,
+    pub manager: Option<Manager>,
+    pub global: Client,
+    pub global_kc: std::path::PathBuf,
+}
+
+impl std::fmt::Debug for Setup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Setup")
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Setup {
+    pub async fn new(hubs: usize, per_hub: usize) -> Self {
+        Self::with_hub_kinds(hubs, per_hub, &[], &[]).await
+    }
+
+    /// [`Setup::new`] with the named hubs plain OCM (no KlusterletConfig API) or an older ACM
+    /// (KlusterletConfig's `spec.bootstrapKubeConfigs`).
+    pub async fn with_hub_kinds(
+        hubs: usize,
+        per_hub: usize,
+        plain: &[&str],
+        legacy: &[&str],
+    ) -> Self {
+        let dir = crate::test_dir();
+        let fleet = crate::fleet_with_hub_kinds(
+            hubs,
+            per_hub,
+            &[migration_api_version()],
+            dir.path(),
+            plain,
+            legacy,
+        )
+        .await;
+        let global_kc = kubeconfig(dir.path(), "global-hub");
+        let manager = Manager::start(&global_kc, dir.path(), &[]);
+        let global = fleet.global.cluster.admin.clone();
+        let names: Vec<String> = (1..=hubs).map(|i| format!("hub{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        enable_addon(&global_kc, &names);
+        addon_available(&global, &names, Duration::from_secs(60)).await;
+        Self {
+            dir,
+            fleet,
+            manager: Some(manager),
+            global,
+            global_kc,
+        }
+    }
+
+    pub fn hub(&self, i: usize) -> Client {
+        self.fleet.hubs[i - 1].cluster.admin.clone()
+    }
+
+    pub fn logs(&self) -> String {
+        self.manager.as_ref().map(Manager::logs).unwrap_or_default()
+    }
+
+    pub fn apply(&self, name: &str, spec: &str) {
+        kubectl_apply(
+            &self.global_kc,
+            &format!(
+                r#"{{"apiVersion": "migration.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterMigration",
+  "metadata": {{"name": "{name}", "namespace": "{NS}"}}, "spec": {spec}}}"#
+            ),
+        );
+    }
+
+    pub async fn migration(&self, name: &str) -> Option<ManagedClusterMigration> {
+        Api::<ManagedClusterMigration>::namespaced(self.global.clone(), NS)
+            .get_opt(name)
+            .await
+            .unwrap()
+    }
+
+    /// Waits for a migration to reach `phase`, failing with its status and the manager's log.
+    pub async fn phase(
+        &self,
+        name: &str,
+        phase: MigrationPhase,
+        limit: Duration,
+    ) -> ManagedClusterMigration {
+        let start = std::time::Instant::now();
+        loop {
+            let m = self.migration(name).await;
+            let now = m
+                .as_ref()
+                .and_then(|m| m.status.as_ref())
+                .and_then(|s| s.phase);
+            if now == Some(phase) {
+                return m.unwrap();
+            }
+            if start.elapsed() > limit
+                || (now.is_some_and(MigrationPhase::is_terminal) && phase.is_terminal())
+            {
+                panic!(
+                    "migration {name} not {phase:?} after {limit:?}: {:#?}\n--- manager log (tail) ---\n{}",
+                    m.and_then(|m| m.status),
+                    tail(&self.logs(), 60)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Every cluster is accepted and Available on exactly one hub: `expected[cluster]`.
+    pub async fn invariant(&self, expected: &BTreeMap<String, usize>) {
+        eventually(
+            Duration::from_secs(30),
+            "every cluster Available on exactly its expected hub",
+            || async {
+                let homes = self.fleet.cluster_homes().await.ok()?;
+                let wrong: Vec<_> = expected
+                    .iter()
+                    .filter(|(c, h)| homes.get(*c) != Some(&vec![**h]))
+                    .map(|(c, h)| format!("{c}: want hub{h}, on {:?}", homes.get(c)))
+                    .collect();
+                wrong.is_empty().then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Where each cluster of the fleet started.
+    pub fn homes(&self) -> BTreeMap<String, usize> {
+        self.fleet
+            .clusters
+            .iter()
+            .map(|(h, c, _)| (c.name.clone(), h + 1))
+            .collect()
+    }
+}
+
+pub fn migration_api_version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+pub fn names(from: usize, to: usize) -> Vec<String> {
+    (from..=to).map(|k| format!("cluster{k}")).collect()
+}
+
+pub fn json_list(v: &[String]) -> String {
+    serde_json::to_string(v).unwrap()
+}
+
+/// Holds a cluster with the block-move annotation (`why` is its value).
+pub fn block(hub: &Path, cluster: &str, why: &str) {
+    kubectl_ok(
+        hub,
+        &[
+            "annotate",
+            "managedcluster",
+            cluster,
+            &format!("migration.open-cluster-management.io/block-move={why}"),
+            "--overwrite",
+        ],
+        None,
+    );
+}
+
+/// A hub's admin stops accepting a cluster (`hubAcceptsClient: false`).
+pub fn refuse(hub: &Path, cluster: &str) {
+    kubectl_ok(
+        hub,
+        &[
+            "patch",
+            "managedcluster",
+            cluster,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"hubAcceptsClient":false}}"#,
+        ],
+        None,
+    );
+}
+
+/// Removes the block-move annotation from a cluster on a hub.
+pub fn unblock(hub: &Path, cluster: &str) {
+    kubectl_ok(
+        hub,
+        &[
+            "annotate",
+            "managedcluster",
+            cluster,
+            "migration.open-cluster-management.io/block-move-",
+        ],
+        None,
+    );
+}
+
+pub async fn registered(s: &Setup, name: &str, n: i32) {
+    eventually(
+        Duration::from_secs(60),
+        &format!("{name}: {n} registered"),
+        || async {
+            let m = s.migration(name).await?;
+            (m.status?.clusters?.registered == n).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The pid of the addon agent the kubelet of `hub` runs.
+pub fn agent_pid(s: &Setup, hub: &str) -> Option<u32> {
+    let pods = s.dir.path().join("pods").join(hub);
+    std::fs::read_dir(pods)
+        .ok()?
+        .flatten()
+        .filter(|e| e.path().join("agent.log").is_file())
+        .find_map(|e| {
+            std::fs::read_to_string(e.path().join("pid"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+}
+
+/// Kills the agent on `hub` (SIGKILL, as a node losing the pod would) and waits for the
+/// kubelet to have started a new one.
+pub async fn kill_agent(s: &Setup, hub: &str) {
+    let old = agent_pid(s, hub).unwrap_or_else(|| panic!("no agent pid on {hub}"));
+    let status = std::process::Command::new("kill")
+        .args(["-9", &old.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -9 {old}");
+    eventually(
+        Duration::from_secs(30),
+        &format!("a new agent on {hub}"),
+        || async { agent_pid(s, hub).filter(|p| *p != old).map(|_| ()) },
+    )
+    .await;
+}
+
+pub fn cluster_api(s: &Setup, name: &str) -> Client {
+    s.fleet
+        .clusters
+        .iter()
+        .find(|(_, c, _)| c.name == name)
+        .map(|(_, c, _)| c.admin.clone())
+        .unwrap_or_else(|| panic!("no cluster {name}"))
+}
+
+/// A cluster's Klusterlet registration settings and its annotations.
+pub async fn klusterlet_of(
+    s: &Setup,
+    cluster: &str,
+) -> (serde_json::Value, BTreeMap<String, String>) {
+    let k = Api::<Klusterlet>::all(cluster_api(s, cluster))
+        .get("klusterlet")
+        .await
+        .unwrap();
+    let v = serde_json::to_value(&k).unwrap();
+    (
+        v["spec"]["registrationConfiguration"].clone(),
+        k.annotations().clone(),
+    )
+}
+
+/// The server of a cluster's `bootstrap-hub-kubeconfig`, and whether it still holds the
+/// migration's bootstrap secret.
+pub async fn bootstrap_of(s: &Setup, cluster: &str) -> (String, bool) {
+    let secrets: Api<Secret> =
+        Api::namespaced(cluster_api(s, cluster), "open-cluster-management-agent");
+    let boot = secrets.get("bootstrap-hub-kubeconfig").await.unwrap();
+    let text = String::from_utf8(boot.data.unwrap()["kubeconfig"].0.clone()).unwrap();
+    let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+    let server = kc.clusters[0]
+        .cluster
+        .as_ref()
+        .unwrap()
+        .server
+        .clone()
+        .unwrap();
+    let migration_secret = secrets.get_opt("bootstrap-hub2").await.unwrap().is_some();
+    (server, migration_secret)
+}

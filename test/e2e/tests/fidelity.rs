@@ -1,0 +1,602 @@
+//! Migrations against the strict simulator (the work agent's real identity, its raw feedback
+//! gate off, klusterlets that never re-select while bootstrapping and prefer their current
+//! hub's URL, the import controller's rendering, auto-import, eviction): what a real ACM/OCM
+//! fleet would do with each of the addon's choices, end to end with the real binaries.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use e2e::migration::{Setup, block, cluster_api, refuse, registered, unblock};
+use e2e::{eventually, kubeconfig, kubectl_apply, kubectl_ok};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use migration_api::common::find_condition;
+use migration_api::migration::{MigrationPhase, MigrationTask, TaskStage};
+use migration_api::ocm::cluster::ManagedCluster;
+use migration_api::ocm::msa::ManagedServiceAccount;
+use migration_api::ocm::operator::Klusterlet;
+use migration_api::ocm::work::{AppliedManifestWork, ManifestWork};
+
+/// One fleet at a time: each runs a whole fleet on two cores.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+const LONG: Duration = Duration::from_secs(120);
+
+/// The server a cluster's klusterlet is connected to (its hub kubeconfig).
+async fn connected_to(cluster: &Client) -> Option<String> {
+    let s = Api::<Secret>::namespaced(cluster.clone(), "open-cluster-management-agent")
+        .get_opt("hub-kubeconfig-secret")
+        .await
+        .ok()??;
+    server_of(&s)
+}
+
+fn server_of(secret: &Secret) -> Option<String> {
+    let text = String::from_utf8(secret.data.as_ref()?.get("kubeconfig")?.0.clone()).ok()?;
+    kube::config::Kubeconfig::from_yaml(&text)
+        .ok()?
+        .clusters
+        .first()?
+        .cluster
+        .as_ref()?
+        .server
+        .clone()
+}
+
+/// The ManagedCluster annotations of a cluster on a hub.
+/// A CSR of `cluster`'s klusterlet on a hub.
+async fn csr_of(
+    csrs: &Api<CertificateSigningRequest>,
+    cluster: &str,
+) -> Option<CertificateSigningRequest> {
+    csrs.list(&ListParams::default())
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .find(|c| {
+            c.labels()
+                .get("open-cluster-management.io/cluster-name")
+                .map(String::as_str)
+                == Some(cluster)
+        })
+}
+
+async fn annotations_on(hub: &Client, cluster: &str) -> BTreeMap<String, String> {
+    Api::<ManagedCluster>::all(hub.clone())
+        .get(cluster)
+        .await
+        .unwrap()
+        .annotations()
+        .clone()
+}
+
+/// What a cluster carries over travels as one string in status feedback: with the work
+/// agents' `RawFeedbackJsonString` gate off (the default), a selector's clusters resolve and
+/// arrive with their labels, addons, client URLs and the import's annotations, and no value
+/// of the source work's feedback is raw JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn carry_over_arrives_with_raw_feedback_off() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 3).await;
+    let hub1 = kubeconfig(s.dir.path(), "hub1");
+    for c in ["cluster1", "cluster2"] {
+        kubectl_ok(
+            &hub1,
+            &["label", "managedcluster", c, "move=yes", "env=prod"],
+            None,
+        );
+    }
+    kubectl_ok(
+        &hub1,
+        &[
+            "annotate",
+            "managedcluster",
+            "cluster1",
+            "open-cluster-management/created-via=other",
+        ],
+        None,
+    );
+    kubectl_apply(
+        &hub1,
+        r#"{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+  "metadata": {"name": "search-collector", "namespace": "cluster1"}, "spec": {"installNamespace": "search"}}"#,
+    );
+    block(&hub1, "cluster2", "inspect");
+    s.apply(
+        "carry",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClustersSelector": {"matchLabels": {"move": "yes"}}}"#,
+    );
+    registered(&s, "carry", 1).await;
+    // While cluster2 is held, the source work is there to read.
+    let work = Api::<ManifestWork>::namespaced(s.global.clone(), "hub1")
+        .get("migration-carry-source")
+        .await
+        .unwrap();
+    let values: Vec<_> = work
+        .status
+        .unwrap()
+        .resource_status
+        .unwrap()
+        .manifests
+        .unwrap()
+        .into_iter()
+        .flat_map(|m| m.status_feedback.and_then(|f| f.values).unwrap_or_default())
+        .collect();
+    assert!(!values.is_empty());
+    assert!(
+        values.iter().all(|v| v.field_value.json_raw.is_none()),
+        "{values:?}"
+    );
+    unblock(&hub1, "cluster2");
+    let done = s.phase("carry", MigrationPhase::Completed, LONG).await;
+    assert_eq!(
+        done.status.unwrap().resolved_clusters.unwrap(),
+        ["cluster1", "cluster2"]
+    );
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    expected.insert("cluster2".into(), 2);
+    s.invariant(&expected).await;
+    let c1 = Api::<ManagedCluster>::all(s.hub(2))
+        .get("cluster1")
+        .await
+        .unwrap();
+    assert_eq!(c1.labels().get("env").map(String::as_str), Some("prod"));
+    let a = c1.annotations();
+    assert_eq!(
+        a.get("open-cluster-management/created-via")
+            .map(String::as_str),
+        Some("other")
+    );
+    assert!(
+        !a.keys()
+            .any(|k| k.starts_with("migration.open-cluster-management.io/")),
+        "{a:?}"
+    );
+    // The URL the cluster reported on hub1 shows on hub2 too.
+    let url = &c1.spec.managed_cluster_client_configs.unwrap()[0].url;
+    assert_eq!(url, &s.fleet.clusters[0].1.api.url());
+    let hub2 = kubeconfig(s.dir.path(), "hub2");
+    let addon = kubectl_ok(
+        &hub2,
+        &[
+            "get",
+            "managedclusteraddon",
+            "search-collector",
+            "-n",
+            "cluster1",
+            "-o",
+            "jsonpath={.spec.installNamespace}",
+        ],
+        None,
+    );
+    assert_eq!(addon, "search");
+}
+
+/// A cluster with a KlusterletConfig of its own that points it at its hub under another URL:
+/// the migration derives its KlusterletConfig from that one, so the import controller renders
+/// the current hub under the same URL and the klusterlet, preferring it, stays until released
+/// (held here); rolled back, the cluster selects its own KlusterletConfig again; moved, it
+/// took its settings along as far as the target renders them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_clusters_own_klusterlet_config_is_kept_and_its_url_keeps_it_in_place() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    let hub1 = kubeconfig(s.dir.path(), "hub1");
+    let localhost = s.fleet.hubs[0]
+        .cluster
+        .api
+        .url()
+        .replace("127.0.0.1", "localhost");
+    kubectl_apply(
+        &hub1,
+        &format!(
+            r#"{{"apiVersion": "config.open-cluster-management.io/v1alpha1", "kind": "KlusterletConfig",
+  "metadata": {{"name": "own"}},
+  "spec": {{"hubKubeAPIServerConfig": {{"url": "{localhost}"}}, "nodePlacement": {{"nodeSelector": {{"zone": "a"}}}}}}}}"#
+        ),
+    );
+    for c in ["cluster1", "cluster2"] {
+        kubectl_ok(
+            &hub1,
+            &[
+                "annotate",
+                "managedcluster",
+                c,
+                "agent.open-cluster-management.io/klusterlet-config=own",
+            ],
+            None,
+        );
+    }
+    for c in ["cluster1", "cluster2"] {
+        let api = cluster_api(&s, c);
+        eventually(
+            LONG,
+            &format!("{c} connected to hub1 as localhost"),
+            || async {
+                (connected_to(&api).await.as_deref() == Some(localhost.as_str())).then_some(())
+            },
+        )
+        .await;
+    }
+    s.invariant(&s.homes()).await;
+    block(&hub1, "cluster2", "hold");
+    s.apply(
+        "own",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"], "maxFailures": 1}"#,
+    );
+    registered(&s, "own", 1).await;
+    // The held cluster selects the derived KlusterletConfig, restarts for it, and stays.
+    let derived = "migration-hub2-own";
+    eventually(LONG, "cluster2 on the derived KlusterletConfig", || async {
+        let a = annotations_on(&s.hub(1), "cluster2").await;
+        (a.get("agent.open-cluster-management.io/klusterlet-config")
+            .map(String::as_str)
+            == Some(derived))
+        .then_some(())
+    })
+    .await;
+    let kc = kubectl_ok(
+        &hub1,
+        &[
+            "get",
+            "klusterletconfig",
+            derived,
+            "-o",
+            "jsonpath={.spec.hubKubeAPIServerConfig.url} {.spec.nodePlacement.nodeSelector.zone} {.spec.multipleHubsConfig.genBootstrapKubeConfigStrategy}",
+        ],
+        None,
+    );
+    assert_eq!(kc, format!("{localhost} a IncludeCurrentHub"));
+    let agent2 = &s.fleet.clusters[1].2;
+    let life = eventually(
+        LONG,
+        "cluster2's klusterlet restarted with hub2 listed",
+        || async {
+            agent2
+                .connected()
+                .filter(|c| c.settings.contains("bootstrap-hub2"))
+        },
+    )
+    .await;
+    assert!(
+        kube::config::Kubeconfig::from_yaml(&life.text)
+            .unwrap()
+            .clusters[0]
+            .cluster
+            .as_ref()
+            .unwrap()
+            .server
+            .as_deref()
+            == Some(localhost.as_str())
+    );
+    assert!(
+        Api::<ManagedCluster>::all(s.hub(2))
+            .get("cluster2")
+            .await
+            .unwrap()
+            .status
+            .is_none_or(|st| st
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .all(|c| c.type_ != "ManagedClusterJoined")),
+        "the held cluster joined hub2"
+    );
+    // The target refuses it, it is let go: rolled back, it selects its own config again.
+    refuse(&kubeconfig(s.dir.path(), "hub2"), "cluster2");
+    unblock(&hub1, "cluster2");
+    let m = s.phase("own", MigrationPhase::Completed, LONG).await;
+    let counts = m.status.unwrap().clusters.unwrap();
+    assert_eq!((counts.registered, counts.failed), (1, 1));
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    s.invariant(&expected).await;
+    let a = annotations_on(&s.hub(1), "cluster2").await;
+    assert_eq!(
+        a.get("agent.open-cluster-management.io/klusterlet-config")
+            .map(String::as_str),
+        Some("own"),
+        "{a:?}"
+    );
+    assert!(
+        !a.keys()
+            .any(|k| k.starts_with("migration.open-cluster-management.io/")),
+        "{a:?}"
+    );
+    eventually(LONG, "the derived KlusterletConfig removed", || async {
+        kubectl_ok(&hub1, &["get", "klusterletconfig", "-o", "name"], None)
+            .lines()
+            .all(|l| !l.ends_with(derived))
+            .then_some(())
+    })
+    .await;
+    // The Klusterlet of the rolled-back cluster is rendered from its own config again.
+    let k = Api::<Klusterlet>::all(cluster_api(&s, "cluster2"))
+        .get("klusterlet")
+        .await
+        .unwrap();
+    let v = serde_json::to_value(&k.spec).unwrap();
+    assert_eq!(v["nodePlacement"]["nodeSelector"]["zone"], "a", "{v}");
+    assert!(
+        v["registrationConfiguration"]
+            .get("bootstrapKubeConfigs")
+            .is_none(),
+        "{v}"
+    );
+}
+
+/// A klusterlet that already chose the target waits for its bootstrap CSR for as long as it
+/// takes (upstream never re-selects while bootstrapping). Here the target cannot approve it,
+/// the migration times out, and the rollback still brings the cluster home: the target
+/// approves the CSR once it can (it must not be left waiting), refuses the cluster, and the
+/// klusterlet goes back after its hub connection timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rollback_returns_a_cluster_stuck_bootstrapping_on_the_target() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    let faults = s.fleet.hubs[1].cluster.api.faults();
+    faults.add_error(kube_sim::ErrorRule {
+        verb: Some("patch".into()),
+        resource: Some("certificatesigningrequests".into()),
+        rate: 1.0,
+        code: 503,
+    });
+    s.apply(
+        "stuck",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"], "registeringTimeout": "40s"}"#,
+    );
+    // cluster1 chose hub2 and asked for its certificate there.
+    let csrs: Api<CertificateSigningRequest> = Api::all(s.hub(2));
+    eventually(LONG, "cluster1's bootstrap CSR on hub2", || async {
+        csr_of(&csrs, "cluster1").await.map(|_| ())
+    })
+    .await;
+    s.phase("stuck", MigrationPhase::Rollbacking, LONG).await;
+    // The target's agent learns of the rollback before it can approve anything.
+    eventually(LONG, "hub2's task rolling back", || async {
+        Api::<MigrationTask>::all(s.hub(2))
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .any(|t| t.spec.stage == TaskStage::Rollbacking)
+            .then_some(())
+    })
+    .await;
+    faults.clear();
+    let m = s
+        .phase("stuck", MigrationPhase::Failed, Duration::from_secs(180))
+        .await;
+    let status = m.status.unwrap();
+    let rolled =
+        find_condition(status.conditions.as_deref().unwrap(), "ResourceRolledBack").unwrap();
+    assert_eq!(rolled.status, "True", "{rolled:?}");
+    s.invariant(&s.homes()).await;
+    let csr = csr_of(&csrs, "cluster1").await.unwrap();
+    // Approved (nearly always by the rollback, to let it through; a retry of the Registering
+    // approval that was already under way when the faults cleared may win the race, and the
+    // cluster is refused all the same): either way it came home.
+    let approved = csr.status.unwrap().conditions.unwrap_or_default();
+    assert!(
+        approved
+            .iter()
+            .any(|c| c.type_ == "Approved" && c.status == "True"),
+        "{approved:?}"
+    );
+}
+
+/// After a move, nothing depends on the migration's bootstrap token: the ManagedServiceAccount
+/// goes only once the target's import has given the cluster the target's own bootstrap
+/// kubeconfig; a klusterlet restarted without its certificate re-registers with the target
+/// (and auto-import on the source, frozen while the cluster moved, does not pull it back);
+/// and the source's AppliedManifestWorks, evicted after their grace period, remove nothing it
+/// needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_moved_cluster_needs_nothing_of_the_migration_afterwards() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    // Auto-import keeps syncing cluster1's klusterlet from hub1 (ImportAndSync, the secret kept).
+    let admin_kubeconfig = s.fleet.clusters[0].1.api.kubeconfig();
+    Api::<Secret>::namespaced(s.hub(1), "cluster1")
+        .patch(
+            "auto-import-secret",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "auto-import-secret", "namespace": "cluster1",
+                             "annotations": {"managedcluster-import-controller.open-cluster-management.io/keeping-auto-import-secret": ""}},
+                "stringData": {"kubeconfig": admin_kubeconfig}
+            })),
+        )
+        .await
+        .unwrap();
+    s.apply(
+        "token",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"]}"#,
+    );
+    // While the migration runs, its ManagedServiceAccount is gone only after hub2's import
+    // work is applied on the cluster.
+    let msas: Api<ManagedServiceAccount> = Api::namespaced(s.global.clone(), "hub2");
+    let import_work = Api::<ManifestWork>::namespaced(s.hub(2), "cluster1");
+    let mut saw_msa = false;
+    loop {
+        let m = s.migration("token").await.unwrap();
+        let phase = m.status.as_ref().and_then(|st| st.phase);
+        let msa = msas.get_opt("migration-token").await.unwrap();
+        saw_msa |= msa.is_some();
+        if saw_msa && msa.is_none() {
+            let w = import_work.get_opt("cluster1-klusterlet").await.unwrap();
+            let applied = w
+                .and_then(|w| w.status)
+                .and_then(|st| st.conditions)
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Applied" && c.status == "True"));
+            assert!(
+                applied,
+                "the token was revoked before hub2's import took over"
+            );
+        }
+        if phase == Some(MigrationPhase::Completed) {
+            break;
+        }
+        assert!(
+            !phase.is_some_and(MigrationPhase::is_terminal),
+            "migration ended {phase:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(saw_msa);
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    s.invariant(&expected).await;
+    let hub2_url = s.fleet.hubs[1].cluster.api.url();
+    let cluster = cluster_api(&s, "cluster1");
+    let secrets: Api<Secret> = Api::namespaced(cluster.clone(), "open-cluster-management-agent");
+    eventually(
+        LONG,
+        "hub2's own bootstrap kubeconfig on cluster1",
+        || async {
+            let b = secrets.get_opt("bootstrap-hub-kubeconfig").await.ok()??;
+            (server_of(&b).as_deref() == Some(hub2_url.as_str())).then_some(())
+        },
+    )
+    .await;
+    // The klusterlet loses its certificate and restarts: it bootstraps again, with hub2.
+    secrets
+        .delete("hub-kubeconfig-secret", &DeleteParams::default())
+        .await
+        .unwrap();
+    let agent = &s.fleet.clusters[0].2;
+    let before = agent.connected().map_or(0, |c| c.life);
+    agent.kill();
+    eventually(LONG, "cluster1 reconnected to hub2", || async {
+        agent.connected().filter(|c| c.life > before)?;
+        (connected_to(&cluster).await? == hub2_url).then_some(())
+    })
+    .await;
+    s.invariant(&expected).await;
+    // hub1's AppliedManifestWorks on cluster1 are evicted (20 s grace here, 60 min upstream);
+    // the klusterlet and its hub2 connection stay.
+    let amws: Api<AppliedManifestWork> = Api::all(cluster.clone());
+    eventually(LONG, "only hub2's AppliedManifestWorks left", || async {
+        let left = amws.list(&ListParams::default()).await.ok()?;
+        let hub2_works: Vec<String> = Api::<ManifestWork>::namespaced(s.hub(2), "cluster1")
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .map(|w| w.name_any())
+            .collect();
+        left.items
+            .iter()
+            .all(|a| hub2_works.contains(&a.spec.manifest_work_name))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        Api::<Klusterlet>::all(cluster.clone())
+            .get_opt("klusterlet")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    s.invariant(&expected).await;
+}
+
+/// The work agent of a hub applies only what `admin` and the roles labelled aggregate-to-work
+/// allow: a hub where it may not apply MigrationTasks fails validation at once, with the
+/// reason, and nothing is touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hub_whose_work_agent_may_not_apply_our_kinds_fails_validation() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 1).await;
+    // hub2's work agent loses its aggregated rules (what the addon's role adds among them).
+    Api::<ClusterRoleBinding>::all(s.hub(2))
+        .delete(
+            "open-cluster-management:klusterlet-work:aggregate",
+            &DeleteParams::default(),
+        )
+        .await
+        .unwrap();
+    s.apply(
+        "forbidden",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"]}"#,
+    );
+    let m = s.phase("forbidden", MigrationPhase::Failed, LONG).await;
+    let status = m.status.unwrap();
+    let v = find_condition(status.conditions.as_deref().unwrap(), "ResourceValidated").unwrap();
+    assert_eq!(v.reason, "HubInvalid", "{v:?}");
+    assert!(
+        v.message.contains("aggregate-to-work") && v.message.contains("hub2"),
+        "{}",
+        v.message
+    );
+    assert!(
+        !annotations_on(&s.hub(1), "cluster1")
+            .await
+            .keys()
+            .any(|k| k.starts_with("migration.open-cluster-management.io/")),
+    );
+    s.invariant(&s.homes()).await;
+}
+
+/// A plain OCM source detaches a moved cluster only once the works in its namespace are gone,
+/// and only a connected work agent finishes a deleted work (ocm's registration GC): a work
+/// of the source's own left on the moved cluster must not hold the migration (nor the
+/// cluster, Terminating on the source, forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plain_source_detaches_a_moved_cluster_that_has_works_of_its_own() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::with_hub_kinds(2, 2, &["hub1"], &[]).await;
+    let hub1 = kubeconfig(s.dir.path(), "hub1");
+    kubectl_apply(
+        &hub1,
+        r#"{"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+  "metadata": {"name": "app", "namespace": "cluster1"},
+  "spec": {"workload": {"manifests": [
+    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app-settings", "namespace": "default"}, "data": {"mode": "blue"}}]}}}"#,
+    );
+    let works = Api::<ManifestWork>::namespaced(s.hub(1), "cluster1");
+    eventually(LONG, "hub1's app work applied on cluster1", || async {
+        let w = works.get_opt("app").await.ok()??;
+        let applied = w
+            .status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Applied" && c.status == "True");
+        (applied && !w.metadata.finalizers.unwrap_or_default().is_empty()).then_some(())
+    })
+    .await;
+    s.apply(
+        "works",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"]}"#,
+    );
+    s.phase("works", MigrationPhase::Completed, LONG).await;
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    s.invariant(&expected).await;
+    assert!(
+        Api::<ManagedCluster>::all(s.hub(1))
+            .get_opt("cluster1")
+            .await
+            .unwrap()
+            .is_none(),
+        "cluster1 detached from hub1"
+    );
+    assert!(
+        works
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no work left in cluster1's namespace on hub1"
+    );
+}
