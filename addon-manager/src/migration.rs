@@ -1373,8 +1373,7 @@ async fn deploying(
     )
     .await?
     else {
-        step.rollback(reasons::ERROR, "the bootstrap token disappeared");
-        return Ok(Action::requeue(Duration::from_millis(10)));
+        return Ok(token_missing(step, stage_timeout(mcm), RESOURCE_DEPLOYED));
     };
     let (source, source_err) = report(ctx, m, MigrationRole::Source, &src_rev).await?;
     let (target, target_err) = report(ctx, m, MigrationRole::Target, &tgt_rev).await?;
@@ -1419,6 +1418,27 @@ async fn deploying(
 fn err_suffix(e: Option<String>) -> String {
     e.map(|e| format!(" (a work reports: {e})"))
         .unwrap_or_default()
+}
+
+/// The bootstrap token's Secret is missing while a stage needs it: a moment's miss (the
+/// managed-serviceaccount addon re-creating or rotating it) is waited for, woken by the
+/// ManagedServiceAccount's status; only when it stays missing past the stage's timeout does
+/// the migration roll back.
+fn token_missing(step: &mut Step, timeout: Duration, condition: &str) -> Action {
+    if remaining(step, timeout).is_none() {
+        step.rollback(
+            reasons::TIMEOUT,
+            "the bootstrap token's Secret stayed missing past the stage timeout",
+        );
+        return Action::requeue(Duration::from_millis(10));
+    }
+    step.condition(
+        condition,
+        "False",
+        reasons::WAITING,
+        "waiting for the bootstrap token's Secret (the managed-serviceaccount addon re-creates it)",
+    );
+    until(step, timeout)
 }
 
 /// The outcome of one Registering step.
@@ -1558,8 +1578,11 @@ async fn registering(
     let Some(src_rev) =
         deliver_source(ctx, mcm, m, step, TaskStage::Registering, part, true).await?
     else {
-        step.rollback(reasons::ERROR, "the bootstrap token disappeared");
-        return Ok(Action::requeue(Duration::from_millis(10)));
+        let timeout = mcm
+            .spec
+            .registering_timeout()
+            .unwrap_or(migration_api::migration::DEFAULT_REGISTERING_TIMEOUT);
+        return Ok(token_missing(step, timeout, CLUSTER_REGISTERED));
     };
     let (source, _) = report(ctx, m, MigrationRole::Source, &src_rev).await?;
     let before = states.clone();

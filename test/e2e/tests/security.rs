@@ -167,3 +167,44 @@ async fn a_source_that_cannot_act_in_cleaning_strands_no_cluster() {
     expected.insert("cluster1".into(), 2);
     s.invariant(&expected).await;
 }
+
+/// The bootstrap token's Secret goes missing mid-Registering (as while the
+/// managed-serviceaccount addon re-creates it) and stays missing a while: the migration waits,
+/// says why, and completes once the Secret is back; it does not roll back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_missing_token_secret_is_waited_for_not_rolled_back() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    let hub1 = e2e::kubeconfig(s.dir.path(), "hub1");
+    block(&hub1, "cluster2", "later");
+    s.apply(
+        "token-miss",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"]}"#,
+    );
+    registered(&s, "token-miss", 1).await;
+    // The addon cannot re-create the Secret for now.
+    let faults = s.fleet.global.cluster.api.faults();
+    faults.add_error(kube_sim::ErrorRule {
+        verb: Some("create".into()),
+        resource: Some("secrets".into()),
+        rate: 1.0,
+        code: 503,
+    });
+    let secrets: Api<Secret> = Api::namespaced(s.global.clone(), "hub2");
+    let name = migration_api::names::migration_service_account("token-miss");
+    secrets.delete(&name, &Default::default()).await.unwrap();
+    eventually(LONG, "the migration waiting for the token", || async {
+        let st = s.migration("token-miss").await?.status?;
+        assert_ne!(st.phase, Some(MigrationPhase::Rollbacking), "{st:#?}");
+        let c = find_condition(st.conditions.as_deref()?, "ClusterRegistered")?.clone();
+        c.message.contains("bootstrap token's Secret").then_some(())
+    })
+    .await;
+    faults.clear();
+    unblock(&hub1, "cluster2");
+    s.phase("token-miss", MigrationPhase::Completed, LONG).await;
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    expected.insert("cluster2".into(), 2);
+    s.invariant(&expected).await;
+}
