@@ -193,6 +193,21 @@ async fn a_missing_token_secret_is_waited_for_not_rolled_back() {
     let secrets: Api<Secret> = Api::namespaced(s.global.clone(), "hub2");
     let name = migration_api::names::migration_service_account("token-miss");
     secrets.delete(&name, &Default::default()).await.unwrap();
+    // The manager does not watch Secrets (it may not read them cluster-wide); the next event
+    // of the migration makes it look. Here: an annotation.
+    Api::<migration_api::migration::ManagedClusterMigration>::namespaced(
+        s.global.clone(),
+        e2e::migration::NS,
+    )
+    .patch(
+        "token-miss",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(
+            serde_json::json!({"metadata": {"annotations": {"test/poke": "1"}}}),
+        ),
+    )
+    .await
+    .unwrap();
     eventually(LONG, "the migration waiting for the token", || async {
         let st = s.migration("token-miss").await?.status?;
         assert_ne!(st.phase, Some(MigrationPhase::Rollbacking), "{st:#?}");
