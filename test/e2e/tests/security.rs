@@ -184,12 +184,15 @@ async fn a_missing_token_secret_is_waited_for_not_rolled_back() {
     registered(&s, "token-miss", 1).await;
     // The addon cannot re-create the Secret for now.
     let faults = s.fleet.global.cluster.api.faults();
-    faults.add_error(kube_sim::ErrorRule {
-        verb: Some("create".into()),
-        resource: Some("secrets".into()),
-        rate: 1.0,
-        code: 503,
-    });
+    // (It writes the Secret with server-side apply, a patch.)
+    for verb in ["create", "patch"] {
+        faults.add_error(kube_sim::ErrorRule {
+            verb: Some(verb.into()),
+            resource: Some("secrets".into()),
+            rate: 1.0,
+            code: 503,
+        });
+    }
     let secrets: Api<Secret> = Api::namespaced(s.global.clone(), "hub2");
     let name = migration_api::names::migration_service_account("token-miss");
     secrets.delete(&name, &Default::default()).await.unwrap();
