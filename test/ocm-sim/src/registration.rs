@@ -28,7 +28,7 @@ use migration_api::ocm::operator::ClusterManager;
 use migration_api::ocm::work::ManifestWork;
 use serde_json::json;
 
-use crate::finalizers;
+use crate::finalizers::{self, ignore_not_found};
 use crate::names::{self, CLUSTER_LEASE, CLUSTER_NAME_LABEL, UNREACHABLE_TAINT};
 
 const MANAGER: &str = "registration-controller";
@@ -311,26 +311,21 @@ async fn collect_garbage(client: &Client, ns: &str) -> Result<Option<String>, ku
     let addons: Api<ManagedClusterAddOn> = Api::namespaced(client.clone(), ns);
     let works: Api<ManifestWork> = Api::namespaced(client.clone(), ns);
     let lp = ListParams::default();
-    let addon_list: Vec<ObjectMeta> = addons
-        .list_metadata(&lp)
-        .await?
-        .items
-        .into_iter()
-        .map(|o| o.metadata)
-        .collect();
-    let work_list: Vec<ObjectMeta> = works
-        .list_metadata(&lp)
-        .await?
-        .items
-        .into_iter()
+    // The first kind with objects left is the one worked on (works are read only once no
+    // addon is left).
+    let addon_list: Vec<ObjectMeta> = (addons.list_metadata(&lp).await?.items.into_iter())
         .map(|o| o.metadata)
         .collect();
     let (kind, items) = if !addon_list.is_empty() {
         ("managedclusteraddons", addon_list)
-    } else if !work_list.is_empty() {
-        ("manifestworks", work_list)
     } else {
-        return Ok(None);
+        let work_list: Vec<ObjectMeta> = (works.list_metadata(&lp).await?.items.into_iter())
+            .map(|o| o.metadata)
+            .collect();
+        if work_list.is_empty() {
+            return Ok(None);
+        }
+        ("manifestworks", work_list)
     };
     let pending = items
         .iter()
@@ -350,7 +345,7 @@ async fn collect_garbage(client: &Client, ns: &str) -> Result<Option<String>, ku
                 .await
                 .map(drop)
         };
-        finalizers::ignore_not_found(deleted)?;
+        ignore_not_found(deleted)?;
     }
     Ok(Some(format!(
         "The resource {kind} is remaning, the remaining count is {}, the finalizer pending count is {pending}",
@@ -510,14 +505,6 @@ async fn cleanup(client: &Client, name: &str) -> Result<bool, ReconcileError> {
     }
     revoke(client, name).await?;
     Ok(true)
-}
-
-fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
 }
 
 fn conditions(mc: &ManagedCluster) -> &[Condition] {
