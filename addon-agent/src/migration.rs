@@ -43,9 +43,10 @@ use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED, WORK_APPLIED};
 use migration_api::names::labels::{CLUSTER_NAME, CLUSTER_SET, LOCAL_CLUSTER};
 use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::agent::KlusterletAddonConfig;
-use migration_api::ocm::cluster::ManagedCluster;
+use migration_api::ocm::cluster::{ManagedCluster, ManagedClusterSet};
 use migration_api::ocm::work::ManifestWork;
 use migration_api::runtime::{csr_decided, ignore_not_found, requested_identity};
+use migration_api::tenancy;
 use serde_json::{Value, json};
 
 use crate::klusterlet_work::{self as kw, Registration, Step};
@@ -412,6 +413,21 @@ async fn klusterlet_config_shape(client: &Client) -> Result<String, Error> {
     .into())
 }
 
+/// The ManagedClusterSets bound to the migration's namespace on this hub
+/// ([`migration_api::tenancy`]); `None` for a task of a manager that named no namespace.
+async fn bound_sets(
+    ctx: &Ctx,
+    task: &MigrationTask,
+) -> Result<Option<Vec<ManagedClusterSet>>, Error> {
+    let Some(ns) = task.spec.migration_namespace.as_deref() else {
+        return Ok(None);
+    };
+    migration_api::runtime::bound_cluster_sets(&ctx.client, ns)
+        .await
+        .map(Some)
+        .map_err(|(what, e)| Error::Kube(what, e))
+}
+
 async fn source_validate(
     ctx: &Ctx,
     task: &MigrationTask,
@@ -433,6 +449,7 @@ async fn source_validate(
             Err(e) => return Err(Error::Kube("listing KlusterletAddonConfigs".into(), e)),
         };
     let shape = klusterlet_config_shape(&ctx.client).await?;
+    let bound = bound_sets(ctx, task).await?;
     // An ACM hub's import controller: it honours disable-auto-import.
     let acm = shape != "None";
     let mut states = Vec::with_capacity(names.len());
@@ -474,9 +491,13 @@ async fn source_validate(
         let other = mc
             .annotations()
             .get(MIGRATING)
-            .filter(|m| **m != task.spec.migration);
+            .filter(|m| m.as_str() != task.spec.key());
         let state = if mc.labels().get(LOCAL_CLUSTER).map(String::as_str) == Some("true") {
             ClusterState::IsHub
+        } else if let Some(sets) = &bound
+            && !tenancy::admitted(sets, mc.labels())
+        {
+            ClusterState::Forbidden
         } else if other.is_some() {
             ClusterState::Conflict
         } else if hosted(&mc) {
@@ -484,7 +505,7 @@ async fn source_validate(
         } else if acm
             && mc.annotations().contains_key(DISABLE_AUTO_IMPORT)
             && task.spec.lift_disable_auto_import != Some(true)
-            && mc.annotations().get(MIGRATING) != Some(&task.spec.migration)
+            && !marked(&mc, MIGRATING, task)
         {
             ClusterState::AutoImportDisabled
         } else if !available(&mc) {
@@ -546,9 +567,7 @@ fn target_validate(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Report 
     let states = names
         .iter()
         .map(|n| match get(&ctx.clusters, None, n) {
-            Some(mc) if mc.annotations().get(PRE_CREATED) != Some(&task.spec.migration) => {
-                ClusterState::Exists
-            }
+            Some(mc) if !marked(&mc, PRE_CREATED, task) => ClusterState::Exists,
             _ => ClusterState::Valid,
         })
         .collect();
@@ -662,7 +681,7 @@ fn klusterlet_work(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> Option<Arc
     get(
         &ctx.works,
         Some(cluster),
-        &names::migration_klusterlet_work(&task.spec.migration),
+        &names::migration_klusterlet_work(task.spec.key()),
     )
 }
 
@@ -680,7 +699,7 @@ async fn put_klusterlet_work(
     let secret = task.spec.bootstrap_secret_name.clone().unwrap_or_default();
     let secret_data = bootstrap_secret_data(ctx, task).await?;
     let wctx = kw::WorkContext {
-        migration: &task.spec.migration,
+        migration: task.spec.key(),
         cluster,
         secret_name: &secret,
         secret_data: secret_data.as_ref(),
@@ -691,7 +710,7 @@ async fn put_klusterlet_work(
         tracing::info!(%cluster, "the bootstrap secret is not on this hub; the klusterlet work waits for it");
         return Ok(());
     };
-    let name = names::migration_klusterlet_work(&task.spec.migration);
+    let name = names::migration_klusterlet_work(task.spec.key());
     let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), cluster);
     works
         .patch(
@@ -921,7 +940,7 @@ impl DerivedConfigs {
         let body = json!({
             "apiVersion": "config.open-cluster-management.io/v1alpha1", "kind": "KlusterletConfig",
             "metadata": {"name": name, "labels": {
-                names::labels::MIGRATION: task.spec.migration,
+                names::labels::MIGRATION: task.spec.key(),
                 names::labels::MANAGED_BY: names::labels::MANAGED_BY_VALUE,
                 DERIVED_FROM: own}},
             "spec": flight::derived_config_spec(&own_spec, &base_spec)
@@ -948,7 +967,7 @@ async fn remove_derived_configs(ctx: &Ctx, task: &MigrationTask) -> Result<(), E
     let selector = format!(
         "{}={},{DERIVED_FROM}",
         names::labels::MIGRATION,
-        task.spec.migration
+        task.spec.key()
     );
     let list = match api.list(&ListParams::default().labels(&selector)).await {
         Ok(l) => l.items,
@@ -1025,7 +1044,7 @@ async fn source_register(
         let freeze = release && !plain(task) && (refuse || !mc.spec.hub_accepts_client);
         let changes = flight::in_flight(
             mc.annotations(),
-            &spec.migration,
+            spec.key(),
             config.as_deref(),
             spec.lift_disable_auto_import == Some(true),
             freeze,
@@ -1097,8 +1116,7 @@ async fn released_at(
     cluster: &str,
     mc: Option<&ManagedCluster>,
 ) -> Result<Option<jiff::Timestamp>, Error> {
-    let Some(mc) = mc.filter(|m| m.annotations().get(PRE_CREATED) == Some(&task.spec.migration))
-    else {
+    let Some(mc) = mc.filter(|m| marked(m, PRE_CREATED, task)) else {
         return Ok(None);
     };
     if let Some(at) = mc
@@ -1208,8 +1226,8 @@ async fn precreate(ctx: &Ctx, task: &MigrationTask, name: &str) -> Result<(), Er
     }
     // What the target's import needs to render this cluster's klusterlet as its source did.
     let mut annotations = carried_annotations(&record.annotations);
-    annotations.insert(PRE_CREATED.into(), task.spec.migration.clone());
-    annotations.insert(MIGRATING.into(), task.spec.migration.clone());
+    annotations.insert(PRE_CREATED.into(), task.spec.key().to_owned());
+    annotations.insert(MIGRATING.into(), task.spec.key().to_owned());
     let mut spec = json!({"hubAcceptsClient": true, "leaseDurationSeconds": 60});
     // The klusterlet reports its URLs only when it creates its ManagedCluster (or where its
     // bootstrap identity may update it): they come from the source instead.
@@ -1326,10 +1344,7 @@ async fn target_register(
             mc = get(&ctx.clusters, None, name);
         }
         let state = match &mc {
-            Some(m)
-                if m.annotations().get(PRE_CREATED) != Some(&task.spec.migration)
-                    && m.annotations().get(MIGRATING) != Some(&task.spec.migration) =>
-            {
+            Some(m) if !marked(m, PRE_CREATED, task) && !marked(m, MIGRATING, task) => {
                 ClusterState::Refused
             }
             Some(m) => target_state(Some(m)),
@@ -1453,8 +1468,7 @@ async fn target_rollback(
         }
         // Only what this migration created (or a klusterlet made while switching, which never
         // got in) is touched.
-        let ours = m.annotations().get(PRE_CREATED) == Some(&task.spec.migration)
-            || !m.spec.hub_accepts_client;
+        let ours = marked(&m, PRE_CREATED, task) || !m.spec.hub_accepts_client;
         if !ours {
             states.push(ClusterState::RolledBack);
             continue;
@@ -1627,9 +1641,14 @@ async fn source_rollback(
     ))
 }
 
+/// Whether annotation `key` of a ManagedCluster names this task's migration (its key).
+fn marked(mc: &ManagedCluster, key: &str, task: &MigrationTask) -> bool {
+    mc.annotations().get(key).map(String::as_str) == Some(task.spec.key())
+}
+
 /// Whether a cluster still carries this migration's annotations.
 fn restore_needed(mc: &ManagedCluster, task: &MigrationTask) -> bool {
-    mc.annotations().get(MIGRATING) == Some(&task.spec.migration)
+    marked(mc, MIGRATING, task)
         || mc.annotations().contains_key(ORIGINAL_KLUSTERLET_CONFIG)
         || mc
             .annotations()

@@ -1,14 +1,19 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, so that two or more replicas of the
 //! manager are safe: one leads and runs the controllers, the others wait.
 //!
-//! The rules are client-go's: a candidate takes the Lease when it does not exist, is released
-//! (no holder) or has expired (`renewTime + leaseDurationSeconds` in the past); every write is
-//! guarded by the resourceVersion it read, so two candidates never both win. A waiting
-//! candidate watches the Lease and wakes when it changes or when it would expire, whichever
-//! comes first. The leader renews every `renew_period`; if it cannot renew for
-//! `renew_deadline` (or finds another holder) it has lost the lead and must stop at once, as
-//! a controller-runtime manager does. On a clean shutdown it releases the Lease, so a standby
-//! takes over without waiting for the expiry.
+//! The rules are client-go's (`tools/leaderelection/leaderelection.go`): a candidate takes the
+//! Lease when it does not exist, is released (no holder) or has expired; every write is
+//! guarded by the resourceVersion it read, so two candidates never both win. Expiry is judged
+//! by the candidate's own clock, never by the `renewTime` another replica wrote: the Lease
+//! expires `leaseDurationSeconds` after this candidate last *saw it change*, so clocks that
+//! disagree between nodes cannot make a standby take a Lease that is still being renewed. A
+//! waiting candidate watches the Lease and wakes when it is released or would expire. The
+//! leader renews every `renew_period`; each attempt is cut off when the `renew_deadline` since
+//! the last renewal runs out (a request that hangs cannot outlive it), and if it cannot renew
+//! by then (or finds another holder) it has lost the lead and must stop at once, as a
+//! controller-runtime manager does; `renew_deadline` is shorter than the lease duration, so it
+//! stops before a standby may take over. On a clean shutdown it releases the Lease, so a
+//! standby takes over without waiting for the expiry.
 
 use std::time::Duration;
 
@@ -64,22 +69,37 @@ fn now() -> MicroTime {
     MicroTime(jiff::Timestamp::now())
 }
 
-/// How long a Lease held by somebody else stays valid from now (zero: expired or released).
-fn valid_for(lease: &Lease, at: jiff::Timestamp) -> Duration {
-    let Some(spec) = &lease.spec else {
-        return Duration::ZERO;
-    };
-    if spec.holder_identity.as_deref().unwrap_or("").is_empty() {
-        return Duration::ZERO;
+/// What a candidate last saw of the Lease, and when by its own clock (client-go's
+/// `observedRecord` and `observedTime`).
+#[derive(Clone, Debug, Default)]
+struct Observed {
+    record: Option<LeaseSpec>,
+    at: Option<tokio::time::Instant>,
+}
+
+impl Observed {
+    /// Takes note of the Lease as read at `now`: the clock restarts only when its record
+    /// changed.
+    fn see(&mut self, lease: &Lease, now: tokio::time::Instant) {
+        let record = lease.spec.clone().unwrap_or_default();
+        if self.record.as_ref() != Some(&record) {
+            self.record = Some(record);
+            self.at = Some(now);
+        }
     }
-    let Some(renewed) = spec.renew_time.as_ref().or(spec.acquire_time.as_ref()) else {
-        return Duration::ZERO;
-    };
-    let secs = i64::from(spec.lease_duration_seconds.unwrap_or(0).max(0));
-    let Ok(expiry) = renewed.0.checked_add(jiff::SignedDuration::from_secs(secs)) else {
-        return Duration::ZERO;
-    };
-    Duration::try_from(expiry.duration_since(at)).unwrap_or(Duration::ZERO)
+
+    /// How long the observed Lease stays valid from `now`: `leaseDurationSeconds` after it was
+    /// last seen to change; zero when it has no holder or has expired.
+    fn valid_for(&self, now: tokio::time::Instant) -> Duration {
+        let (Some(record), Some(at)) = (&self.record, self.at) else {
+            return Duration::ZERO;
+        };
+        if record.holder_identity.as_deref().unwrap_or("").is_empty() {
+            return Duration::ZERO;
+        }
+        let secs = u64::try_from(record.lease_duration_seconds.unwrap_or(0)).unwrap_or(0);
+        (at + Duration::from_secs(secs)).saturating_duration_since(now)
+    }
 }
 
 /// The Lease a candidate writes to take or keep the lead.
@@ -97,7 +117,11 @@ fn held_by(mut lease: Lease, cfg: &Config, taking_over: bool) -> Lease {
 }
 
 /// One attempt to take or keep the Lease.
-async fn try_acquire(api: &Api<Lease>, cfg: &Config) -> Result<Outcome, Error> {
+async fn try_acquire(
+    api: &Api<Lease>,
+    cfg: &Config,
+    observed: &mut Observed,
+) -> Result<Outcome, Error> {
     let current = api.get_opt(&cfg.name).await.map_err(api_err(format!(
         "reading Lease {}/{}",
         cfg.namespace, cfg.name
@@ -135,7 +159,9 @@ async fn try_acquire(api: &Api<Lease>, cfg: &Config) -> Result<Outcome, Error> {
         .and_then(|s| s.holder_identity.clone())
         .unwrap_or_default();
     let mine = holder == cfg.identity;
-    let expires_in = valid_for(&lease, jiff::Timestamp::now());
+    let now = tokio::time::Instant::now();
+    observed.see(&lease, now);
+    let expires_in = observed.valid_for(now);
     if !mine && !expires_in.is_zero() {
         return Ok(Outcome::Held { holder, expires_in });
     }
@@ -173,8 +199,9 @@ pub async fn acquire(client: Client, cfg: &Config, mut stopping: watch::Receiver
     let mut changes = std::pin::pin!(changes);
     let mut announced = String::new();
     let mut backoff = cfg.renew_period;
+    let mut observed = Observed::default();
     loop {
-        let wait = match try_acquire(&api, cfg).await {
+        let wait = match try_acquire(&api, cfg, &mut observed).await {
             Ok(Outcome::Acquired) => {
                 tracing::info!(lease = %cfg.name, identity = %cfg.identity, "became the leader");
                 return true;
@@ -210,8 +237,15 @@ pub async fn acquire(client: Client, cfg: &Config, mut stopping: watch::Receiver
                 _ = stopping.wait_for(|s| *s) => return false,
                 ev = changes.next() => match ev {
                     Some(Ok(watcher::Event::Delete(_))) => break,
-                    Some(Ok(watcher::Event::Apply(l))) if valid_for(&l, jiff::Timestamp::now()).is_zero() => break,
-                    // Other events (a renewal, a list) leave the deadline as it is.
+                    Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l))) => {
+                        let now = tokio::time::Instant::now();
+                        observed.see(&l, now);
+                        // Released: try at once. A renewal leaves the deadline as it is (it
+                        // restarted the observed clock, which the next attempt reads).
+                        if observed.valid_for(now).is_zero() {
+                            break;
+                        }
+                    }
                     Some(_) => {}
                     None => break,
                 },
@@ -230,6 +264,7 @@ pub async fn hold(
 ) -> Result<(), String> {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let mut last_renewal = tokio::time::Instant::now();
+    let mut observed = Observed::default();
     let mut tick = tokio::time::interval(cfg.renew_period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -241,7 +276,21 @@ pub async fn hold(
             give_up(&api, &cfg).await;
             return Ok(());
         }
-        match try_acquire(&api, &cfg).await {
+        // An attempt may take no longer than what is left of the renew deadline: a request
+        // that hangs must not keep a leader that can no longer renew running past it.
+        let left = renew_time_left(
+            last_renewal,
+            cfg.renew_deadline,
+            tokio::time::Instant::now(),
+        );
+        let attempt = tokio::time::timeout(left, try_acquire(&api, &cfg, &mut observed)).await;
+        let Ok(attempt) = attempt else {
+            return Err(format!(
+                "lost the lead: Lease {} not renewed within {:?} (the renewal hung)",
+                cfg.name, cfg.renew_deadline
+            ));
+        };
+        match attempt {
             Ok(Outcome::Acquired) => last_renewal = tokio::time::Instant::now(),
             Ok(Outcome::Held { holder, .. }) if !holder.is_empty() && holder != cfg.identity => {
                 return Err(format!(
@@ -259,6 +308,18 @@ pub async fn hold(
             ));
         }
     }
+}
+
+/// What is left of the renew deadline at `now` for a leader last renewed at `last_renewal`
+/// (at least a millisecond, so an attempt is always made and cut off rather than skipped).
+fn renew_time_left(
+    last_renewal: tokio::time::Instant,
+    renew_deadline: Duration,
+    now: tokio::time::Instant,
+) -> Duration {
+    (last_renewal + renew_deadline)
+        .saturating_duration_since(now)
+        .max(Duration::from_millis(1))
 }
 
 /// Gives the Lease up (no holder, expired at once) if this candidate still holds it.
@@ -299,14 +360,76 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_is_valid_until_renewal_plus_duration() {
-        let at: jiff::Timestamp = "2026-01-01T00:00:10Z".parse().unwrap();
-        let l = lease(Some("a"), "2026-01-01T00:00:00Z", 15);
-        assert_eq!(valid_for(&l, at), Duration::from_secs(5));
-        let expired = lease(Some("a"), "2026-01-01T00:00:00Z", 5);
-        assert_eq!(valid_for(&expired, at), Duration::ZERO);
-        let released = lease(None, "2026-01-01T00:00:09Z", 15);
-        assert_eq!(valid_for(&released, at), Duration::ZERO);
+    fn expiry_is_judged_by_the_local_clock_from_the_last_change_seen() {
+        let t0 = tokio::time::Instant::now();
+        let s = Duration::from_secs;
+        // (what happens, seen at [(offset, renewTime, holder)], asked at, valid for)
+        type Case = (
+            &'static str,
+            Vec<(u64, &'static str, Option<&'static str>)>,
+            u64,
+            u64,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "a renewTime from a clock far behind still counts from when it was seen",
+                vec![(0, "2020-01-01T00:00:00Z", Some("a"))],
+                10,
+                5,
+            ),
+            (
+                "a renewTime from a clock far ahead does not make it live longer",
+                vec![(0, "2099-01-01T00:00:00Z", Some("a"))],
+                16,
+                0,
+            ),
+            (
+                "unchanged for longer than its duration: expired",
+                vec![
+                    (0, "2026-01-01T00:00:00Z", Some("a")),
+                    (10, "2026-01-01T00:00:00Z", Some("a")),
+                ],
+                16,
+                0,
+            ),
+            (
+                "a renewal seen restarts the clock",
+                vec![
+                    (0, "2026-01-01T00:00:00Z", Some("a")),
+                    (10, "2026-01-01T00:00:02Z", Some("a")),
+                ],
+                16,
+                9,
+            ),
+            (
+                "released: free at once",
+                vec![(0, "2026-01-01T00:00:00Z", None)],
+                1,
+                0,
+            ),
+        ];
+        for (what, seen, at, want) in cases {
+            let mut o = Observed::default();
+            for (offset, renewed, holder) in seen {
+                o.see(&lease(holder, renewed, 15), t0 + s(offset));
+            }
+            assert_eq!(o.valid_for(t0 + s(at)), s(want), "{what}");
+        }
+        assert_eq!(Observed::default().valid_for(t0), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_renewal_attempt_never_outlives_the_renew_deadline() {
+        let t0 = tokio::time::Instant::now();
+        let s = Duration::from_secs;
+        let deadline = s(10);
+        assert_eq!(renew_time_left(t0, deadline, t0 + s(2)), s(8));
+        assert_eq!(renew_time_left(t0, deadline, t0 + s(9)), s(1));
+        // Past it: the attempt gets a millisecond and is cut off.
+        assert_eq!(
+            renew_time_left(t0, deadline, t0 + s(30)),
+            Duration::from_millis(1)
+        );
     }
 
     #[test]

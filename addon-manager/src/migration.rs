@@ -22,14 +22,16 @@ use kube::{Client, Resource, ResourceExt};
 use migration_api::common::{Condition, condition_is_true, find_condition, now, set_condition};
 use migration_api::migration::{
     CarriedCluster, ClusterCounts, ClusterState, ManagedClusterMigration,
-    ManagedClusterMigrationStatus, MigrationPhase, MigrationPlan, MigrationRole, MigrationTaskSpec,
-    PlannedObject, TaskStage,
+    ManagedClusterMigrationSpec, ManagedClusterMigrationStatus, MigrationPhase, MigrationPlan,
+    MigrationRole, MigrationTaskSpec, PlannedObject, TaskStage,
 };
 use migration_api::names::conditions::{
     AVAILABLE, CLUSTER_AVAILABLE, CLUSTER_REGISTERED, MIGRATION_STARTED, RESOURCE_CLEANED,
     RESOURCE_DEPLOYED, RESOURCE_INITIALIZED, RESOURCE_ROLLED_BACK, RESOURCE_VALIDATED,
 };
-use migration_api::names::{self, DEFAULT_ADDON_INSTALL_NAMESPACE, finalizers, labels, reasons};
+use migration_api::names::{
+    self, DEFAULT_ADDON_INSTALL_NAMESPACE, conditions, finalizers, labels, reasons,
+};
 use migration_api::ocm::addon::{AddOnDeploymentConfig, ManagedClusterAddOn, ProxyConfig};
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::msa::ManagedServiceAccount;
@@ -151,9 +153,20 @@ fn migration_of(mcm: &ManagedClusterMigration) -> Migration {
     Migration {
         name: mcm.name_any(),
         namespace: mcm.namespace().unwrap_or_default(),
+        key: key_of(mcm),
+        token_validity: mcm.effective_spec().token_validity(),
         from: mcm.spec.from.clone(),
         to: mcm.spec.to.clone(),
     }
+}
+
+/// The migration's key ([`names::migration_key`]).
+fn key_of(mcm: &ManagedClusterMigration) -> String {
+    names::migration_key(
+        &mcm.namespace().unwrap_or_default(),
+        &mcm.name_any(),
+        &mcm.uid().unwrap_or_default(),
+    )
 }
 
 /// The clusters a migration names (before validation) or resolved (after).
@@ -161,7 +174,7 @@ fn clusters_of(mcm: &ManagedClusterMigration) -> Vec<String> {
     mcm.status
         .as_ref()
         .and_then(|s| s.resolved_clusters.clone())
-        .or_else(|| mcm.spec.included_managed_clusters.clone())
+        .or_else(|| mcm.effective_spec().included_managed_clusters.clone())
         .unwrap_or_default()
 }
 
@@ -263,6 +276,7 @@ async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<A
         generation: mcm.metadata.generation,
     };
     step.status.observed_generation = mcm.metadata.generation;
+    let mcm = hold_spec(mcm, current, &mut step);
     if deleting {
         match current {
             MigrationPhase::Pending | MigrationPhase::Validating => {
@@ -298,6 +312,83 @@ async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<A
     };
     write_status(&ctx, &mcm, step).await?;
     Ok(action)
+}
+
+/// The migration as its phases see it: past Pending, with the spec it started with
+/// (`status.acceptedSpec`; taken now if an older manager started it without one). An edit since
+/// is reported (condition `SpecAccepted` False, a Warning event once) and changes nothing.
+fn hold_spec(
+    mcm: Arc<ManagedClusterMigration>,
+    current: MigrationPhase,
+    step: &mut Step,
+) -> Arc<ManagedClusterMigration> {
+    if current == MigrationPhase::Pending {
+        return mcm;
+    }
+    let accepted = step
+        .status
+        .accepted_spec
+        .get_or_insert_with(|| mcm.spec.clone())
+        .clone();
+    let edited = spec_edits(&accepted, &mcm.spec);
+    let was_refused = step
+        .status
+        .conditions
+        .as_deref()
+        .and_then(|c| find_condition(c, conditions::SPEC_ACCEPTED))
+        .is_some_and(|c| c.status == "False");
+    if !edited.is_empty() {
+        let message = format!(
+            "the spec was edited after the migration started ({}); the edit is ignored: the migration goes on with the spec it started with (status.acceptedSpec). To move clusters elsewhere, create another migration",
+            edited.join(", ")
+        );
+        if !was_refused {
+            step.event(EventType::Warning, reasons::SPEC_IMMUTABLE, message.clone());
+        }
+        step.condition(
+            conditions::SPEC_ACCEPTED,
+            "False",
+            reasons::SPEC_IMMUTABLE,
+            &message,
+        );
+    } else if was_refused {
+        step.condition(
+            conditions::SPEC_ACCEPTED,
+            "True",
+            reasons::DONE,
+            "the spec is the one the migration started with",
+        );
+    }
+    if accepted == mcm.spec {
+        return mcm;
+    }
+    let mut held = (*mcm).clone();
+    held.spec = accepted;
+    Arc::new(held)
+}
+
+/// The top-level spec fields that differ between `accepted` and `now`.
+fn spec_edits(
+    accepted: &ManagedClusterMigrationSpec,
+    now: &ManagedClusterMigrationSpec,
+) -> Vec<String> {
+    let (a, b) = (
+        serde_json::to_value(accepted).unwrap_or_default(),
+        serde_json::to_value(now).unwrap_or_default(),
+    );
+    let empty = serde_json::Map::new();
+    let (a, b) = (
+        a.as_object().unwrap_or(&empty),
+        b.as_object().unwrap_or(&empty),
+    );
+    let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| match (a.get(k), b.get(k)) {
+            (Some(Value::String(x)), Some(Value::String(y))) => format!("{k}: {x} -> {y}"),
+            _ => k.clone(),
+        })
+        .collect()
 }
 
 async fn set_finalizer(
@@ -400,7 +491,8 @@ fn active(m: &ManagedClusterMigration) -> bool {
 
 fn same_pair(a: &ManagedClusterMigration, b: &ManagedClusterMigration) -> bool {
     let pair = |m: &ManagedClusterMigration| {
-        let mut p = [m.spec.from.clone(), m.spec.to.clone()];
+        let spec = m.effective_spec();
+        let mut p = [spec.from.clone(), spec.to.clone()];
         p.sort();
         p
     };
@@ -432,13 +524,15 @@ async fn pending(
             "waiting for migration {}/{} ({} -> {}) to finish: one migration per pair of hubs at a time",
             b.namespace().unwrap_or_default(),
             b.name_any(),
-            b.spec.from,
-            b.spec.to
+            b.effective_spec().from,
+            b.effective_spec().to
         );
         step.condition(MIGRATION_STARTED, "False", reasons::WAITING, &message);
         return Ok(Action::await_change());
     }
     step.status.start_time = Some(now());
+    // From here on the migration works from this copy: an edit of the spec changes nothing.
+    step.status.accepted_spec = Some(mcm.spec.clone());
     step.condition(
         MIGRATION_STARTED,
         "True",
@@ -642,7 +736,7 @@ async fn existing_work(
     role: MigrationRole,
 ) -> Result<Option<ManifestWork>, Error> {
     let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), m.hub(role));
-    ignore_not_found(works.get(&names::migration_work(&m.name, role)).await)
+    ignore_not_found(works.get(&names::migration_work(&m.key, role)).await)
         .map_err(ctx_err(format!("reading the {} work", role.as_str())))
 }
 
@@ -676,9 +770,14 @@ fn base_task(
     stage: TaskStage,
     clusters: Vec<String>,
 ) -> MigrationTaskSpec {
+    let key = key_of(mcm);
     MigrationTaskSpec {
         migration: mcm.name_any(),
         migration_uid: mcm.uid(),
+        migration_namespace: mcm.namespace(),
+        bootstrap_secret_name: Some(names::migration_bootstrap_secret(&key)),
+        klusterlet_config_name: Some(names::migration_klusterlet_config(&key)),
+        key: Some(key),
         role,
         peer_hub: if role == MigrationRole::Source {
             mcm.spec.to.clone()
@@ -687,8 +786,6 @@ fn base_task(
         },
         clusters,
         stage,
-        bootstrap_secret_name: Some(names::migration_bootstrap_secret(&mcm.spec.to)),
-        klusterlet_config_name: Some(names::migration_klusterlet_config(&mcm.spec.to)),
         max_concurrency: mcm.spec.max_concurrency,
         max_failures: mcm.spec.max_failures,
         lift_disable_auto_import: (role == MigrationRole::Source)
@@ -741,6 +838,10 @@ async fn validating(
             step.fail_validation(reasons::HUB_INVALID, &problem);
             return Ok(Action::requeue(Duration::from_millis(10)));
         }
+    }
+    if let Some(problem) = hubs_forbidden(ctx, mcm).await? {
+        step.fail_validation(reasons::FORBIDDEN, &problem);
+        return Ok(Action::requeue(Duration::from_millis(10)));
     }
     let hubs: BTreeSet<String> = Api::<ManagedCluster>::all(ctx.client.clone())
         .list_metadata(&ListParams::default())
@@ -973,6 +1074,36 @@ async fn validating(
     Ok(Action::requeue(Duration::from_millis(10)))
 }
 
+/// Who may move what (OCM's tenancy model, [`migration_api::tenancy`]): both hubs must belong
+/// to a ManagedClusterSet bound to the migration's namespace on the global hub, as they must
+/// for a Placement there to select them. (The source agent checks the clusters the same way on
+/// its hub.)
+async fn hubs_forbidden(ctx: &Ctx, mcm: &ManagedClusterMigration) -> Result<Option<String>, Error> {
+    let ns = mcm.namespace().unwrap_or_default();
+    let bound = migration_api::runtime::bound_cluster_sets(&ctx.client, &ns)
+        .await
+        .map_err(|(what, e)| Error::Kube(what, e))?;
+    let spec = mcm.effective_spec();
+    let clusters: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    let mut outside = Vec::new();
+    for hub in [&spec.from, &spec.to] {
+        let labels = ignore_not_found(clusters.get(hub).await)
+            .map_err(ctx_err(format!("reading hub {hub}")))?
+            .map(|mc| mc.labels().clone())
+            .unwrap_or_default();
+        if !migration_api::tenancy::admitted(&bound, &labels) {
+            outside.push(hub.as_str());
+        }
+    }
+    if outside.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "hub {} is in no ManagedClusterSet bound to namespace {ns}: a migration in {ns} may name only hubs a Placement in {ns} could select; bind a set that holds it (a ManagedClusterSetBinding in {ns}, e.g. `clusteradm clusterset bind global --namespace {ns}` on the global hub)",
+        outside.join(" and hub ")
+    )))
+}
+
 /// Why a hub cannot take part when its work agent was refused the migration's objects: it
 /// runs as `admin` plus the ClusterRoles labelled aggregate-to-work, and the addon's install
 /// brings the one for our kinds. Waiting would not help, so validation fails at once.
@@ -1091,7 +1222,7 @@ async fn target_proxy(ctx: &Ctx, hub: &str) -> Result<Option<ProxyConfig>, Error
 /// The target's bootstrap kubeconfig, once the ManagedServiceAccount has its token.
 async fn bootstrap(ctx: &Ctx, m: &Migration) -> Result<Option<String>, Error> {
     let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
-    let msa_name = names::migration_service_account(&m.name);
+    let msa_name = names::migration_service_account(&m.key);
     let Some(msa) = ignore_not_found(msas.get(&msa_name).await)
         .map_err(ctx_err("reading the ManagedServiceAccount"))?
     else {
@@ -1151,7 +1282,7 @@ async fn initializing(
 ) -> Result<Action, Error> {
     let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
     msas.patch(
-        &names::migration_service_account(&m.name),
+        &names::migration_service_account(&m.key),
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(m.service_account()),
     )
@@ -1173,7 +1304,7 @@ async fn initializing(
                 &format!(
                     "waiting for the bootstrap token of ManagedServiceAccount {}/{}",
                     m.to,
-                    names::migration_service_account(&m.name)
+                    names::migration_service_account(&m.key)
                 ),
             );
             return Ok(until(step, stage_timeout(mcm)));
@@ -1193,11 +1324,11 @@ async fn initializing(
     let rendered = match shape_of(step) {
         Shape::ManifestWork => format!(
             "bootstrap secret {} rendered for each cluster's klusterlet work",
-            names::migration_bootstrap_secret(&m.to)
+            names::migration_bootstrap_secret(&m.key)
         ),
         _ => format!(
             "KlusterletConfig {} rendered",
-            names::migration_klusterlet_config(&m.to)
+            names::migration_klusterlet_config(&m.key)
         ),
     };
     step.condition(
@@ -1205,9 +1336,9 @@ async fn initializing(
         "True",
         reasons::DONE,
         &format!(
-            "bootstrap identity ready on {} (token valid {}), {rendered}",
+            "bootstrap identity ready on {} (token valid {} s, not rotated), {rendered}",
             m.to,
-            mr::BOOTSTRAP_TOKEN_VALIDITY,
+            m.token_validity.as_secs(),
         ),
     );
     step.enter(
@@ -1563,13 +1694,22 @@ async fn registering(
     let release = if target.is_some() {
         released(&names, &states)
     } else {
+        // The target is silent: release no more than was released; if the source's work is
+        // gone, what status records as in flight.
         existing_work(ctx, m, MigrationRole::Source)
             .await?
             .as_ref()
             .and_then(delivered_task)
             .filter(|t| t.stage == TaskStage::Registering)
             .and_then(|t| t.released)
-            .unwrap_or_default()
+            .unwrap_or_else(|| {
+                names
+                    .iter()
+                    .zip(&states)
+                    .filter(|(_, s)| s.in_flight())
+                    .map(|(n, _)| n.clone())
+                    .collect()
+            })
     };
     let part = SourcePart {
         released: release,
@@ -1694,12 +1834,10 @@ async fn rollbacking(
         .filter(|(_, s)| **s != ClusterState::Available)
         .map(|(n, _)| n.clone())
         .collect();
-    // Nothing was delivered yet (failed while initializing): only the credentials go.
-    if existing_work(ctx, m, MigrationRole::Source)
-        .await?
-        .and_then(|w| delivered_task(&w))
-        .is_none_or(|t| t.stage == TaskStage::Validating)
-    {
+    // Nothing was delivered yet (failed while initializing): only the credentials go. Decided
+    // from status, not from whether a work is still there (one deleted by hand must not make
+    // the migration forget the clusters it touched).
+    if !touched(&step.status) {
         step.condition(
             RESOURCE_ROLLED_BACK,
             "True",
@@ -1881,14 +2019,15 @@ async fn cleaning(
         .filter(|(_, s)| **s != ClusterState::Available)
         .map(|(n, _)| n.clone())
         .collect();
-    let delivered = existing_work(ctx, m, MigrationRole::Source)
-        .await?
-        .and_then(|w| delivered_task(&w));
-    // Clusters were touched only once the works went past validation.
-    let touched = delivered
-        .as_ref()
-        .is_some_and(|t| t.stage != TaskStage::Validating);
-    if touched {
+    // The hubs' part is recorded as done (reason `Removing`) before the works are removed, so
+    // that a work gone afterwards is not taken for one still to deliver.
+    let hubs_done = step
+        .status
+        .conditions
+        .as_deref()
+        .and_then(|c| find_condition(c, RESOURCE_CLEANED))
+        .is_some_and(|c| c.reason == reasons::REMOVING);
+    if touched(&step.status) && !hubs_done {
         let tgt = deliver_target(
             ctx,
             mcm,
@@ -1966,13 +2105,20 @@ async fn cleaning(
                 until(step, stage_timeout(mcm))
             });
         }
+        step.condition(
+            RESOURCE_CLEANED,
+            "False",
+            reasons::REMOVING,
+            "the hubs are done; removing the migration's objects",
+        );
+        return Ok(Action::requeue(Duration::from_millis(10)));
     }
     // Works first (their objects go with them), and the bootstrap credentials last.
     if !remove_everything(ctx, m).await? {
         step.condition(
             RESOURCE_CLEANED,
             "False",
-            reasons::WAITING,
+            reasons::REMOVING,
             "waiting for the hubs to remove the migration's objects",
         );
         return Ok(Action::requeue(Duration::from_secs(1)));
@@ -2035,6 +2181,16 @@ fn verdict(
     }
 }
 
+/// Whether the migration may have touched clusters: it left Initializing (its
+/// `ResourceInitialized` condition turned True in the same status write that entered
+/// Deploying, before the first task that changes a cluster went out).
+fn touched(status: &ManagedClusterMigrationStatus) -> bool {
+    status
+        .conditions
+        .as_deref()
+        .is_some_and(|c| condition_is_true(c, RESOURCE_INITIALIZED))
+}
+
 /// Deletes the works and the ManagedServiceAccount; true once all are gone. The
 /// ManagedServiceAccount goes only after the works, so a klusterlet mid-switch never loses
 /// its bootstrap credentials while the target still expects it.
@@ -2043,7 +2199,7 @@ async fn remove_everything(ctx: &Ctx, m: &Migration) -> Result<bool, Error> {
     for role in [MigrationRole::Source, MigrationRole::Target] {
         let hub = m.hub(role);
         let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
-        let name = names::migration_work(&m.name, role);
+        let name = names::migration_work(&m.key, role);
         match ignore_not_found(works.get(&name).await).map_err(ctx_err("reading a work"))? {
             None => {}
             Some(w) => {
@@ -2059,7 +2215,7 @@ async fn remove_everything(ctx: &Ctx, m: &Migration) -> Result<bool, Error> {
         return Ok(false);
     }
     let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
-    let name = names::migration_service_account(&m.name);
+    let name = names::migration_service_account(&m.key);
     match ignore_not_found(msas.get(&name).await)
         .map_err(ctx_err("reading the ManagedServiceAccount"))?
     {
@@ -2172,6 +2328,120 @@ fn planned(hub: &str, o: &Value) -> PlannedObject {
 mod tests {
     use super::*;
     use ClusterState::*;
+
+    fn mcm(to: &str, phase: MigrationPhase, accepted_to: Option<&str>) -> ManagedClusterMigration {
+        let spec = |to: &str| ManagedClusterMigrationSpec {
+            from: "hub1".into(),
+            to: to.into(),
+            included_managed_clusters: Some(vec!["c1".into()]),
+            ..Default::default()
+        };
+        let mut m = ManagedClusterMigration::new("m", spec(to));
+        m.status = Some(ManagedClusterMigrationStatus {
+            phase: Some(phase),
+            accepted_spec: accepted_to.map(spec),
+            ..Default::default()
+        });
+        m
+    }
+
+    fn step_of(m: &ManagedClusterMigration) -> Step {
+        Step {
+            status: m.status.clone().unwrap_or_default(),
+            events: Vec::new(),
+            generation: None,
+        }
+    }
+
+    #[test]
+    fn clusters_count_as_touched_once_initializing_is_done() {
+        let with = |status: Option<&str>| {
+            let mut st = ManagedClusterMigrationStatus::default();
+            if let Some(s) = status {
+                set_condition(
+                    st.conditions.get_or_insert_with(Vec::new),
+                    RESOURCE_INITIALIZED,
+                    s,
+                    reasons::DONE,
+                    "",
+                    None,
+                );
+            }
+            st
+        };
+        assert!(!touched(&with(None)), "validating or initializing");
+        assert!(!touched(&with(Some("False"))), "failed while initializing");
+        assert!(touched(&with(Some("True"))), "deploying and after");
+    }
+
+    #[test]
+    fn an_edit_after_pending_is_ignored_and_reported() {
+        // (phase, spec.to, accepted to, the `to` the phases see, SpecAccepted status)
+        let cases = [
+            (MigrationPhase::Pending, "hub3", None, "hub3", None),
+            (
+                MigrationPhase::Registering,
+                "hub3",
+                Some("hub2"),
+                "hub2",
+                Some("False"),
+            ),
+            (
+                MigrationPhase::Registering,
+                "hub2",
+                Some("hub2"),
+                "hub2",
+                None,
+            ),
+            // Started by a manager that kept no copy: the spec as it is now is taken.
+            (MigrationPhase::Deploying, "hub2", None, "hub2", None),
+        ];
+        for (phase, to, accepted, sees, condition) in cases {
+            let m = mcm(to, phase, accepted);
+            let mut step = step_of(&m);
+            let held = hold_spec(Arc::new(m), phase, &mut step);
+            assert_eq!(held.spec.to, sees, "{phase:?} {to} {accepted:?}");
+            let c = step
+                .status
+                .conditions
+                .as_deref()
+                .and_then(|c| find_condition(c, conditions::SPEC_ACCEPTED))
+                .map(|c| c.status.clone());
+            assert_eq!(c.as_deref(), condition, "{phase:?} {to} {accepted:?}");
+            if phase != MigrationPhase::Pending {
+                assert!(step.status.accepted_spec.is_some());
+            }
+        }
+        // The message names the edit; the Warning is published once.
+        let m = mcm("hub3", MigrationPhase::Registering, Some("hub2"));
+        let mut step = step_of(&m);
+        hold_spec(Arc::new(m.clone()), MigrationPhase::Registering, &mut step);
+        let message = find_condition(
+            step.status.conditions.as_deref().unwrap(),
+            conditions::SPEC_ACCEPTED,
+        )
+        .unwrap()
+        .message
+        .clone();
+        assert!(message.contains("to: hub2 -> hub3"), "{message}");
+        assert_eq!(step.events.len(), 1);
+        let mut again = m;
+        again.status = Some(step.status.clone());
+        let mut step2 = step_of(&again);
+        hold_spec(Arc::new(again), MigrationPhase::Registering, &mut step2);
+        assert!(step2.events.is_empty());
+        // Put back: True again.
+        let mut back = mcm("hub2", MigrationPhase::Registering, Some("hub2"));
+        back.status = Some(step.status);
+        let mut step3 = step_of(&back);
+        hold_spec(Arc::new(back), MigrationPhase::Registering, &mut step3);
+        let c = find_condition(
+            step3.status.conditions.as_deref().unwrap(),
+            conditions::SPEC_ACCEPTED,
+        )
+        .unwrap();
+        assert_eq!(c.status, "True");
+    }
 
     #[test]
     fn a_silent_target_keeps_the_clusters_it_admitted() {

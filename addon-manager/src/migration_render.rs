@@ -18,10 +18,6 @@ const KLUSTERLET_CONFIG: &str =
 const BOOTSTRAP_RBAC: &str = include_str!("../../templates/migration-bootstrap-rbac.yaml.hbs");
 const TASK: &str = include_str!("../../templates/migration-task.yaml.hbs");
 
-/// Validity of the migration's ManagedServiceAccount token: hours, not days. It only has to
-/// outlive the migration (its stage timeouts add up to well under this), and it is revoked as
-/// soon as every moved cluster holds its own credentials on the target.
-pub const BOOTSTRAP_TOKEN_VALIDITY: &str = "4h";
 /// Namespace the source hub's import controller reads bootstrap kubeconfig secrets from.
 pub const BOOTSTRAP_SECRETS_NAMESPACE: &str = "multicluster-engine";
 /// What replaces secret data in a dry run's plan.
@@ -83,6 +79,10 @@ impl Shape {
 pub struct Migration {
     pub name: String,
     pub namespace: String,
+    /// [`names::migration_key`]: what every derived object is named after.
+    pub key: String,
+    /// Validity of the bootstrap token (`ManagedClusterMigrationSpec::token_validity`).
+    pub token_validity: std::time::Duration,
     pub from: String,
     pub to: String,
 }
@@ -111,8 +111,12 @@ impl Migration {
         json!({
             "apiVersion": "authentication.open-cluster-management.io/v1beta1",
             "kind": "ManagedServiceAccount",
-            "metadata": {"name": names::migration_service_account(&self.name), "namespace": self.to, "labels": self.labels()},
-            "spec": {"rotation": {"enabled": true, "validity": BOOTSTRAP_TOKEN_VALIDITY}}
+            "metadata": {"name": names::migration_service_account(&self.key), "namespace": self.to, "labels": self.labels()},
+            // Rotation off: the token is needed only while clusters bootstrap, and its
+            // validity covers that. (The managed-serviceaccount agent, upstream
+            // `pkg/addon/agent/controller/token.go`, reads only `validity` and refreshes a
+            // token near its expiry either way; the manager then renders the new one.)
+            "spec": {"rotation": {"enabled": false, "validity": format!("{}s", self.token_validity.as_secs())}}
         })
     }
 }
@@ -191,7 +195,7 @@ pub fn revision(task: &MigrationTaskSpec) -> String {
 fn task(m: &Migration, namespace: &str, mut spec: MigrationTaskSpec) -> Result<Value, RenderError> {
     spec.revision = Some(revision(&spec));
     let ctx = json!({
-        "name": m.name, "namespace": namespace, "labels": m.labels(),
+        "name": m.key, "namespace": namespace, "labels": m.labels(),
         "spec": serde_json::to_value(&spec).map_err(|e| RenderError::Config(e.to_string()))?,
     });
     Ok(render_template("migration-task", TASK, &ctx)?.remove(0))
@@ -206,7 +210,7 @@ fn bootstrap_secret(
         "migration-bootstrap-kubeconfig",
         BOOTSTRAP_SECRET,
         &json!({
-            "secretName": names::migration_bootstrap_secret(&m.to), "secretNamespace": namespace,
+            "secretName": names::migration_bootstrap_secret(&m.key), "secretNamespace": namespace,
             "labels": m.labels(),
             "kubeconfigBase64": base64::engine::general_purpose::STANDARD.encode(kubeconfig),
         }),
@@ -226,7 +230,7 @@ pub fn source_manifests(
     if let Some((kubeconfig, Shape::ManifestWork)) = bootstrap {
         out.extend(bootstrap_secret(m, task_namespace, kubeconfig)?);
     } else if let Some((kubeconfig, shape)) = bootstrap {
-        let secret = names::migration_bootstrap_secret(&m.to);
+        let secret = names::migration_bootstrap_secret(&m.key);
         out.extend(bootstrap_secret(
             m,
             BOOTSTRAP_SECRETS_NAMESPACE,
@@ -236,7 +240,7 @@ pub fn source_manifests(
             "migration-klusterlet-config",
             KLUSTERLET_CONFIG,
             &json!({
-                "name": names::migration_klusterlet_config(&m.to), "labels": m.labels(),
+                "name": names::migration_klusterlet_config(&m.key), "labels": m.labels(),
                 "legacyShape": shape == Shape::BootstrapKubeConfigs,
                 "secretName": secret,
                 "hubConnectionTimeoutSeconds": names::HUB_CONNECTION_TIMEOUT_SECONDS,
@@ -252,7 +256,7 @@ pub fn source_manifests(
 pub fn bootstrap_user(m: &Migration, namespace: &str) -> String {
     format!(
         "system:serviceaccount:{namespace}:{}",
-        names::migration_service_account(&m.name)
+        names::migration_service_account(&m.key)
     )
 }
 
@@ -276,8 +280,8 @@ pub fn target_manifests(
             "migration-bootstrap-rbac",
             BOOTSTRAP_RBAC,
             &json!({
-                "roleName": names::migration_bootstrap_role(&m.name), "labels": m.labels(),
-                "serviceAccount": names::migration_service_account(&m.name),
+                "roleName": names::migration_bootstrap_role(&m.key), "labels": m.labels(),
+                "serviceAccount": names::migration_service_account(&m.key),
                 "serviceAccountNamespace": ns,
             }),
         )?);
@@ -300,7 +304,7 @@ pub fn task_feedback(m: &Migration, task_namespace: &str) -> Value {
     ]
     .map(|(name, path)| json!({"name": name, "path": path}));
     json!({
-        "resourceIdentifier": {"group": names::GROUP, "resource": "migrationtasks", "name": m.name, "namespace": task_namespace},
+        "resourceIdentifier": {"group": names::GROUP, "resource": "migrationtasks", "name": m.key, "namespace": task_namespace},
         "feedbackRules": [{"type": "JSONPaths", "jsonPaths": paths}]
     })
 }
@@ -310,7 +314,7 @@ pub fn work(m: &Migration, role: MigrationRole, manifests: Vec<Value>, feedback:
     let hub = m.hub(role);
     json!({
         "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
-        "metadata": {"name": names::migration_work(&m.name, role), "namespace": hub, "labels": m.labels()},
+        "metadata": {"name": names::migration_work(&m.key, role), "namespace": hub, "labels": m.labels()},
         "spec": {
             "workload": {"manifests": manifests},
             "deleteOption": {"propagationPolicy": "Foreground"},
@@ -344,6 +348,8 @@ mod tests {
         Migration {
             name: "move".into(),
             namespace: "default".into(),
+            key: "move-0a1b2c3d".into(),
+            token_validity: std::time::Duration::from_secs(1620),
             from: "hub1".into(),
             to: "hub2".into(),
         }
@@ -355,6 +361,16 @@ mod tests {
 
     fn parse(text: &str) -> kube::config::Kubeconfig {
         kube::config::Kubeconfig::from_yaml(text).unwrap()
+    }
+
+    #[test]
+    fn the_token_is_not_rotated_and_lives_as_the_spec_allows() {
+        let msa = m().service_account();
+        assert_eq!(
+            msa["spec"]["rotation"],
+            json!({"enabled": false, "validity": "1620s"})
+        );
+        assert_eq!(msa["metadata"]["name"], "migration-move-0a1b2c3d");
     }
 
     #[test]
@@ -471,7 +487,7 @@ mod tests {
             .unwrap();
             assert_eq!(objs.len(), 3);
             assert_eq!(objs[0]["kind"], "Secret");
-            assert_eq!(objs[0]["metadata"]["name"], "bootstrap-hub2");
+            assert_eq!(objs[0]["metadata"]["name"], "bootstrap-move-0a1b2c3d");
             assert_eq!(
                 objs[0]["metadata"]["namespace"],
                 BOOTSTRAP_SECRETS_NAMESPACE
@@ -479,14 +495,14 @@ mod tests {
             assert_eq!(objs[0]["data"]["kubeconfig"], b64("kc"));
             let kc = &objs[1];
             assert_eq!(kc["kind"], "KlusterletConfig");
-            assert_eq!(kc["metadata"]["name"], "migration-hub2");
+            assert_eq!(kc["metadata"]["name"], "migration-move-0a1b2c3d");
             let boot = kc
                 .pointer(path)
                 .unwrap_or_else(|| panic!("{shape:?}: {kc}"));
             assert_eq!(boot["type"], "LocalSecrets");
             assert_eq!(
                 boot["localSecretsConfig"]["kubeConfigSecrets"],
-                json!([{"name": "bootstrap-hub2"}])
+                json!([{"name": "bootstrap-move-0a1b2c3d"}])
             );
             assert_eq!(objs[2]["kind"], "MigrationTask");
         }
@@ -556,11 +572,11 @@ mod tests {
         );
         assert_eq!(
             objs[1]["subjects"],
-            json!([{"kind": "ServiceAccount", "name": "migration-move", "namespace": "msa-ns"}])
+            json!([{"kind": "ServiceAccount", "name": "migration-move-0a1b2c3d", "namespace": "msa-ns"}])
         );
         assert_eq!(
             bootstrap_user(&m(), "msa-ns"),
-            "system:serviceaccount:msa-ns:migration-move"
+            "system:serviceaccount:msa-ns:migration-move-0a1b2c3d"
         );
         let without =
             target_manifests(&m(), "ns", MigrationTaskSpec::default(), None, None).unwrap();
@@ -575,7 +591,7 @@ mod tests {
             vec![],
             task_feedback(&m(), "ns"),
         );
-        assert_eq!(w["metadata"]["name"], "migration-move-target");
+        assert_eq!(w["metadata"]["name"], "migration-move-0a1b2c3d-target");
         assert_eq!(w["metadata"]["namespace"], "hub2");
         let paths = &w["spec"]["manifestConfigs"][0]["feedbackRules"][0]["jsonPaths"];
         assert_eq!(paths.as_array().unwrap().len(), 7);

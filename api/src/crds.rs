@@ -30,6 +30,11 @@ impl Entry {
         }
     }
 
+    fn with(mut self, change: fn(&mut CustomResourceDefinition)) -> Self {
+        change(&mut self.crd);
+        self
+    }
+
     /// File name in `manifests/crds/`: `<group>_<plural>.yaml`, as upstream names them.
     pub fn file_name(&self) -> String {
         format!(
@@ -68,7 +73,7 @@ pub fn all() -> Vec<Entry> {
         Entry::of::<ocm::config::KlusterletConfig>(Upstream),
         Entry::of::<ocm::msa::ManagedServiceAccount>(Upstream),
         Entry::of::<ocm::agent::KlusterletAddonConfig>(Upstream),
-        Entry::of::<migration::ManagedClusterMigration>(Ours),
+        Entry::of::<migration::ManagedClusterMigration>(Ours).with(migration::immutable_spec_rule),
         Entry::of::<migration::MigrationTask>(Ours),
     ]
 }

@@ -12,5 +12,6 @@ pub mod names;
 pub mod ocm;
 #[cfg(feature = "runtime")]
 pub mod runtime;
+pub mod tenancy;
 #[cfg(feature = "test-util")]
 pub mod testing;

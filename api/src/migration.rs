@@ -174,6 +174,51 @@ pub struct ManagedClusterMigrationStatus {
     /// Why the migration rolled back (`Refused`, `FailureBudgetExceeded`, `Timeout`,
     /// `Deleted`, `Error`), kept as first recorded: the final verdict reads it.
     pub rollback_cause: Option<String>,
+    /// The spec as it was when the migration left Pending. The manager works from this copy
+    /// alone: a later edit of the spec changes nothing (condition `SpecAccepted` False, reason
+    /// `SpecImmutable`, says so).
+    pub accepted_spec: Option<ManagedClusterMigrationSpec>,
+}
+
+/// CEL transition rule at the root of the ManagedClusterMigration CRD: once the migration left
+/// Pending, where it moves from and to and the clusters it names cannot change. The rule reads
+/// the status, so it sits at the root; it compares bounded fields only (the selector's maps
+/// would have no cost bound). The manager holds the whole spec regardless
+/// ([`ManagedClusterMigrationStatus::accepted_spec`]).
+pub const IMMUTABLE_SPEC_RULE: &str = "!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.from == oldSelf.spec.from && self.spec.to == oldSelf.spec.to && has(self.spec.includedManagedClusters) == has(oldSelf.spec.includedManagedClusters) && (!has(self.spec.includedManagedClusters) || self.spec.includedManagedClusters == oldSelf.spec.includedManagedClusters))";
+
+/// Adds [`IMMUTABLE_SPEC_RULE`] to the CRD's root schema.
+pub fn immutable_spec_rule(
+    crd: &mut k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::ValidationRule;
+    for version in &mut crd.spec.versions {
+        if let Some(root) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            root.x_kubernetes_validations
+                .get_or_insert_with(Vec::new)
+                .push(ValidationRule {
+                    rule: IMMUTABLE_SPEC_RULE.into(),
+                    message: Some("spec.from, spec.to and spec.includedManagedClusters cannot change once the migration left Pending; create another migration".into()),
+                    reason: Some("FieldValueForbidden".into()),
+                    ..Default::default()
+                });
+        }
+    }
+}
+
+impl ManagedClusterMigration {
+    /// The spec the migration works from: the one it started with ([`ManagedClusterMigrationStatus::accepted_spec`]),
+    /// or, while it is Pending, the spec itself.
+    pub fn effective_spec(&self) -> &ManagedClusterMigrationSpec {
+        self.status
+            .as_ref()
+            .and_then(|s| s.accepted_spec.as_ref())
+            .unwrap_or(&self.spec)
+    }
 }
 
 fn failures(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -313,6 +358,11 @@ pub struct MigrationTaskSpec {
     pub migration: String,
     /// UID of that migration, so a re-created migration of the same name is a new task.
     pub migration_uid: Option<String>,
+    /// Namespace of that migration on the global hub.
+    pub migration_namespace: Option<String>,
+    /// The migration's key ([`crate::names::migration_key`]): what the agent names the objects
+    /// it creates for the migration after, and marks the clusters it moves with.
+    pub key: Option<String>,
     pub role: MigrationRole,
     /// The other hub of the migration.
     pub peer_hub: String,
@@ -355,6 +405,15 @@ pub struct MigrationTaskSpec {
     /// OCM: the Klusterlet's MultipleHubs configuration, set on the source and restored on the
     /// target once the cluster arrived).
     pub delivery: Option<BootstrapDelivery>,
+}
+
+impl MigrationTaskSpec {
+    /// The migration's key: what the objects the agent creates for it are named after, and
+    /// the value of the annotations it marks clusters with (the migration's name for a task of
+    /// a manager that sent no key).
+    pub fn key(&self) -> &str {
+        self.key.as_deref().unwrap_or(&self.migration)
+    }
 }
 
 /// How a migration's bootstrap kubeconfig reaches its clusters.
@@ -437,6 +496,8 @@ pub enum ClusterState {
     AutoImportDisabled,
     /// Source: its klusterlet runs in hosted mode (on another cluster).
     Hosted,
+    /// Source: in no ManagedClusterSet bound to the migration's namespace on the source hub.
+    Forbidden,
     /// Source: annotated; waiting for its klusterlet to receive the bootstrap kubeconfig.
     Waiting,
     /// Source: ready to switch.
@@ -462,7 +523,7 @@ pub enum ClusterState {
 }
 
 impl ClusterState {
-    const TABLE: [(Self, char); 21] = [
+    const TABLE: [(Self, char); 22] = [
         (Self::Pending, '-'),
         (Self::Valid, 'v'),
         (Self::NotFound, 'N'),
@@ -473,6 +534,7 @@ impl ClusterState {
         (Self::TooLarge, 'T'),
         (Self::AutoImportDisabled, 'I'),
         (Self::Hosted, 'O'),
+        (Self::Forbidden, 'X'),
         (Self::Waiting, 'w'),
         (Self::Ready, 'r'),
         (Self::Blocked, 'b'),
@@ -563,6 +625,10 @@ impl ClusterState {
             Self::AutoImportDisabled => (
                 "AutoImportDisabled",
                 "is annotated import.open-cluster-management.io/disable-auto-import, so its hub would not deliver it the target's bootstrap kubeconfig (set spec.liftDisableAutoImport to lift it while the migration runs)",
+            ),
+            Self::Forbidden => (
+                "Forbidden",
+                "is in no ManagedClusterSet bound to the migration's namespace on the source hub: a migration may name only clusters a Placement in its namespace could select (bind a set that holds it with a ManagedClusterSetBinding in that namespace on the source hub)",
             ),
             Self::Hosted => (
                 "ClusterHosted",
@@ -794,7 +860,23 @@ impl ManagedClusterMigrationSpec {
             DEFAULT_REGISTERING_TIMEOUT,
         )
     }
+
+    /// How long the migration's bootstrap token is valid: as long as clusters may bootstrap
+    /// with it (Initializing, Deploying and Registering, each to its timeout, plus one stage
+    /// timeout of margin), and at least the ten minutes Kubernetes' TokenRequest asks for. The
+    /// token is revoked at the end anyway; its validity bounds what a leaked copy is worth if
+    /// the revocation cannot happen.
+    pub fn token_validity(&self) -> std::time::Duration {
+        let stage = self.stage_timeout().unwrap_or(DEFAULT_STAGE_TIMEOUT);
+        let registering = self
+            .registering_timeout()
+            .unwrap_or(DEFAULT_REGISTERING_TIMEOUT);
+        (stage * 3 + registering).max(MIN_TOKEN_VALIDITY)
+    }
 }
+
+/// The shortest token a TokenRequest issues (Kubernetes' `expirationSeconds` minimum).
+pub const MIN_TOKEN_VALIDITY: std::time::Duration = std::time::Duration::from_secs(600);
 
 fn optional_duration(
     field: &'static str,
@@ -935,6 +1017,58 @@ mod tests {
                 .unwrap()
                 .contains("has(")
         );
+    }
+
+    #[test]
+    fn the_token_lives_as_long_as_clusters_may_bootstrap() {
+        let m = |stage: Option<&str>, registering: Option<&str>| ManagedClusterMigrationSpec {
+            stage_timeout: stage.map(Into::into),
+            registering_timeout: registering.map(Into::into),
+            ..spec()
+        };
+        let min = |n: u64| std::time::Duration::from_secs(n * 60);
+        // (stage, registering, validity)
+        let cases = [
+            (None, None, min(27)),
+            (Some("30s"), Some("30s"), min(10)),
+            (Some("10m"), Some("1h"), min(90)),
+            (Some("24h"), Some("24h"), min(96 * 60)),
+            // An invalid value (refused at validation) falls back to the default.
+            (Some("forever"), None, min(27)),
+        ];
+        for (stage, registering, want) in cases {
+            assert_eq!(
+                m(stage, registering).token_validity(),
+                want,
+                "{stage:?} {registering:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_installed_crd_freezes_the_spec_after_pending() {
+        let entry = crate::crds::all()
+            .into_iter()
+            .find(|e| e.crd.spec.names.kind == "ManagedClusterMigration")
+            .unwrap();
+        let root = entry.crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .unwrap();
+        let rules = root.x_kubernetes_validations.as_ref().unwrap();
+        assert_eq!(rules.len(), 1);
+        let rule = &rules[0].rule;
+        for part in [
+            "oldSelf.status.phase == 'Pending'",
+            "self.spec.to == oldSelf.spec.to",
+            "self.spec.from == oldSelf.spec.from",
+            "self.spec.includedManagedClusters == oldSelf.spec.includedManagedClusters",
+        ] {
+            assert!(rule.contains(part), "{part} missing from {rule}");
+        }
+        // Only bounded fields are compared (a rule without a cost bound fails the CRD).
+        assert!(!rule.contains("Selector =="), "{rule}");
     }
 
     #[test]

@@ -32,31 +32,45 @@ pub fn addon_agent_groups(cluster: &str, addon: &str) -> Vec<String> {
         "system:authenticated".to_owned(),
     ]
 }
-/// Name of the KlusterletConfig a migration to `hub` renders on the source hub.
-pub fn migration_klusterlet_config(to_hub: &str) -> String {
-    format!("migration-{to_hub}")
+/// The key every object derived from one migration is named and marked with:
+/// `<name (at most 54 characters of it)>-<8 hex digits>`, the digits hashed from its namespace, name and uid. Two migrations
+/// of one name in two namespaces (or a migration deleted and created again under its old name)
+/// never share a work, task, token, role, KlusterletConfig or annotation value.
+pub fn migration_key(namespace: &str, name: &str, uid: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{namespace}/{name}/{uid}").as_bytes());
+    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    // At most 63 characters, so the key fits a label value too (the hash keeps long names
+    // apart).
+    let short: String = name.chars().take(54).collect();
+    format!("{short}-{hex}")
 }
-/// Secret (on the source hub) holding the target hub's bootstrap kubeconfig.
-pub fn migration_bootstrap_secret(to_hub: &str) -> String {
-    format!("bootstrap-{to_hub}")
+/// Name of the KlusterletConfig a migration (by its [`migration_key`]) renders on the source
+/// hub.
+pub fn migration_klusterlet_config(key: &str) -> String {
+    format!("migration-{key}")
+}
+/// Secret (on the source hub) holding the target hub's bootstrap kubeconfig for a migration.
+pub fn migration_bootstrap_secret(key: &str) -> String {
+    format!("bootstrap-{key}")
 }
 /// ManifestWork (in a cluster's namespace on a plain OCM hub) that configures the cluster's
 /// Klusterlet for a migration.
-pub fn migration_klusterlet_work(migration: &str) -> String {
-    format!("migration-{migration}-klusterlet")
+pub fn migration_klusterlet_work(key: &str) -> String {
+    format!("migration-{key}-klusterlet")
 }
 /// ManagedServiceAccount (in the target hub's namespace on the global hub) whose token is the
 /// migration's bootstrap identity on the target.
-pub fn migration_service_account(migration: &str) -> String {
-    format!("migration-{migration}")
+pub fn migration_service_account(key: &str) -> String {
+    format!("migration-{key}")
 }
 /// ClusterRole and ClusterRoleBinding of a migration's bootstrap identity on the target hub.
-pub fn migration_bootstrap_role(migration: &str) -> String {
-    format!("open-cluster-management:cluster-migration:bootstrap:{migration}")
+pub fn migration_bootstrap_role(key: &str) -> String {
+    format!("open-cluster-management:cluster-migration:bootstrap:{key}")
 }
 /// ManifestWork names of a migration, on the source and the target hub's namespace.
-pub fn migration_work(migration: &str, role: crate::migration::MigrationRole) -> String {
-    format!("migration-{migration}-{}", role.as_str())
+pub fn migration_work(key: &str, role: crate::migration::MigrationRole) -> String {
+    format!("migration-{key}-{}", role.as_str())
 }
 
 /// Signer of client certificates for the kube-apiserver.
@@ -238,6 +252,9 @@ pub mod conditions {
     pub const RESOURCE_ROLLED_BACK: &str = "ResourceRolledBack";
     /// Temporary objects removed.
     pub const RESOURCE_CLEANED: &str = "ResourceCleaned";
+    /// The spec is the one the migration started with (False: it was edited since, and the
+    /// edit is ignored).
+    pub const SPEC_ACCEPTED: &str = "SpecAccepted";
 }
 
 /// Condition reasons.
@@ -277,4 +294,38 @@ pub mod reasons {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// Migration: stage completed.
     pub const DONE: &str = "Done";
+    /// Migration (Cleaning): the hubs have done their part; the migration's objects are being
+    /// removed.
+    pub const REMOVING: &str = "Removing";
+    /// Migration: the spec was edited after the migration left Pending.
+    pub const SPEC_IMMUTABLE: &str = "SpecImmutable";
+    /// Migration: the hubs or clusters are not in a ManagedClusterSet bound to the
+    /// migration's namespace.
+    pub const FORBIDDEN: &str = "Forbidden";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migration_keys_tell_namespaces_and_incarnations_apart() {
+        let a = migration_key("team-a", "move", "uid-1");
+        assert!(
+            a.starts_with("move-") && a.len() == "move-".len() + 8,
+            "{a}"
+        );
+        assert_eq!(a, migration_key("team-a", "move", "uid-1"), "stable");
+        assert_ne!(a, migration_key("team-b", "move", "uid-1"), "namespace");
+        assert_ne!(a, migration_key("team-a", "move", "uid-2"), "re-created");
+        // "a/b-c" versus "a-b/c": the separator keeps them apart.
+        assert_ne!(
+            migration_key("a", "b-c", "u"),
+            migration_key("a-b", "c", "u")
+        );
+        let long = "x".repeat(63);
+        let k = migration_key("ns", &long, "u");
+        assert_eq!(k.len(), 63, "fits a label value: {k}");
+        assert_ne!(k, migration_key("ns", &format!("{}y", &long[..62]), "u"));
+    }
 }

@@ -401,6 +401,35 @@ impl Supervisor {
     }
 }
 
+/// The ManagedClusterSets bound to `namespace` on the hub `client` talks to
+/// ([`crate::tenancy::bound_sets`]).
+pub async fn bound_cluster_sets(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<Vec<crate::ocm::cluster::ManagedClusterSet>, (String, kube::Error)> {
+    use crate::ocm::cluster::{ManagedClusterSet, ManagedClusterSetBinding};
+    let lp = kube::api::ListParams::default();
+    let bindings = kube::Api::<ManagedClusterSetBinding>::namespaced(client.clone(), namespace)
+        .list(&lp)
+        .await
+        .map_err(|e| {
+            (
+                format!("listing ManagedClusterSetBindings in {namespace}"),
+                e,
+            )
+        })?
+        .items;
+    let sets = kube::Api::<ManagedClusterSet>::all(client.clone())
+        .list(&lp)
+        .await
+        .map_err(|e| ("listing ManagedClusterSets".to_owned(), e))?
+        .items;
+    Ok(crate::tenancy::bound_sets(&bindings, &sets)
+        .into_iter()
+        .cloned()
+        .collect())
+}
+
 /// Treats "not found" as done: `Ok(None)` for a 404, the value or other errors as they are
 /// (for deletes and reads where absence is a valid outcome).
 pub fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<Option<T>, kube::Error> {

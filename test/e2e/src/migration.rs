@@ -89,20 +89,46 @@ impl Setup {
     }
 
     pub fn apply(&self, name: &str, spec: &str) {
+        self.apply_in(NS, name, spec);
+    }
+
+    /// Applies migration `namespace/name` with `spec` (JSON), as a user would with kubectl.
+    pub fn apply_in(&self, namespace: &str, name: &str, spec: &str) {
         kubectl_apply(
             &self.global_kc,
             &format!(
                 r#"{{"apiVersion": "migration.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterMigration",
-  "metadata": {{"name": "{name}", "namespace": "{NS}"}}, "spec": {spec}}}"#
+  "metadata": {{"name": "{name}", "namespace": "{namespace}"}}, "spec": {spec}}}"#
             ),
         );
     }
 
     pub async fn migration(&self, name: &str) -> Option<ManagedClusterMigration> {
-        Api::<ManagedClusterMigration>::namespaced(self.global.clone(), NS)
+        self.migration_in(NS, name).await
+    }
+
+    pub async fn migration_in(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<ManagedClusterMigration> {
+        Api::<ManagedClusterMigration>::namespaced(self.global.clone(), namespace)
             .get_opt(name)
             .await
             .unwrap()
+    }
+
+    /// The key a migration's derived objects are named after (`names::migration_key`).
+    pub async fn key(&self, name: &str) -> String {
+        self.key_in(NS, name).await
+    }
+
+    pub async fn key_in(&self, namespace: &str, name: &str) -> String {
+        let m = self
+            .migration_in(namespace, name)
+            .await
+            .unwrap_or_else(|| panic!("no migration {namespace}/{name}"));
+        migration_api::names::migration_key(namespace, name, &m.metadata.uid.unwrap_or_default())
     }
 
     /// Waits for a migration to reach `phase`, failing with its status and the manager's log.
@@ -112,9 +138,19 @@ impl Setup {
         phase: MigrationPhase,
         limit: Duration,
     ) -> ManagedClusterMigration {
+        self.phase_in(NS, name, phase, limit).await
+    }
+
+    pub async fn phase_in(
+        &self,
+        namespace: &str,
+        name: &str,
+        phase: MigrationPhase,
+        limit: Duration,
+    ) -> ManagedClusterMigration {
         let start = std::time::Instant::now();
         loop {
-            let m = self.migration(name).await;
+            let m = self.migration_in(namespace, name).await;
             let now = m
                 .as_ref()
                 .and_then(|m| m.status.as_ref())
@@ -126,7 +162,7 @@ impl Setup {
                 || (now.is_some_and(MigrationPhase::is_terminal) && phase.is_terminal())
             {
                 panic!(
-                    "migration {name} not {phase:?} after {limit:?}: {:#?}\n--- manager log (tail) ---\n{}",
+                    "migration {namespace}/{name} not {phase:?} after {limit:?}: {:#?}\n--- manager log (tail) ---\n{}",
                     m.and_then(|m| m.status),
                     tail(&self.logs(), 60)
                 );
@@ -297,7 +333,9 @@ pub async fn klusterlet_of(
 
 /// The server of a cluster's `bootstrap-hub-kubeconfig`, and whether it still holds the
 /// migration's bootstrap secret.
-pub async fn bootstrap_of(s: &Setup, cluster: &str) -> (String, bool) {
+/// The server of a cluster's bootstrap kubeconfig, and whether migration `key`'s bootstrap
+/// secret is still on the cluster.
+pub async fn bootstrap_of(s: &Setup, cluster: &str, key: &str) -> (String, bool) {
     let secrets: Api<Secret> =
         Api::namespaced(cluster_api(s, cluster), "open-cluster-management-agent");
     let boot = secrets.get("bootstrap-hub-kubeconfig").await.unwrap();
@@ -310,6 +348,88 @@ pub async fn bootstrap_of(s: &Setup, cluster: &str) -> (String, bool) {
         .server
         .clone()
         .unwrap();
-    let migration_secret = secrets.get_opt("bootstrap-hub2").await.unwrap().is_some();
+    let migration_secret = secrets
+        .get_opt(&migration_api::names::migration_bootstrap_secret(key))
+        .await
+        .unwrap()
+        .is_some();
     (server, migration_secret)
+}
+
+/// What migration `name` left behind, if anything (`None`: nothing): works labelled for a
+/// migration on the global hub (hub1's and hub2's namespaces) and on either hub (plain OCM
+/// klusterlet works), its ManagedServiceAccount, KlusterletConfigs on either hub, and
+/// ManagedClusters annotated by a migration or selecting a KlusterletConfig. An API error
+/// counts as something left (the caller polls or fails).
+pub async fn leftovers(s: &Setup, name: &str) -> Option<String> {
+    use kube::api::ListParams;
+    use migration_api::ocm::cluster::ManagedCluster;
+    use migration_api::ocm::config::KlusterletConfig;
+    use migration_api::ocm::msa::ManagedServiceAccount;
+    use migration_api::ocm::work::ManifestWork;
+    let labelled = ListParams::default().labels("migration.open-cluster-management.io/migration");
+    let names = |items: Vec<String>| (!items.is_empty()).then(|| items.join(", "));
+    for hub in ["hub1", "hub2"] {
+        let works = match Api::<ManifestWork>::namespaced(s.global.clone(), hub)
+            .list(&labelled)
+            .await
+        {
+            Ok(l) => l.items,
+            Err(e) => return Some(format!("listing works in {hub}: {e}")),
+        };
+        if let Some(left) = names(works.iter().map(ResourceExt::name_any).collect()) {
+            return Some(format!("works in {hub}: {left}"));
+        }
+    }
+    let msas = match Api::<ManagedServiceAccount>::namespaced(s.global.clone(), "hub2")
+        .list(&ListParams::default().labels(&format!(
+            "migration.open-cluster-management.io/migration={name}"
+        )))
+        .await
+    {
+        Ok(l) => l.items,
+        Err(e) => return Some(format!("listing ManagedServiceAccounts: {e}")),
+    };
+    if let Some(left) = names(msas.iter().map(ResourceExt::name_any).collect()) {
+        return Some(format!("ManagedServiceAccounts: {left}"));
+    }
+    for i in [1, 2] {
+        // A plain OCM hub serves no KlusterletConfig API at all.
+        let kcs = match Api::<KlusterletConfig>::all(s.hub(i))
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(l) => l.items,
+            Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),
+            Err(e) => return Some(format!("listing KlusterletConfigs on hub{i}: {e}")),
+        };
+        if let Some(left) = names(kcs.iter().map(ResourceExt::name_any).collect()) {
+            return Some(format!("KlusterletConfigs on hub{i}: {left}"));
+        }
+        // The klusterlet works of a plain OCM migration.
+        let works = match Api::<ManifestWork>::all(s.hub(i)).list(&labelled).await {
+            Ok(l) => l.items,
+            Err(e) => return Some(format!("listing works on hub{i}: {e}")),
+        };
+        if let Some(left) = names(works.iter().map(ResourceExt::name_any).collect()) {
+            return Some(format!("works on hub{i}: {left}"));
+        }
+        let clusters = match Api::<ManagedCluster>::all(s.hub(i))
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(l) => l.items,
+            Err(e) => return Some(format!("listing clusters on hub{i}: {e}")),
+        };
+        let marked = clusters.iter().filter(|mc| {
+            mc.annotations().keys().any(|k| {
+                k.starts_with("migration.open-cluster-management.io/")
+                    || k == "agent.open-cluster-management.io/klusterlet-config"
+            })
+        });
+        if let Some(left) = names(marked.map(ResourceExt::name_any).collect()) {
+            return Some(format!("marked clusters on hub{i}: {left}"));
+        }
+    }
+    None
 }

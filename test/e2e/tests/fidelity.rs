@@ -114,7 +114,10 @@ async fn carry_over_arrives_with_raw_feedback_off() {
     registered(&s, "carry", 1).await;
     // While cluster2 is held, the source work is there to read.
     let work = Api::<ManifestWork>::namespaced(s.global.clone(), "hub1")
-        .get("migration-carry-source")
+        .get(&migration_api::names::migration_work(
+            &s.key("carry").await,
+            migration_api::migration::MigrationRole::Source,
+        ))
         .await
         .unwrap();
     let values: Vec<_> = work
@@ -232,7 +235,12 @@ async fn a_clusters_own_klusterlet_config_is_kept_and_its_url_keeps_it_in_place(
     );
     registered(&s, "own", 1).await;
     // The held cluster selects the derived KlusterletConfig, restarts for it, and stays.
-    let derived = "migration-hub2-own";
+    let key = s.key("own").await;
+    let derived = format!(
+        "{}-own",
+        migration_api::names::migration_klusterlet_config(&key)
+    );
+    let derived = derived.as_str();
     eventually(LONG, "cluster2 on the derived KlusterletConfig", || async {
         let a = annotations_on(&s.hub(1), "cluster2").await;
         (a.get("agent.open-cluster-management.io/klusterlet-config")
@@ -258,9 +266,10 @@ async fn a_clusters_own_klusterlet_config_is_kept_and_its_url_keeps_it_in_place(
         LONG,
         "cluster2's klusterlet restarted with hub2 listed",
         || async {
-            agent2
-                .connected()
-                .filter(|c| c.settings.contains("bootstrap-hub2"))
+            agent2.connected().filter(|c| {
+                c.settings
+                    .contains(&migration_api::names::migration_bootstrap_secret(&key))
+            })
         },
     )
     .await;
@@ -316,18 +325,26 @@ async fn a_clusters_own_klusterlet_config_is_kept_and_its_url_keeps_it_in_place(
             .then_some(())
     })
     .await;
-    // The Klusterlet of the rolled-back cluster is rendered from its own config again.
-    let k = Api::<Klusterlet>::all(cluster_api(&s, "cluster2"))
-        .get("klusterlet")
-        .await
-        .unwrap();
-    let v = serde_json::to_value(&k.spec).unwrap();
-    assert_eq!(v["nodePlacement"]["nodeSelector"]["zone"], "a", "{v}");
-    assert!(
-        v["registrationConfiguration"]
-            .get("bootstrapKubeConfigs")
-            .is_none(),
-        "{v}"
+    // The Klusterlet of the rolled-back cluster is rendered from its own config again (the
+    // import controller re-renders its klusterlet work once the annotation is back, and the
+    // work agent applies it: both asynchronous).
+    let klusterlets = Api::<Klusterlet>::all(cluster_api(&s, "cluster2"));
+    let rendered = eventually(
+        LONG,
+        "cluster2's Klusterlet from its own config",
+        || async {
+            let k = klusterlets.get("klusterlet").await.ok()?;
+            let v = serde_json::to_value(&k.spec).ok()?;
+            v["registrationConfiguration"]
+                .get("bootstrapKubeConfigs")
+                .is_none()
+                .then_some(v)
+        },
+    )
+    .await;
+    assert_eq!(
+        rendered["nodePlacement"]["nodeSelector"]["zone"], "a",
+        "{rendered}"
     );
 }
 
@@ -426,10 +443,11 @@ async fn a_moved_cluster_needs_nothing_of_the_migration_afterwards() {
     let msas: Api<ManagedServiceAccount> = Api::namespaced(s.global.clone(), "hub2");
     let import_work = Api::<ManifestWork>::namespaced(s.hub(2), "cluster1");
     let mut saw_msa = false;
+    let msa_name = migration_api::names::migration_service_account(&s.key("token").await);
     loop {
         let m = s.migration("token").await.unwrap();
         let phase = m.status.as_ref().and_then(|st| st.phase);
-        let msa = msas.get_opt("migration-token").await.unwrap();
+        let msa = msas.get_opt(&msa_name).await.unwrap();
         saw_msa |= msa.is_some();
         if saw_msa && msa.is_none() {
             let w = import_work.get_opt("cluster1-klusterlet").await.unwrap();

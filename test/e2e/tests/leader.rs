@@ -148,3 +148,39 @@ async fn a_second_replica_stays_passive_until_the_leaders_lease_expires() {
     drop(c);
     drop(a);
 }
+
+/// A leader whose renewals hang (the API server accepts the request and answers only after
+/// 30 s) stops within its renew deadline, before the Lease could expire for a standby; it does
+/// not wait for the hung request to come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_whose_renewal_hangs_stops_before_its_lease_expires() {
+    let dir = e2e::test_dir();
+    let fleet = e2e::fleet(1, 1, &[env!("CARGO_PKG_VERSION")], dir.path()).await;
+    let kc = kubeconfig(dir.path(), "global-hub");
+    let leases: Api<Lease> = Api::namespaced(fleet.global.cluster.admin.clone(), NS);
+    let a = replica("manager-a", &kc, dir.path());
+    eventually(Duration::from_secs(30), "manager-a leads", || async {
+        (leads(&a) && a.logs().contains("addon-manager started")).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(30), "the Lease held", || async {
+        holder(&leases).await.map(|_| ())
+    })
+    .await;
+    let faults = fleet.global.cluster.api.faults();
+    faults.set_latency(Duration::from_secs(30));
+    let hung = Instant::now();
+    eventually(
+        Duration::from_secs(40),
+        "manager-a gives up the lead",
+        || async { a.logs().contains("lost the lead").then_some(()) },
+    )
+    .await;
+    let after = hung.elapsed();
+    faults.set_latency(Duration::ZERO);
+    assert!(
+        after < Duration::from_secs(LEASE_SECS + 1),
+        "manager-a kept leading {after:?} after its renewals hung (the Lease lasts {LEASE_SECS} s):\n{}",
+        a.logs()
+    );
+}

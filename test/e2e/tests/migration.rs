@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use e2e::migration::{
-    NS, Setup, block, bootstrap_of, json_list, kill_agent, klusterlet_of, migration_api_version,
-    names, refuse, registered, tail, unblock,
+    NS, Setup, block, bootstrap_of, json_list, kill_agent, klusterlet_of, leftovers,
+    migration_api_version, names, refuse, registered, tail, unblock,
 };
 use e2e::{
     Manager, addon_available, enable_addon, eventually, kubeconfig, kubectl_apply, kubectl_ok,
@@ -32,69 +32,7 @@ async fn no_leftovers(s: &Setup, name: &str) {
     eventually(
         Duration::from_secs(30),
         "no temporary object left",
-        || async {
-            for hub in ["hub1", "hub2"] {
-                let works = Api::<ManifestWork>::namespaced(s.global.clone(), hub)
-                    .list(
-                        &ListParams::default()
-                            .labels("migration.open-cluster-management.io/migration"),
-                    )
-                    .await
-                    .ok()?;
-                if !works.items.is_empty() {
-                    return None;
-                }
-            }
-            let msas = Api::<ManagedServiceAccount>::namespaced(s.global.clone(), "hub2")
-                .list(&ListParams::default())
-                .await
-                .ok()?;
-            if msas
-                .items
-                .iter()
-                .any(|m| m.name_any() == format!("migration-{name}"))
-            {
-                return None;
-            }
-            for i in [1, 2] {
-                // A plain OCM hub serves no KlusterletConfig API at all.
-                let kcs = match Api::<KlusterletConfig>::all(s.hub(i))
-                    .list(&ListParams::default())
-                    .await
-                {
-                    Ok(l) => l.items,
-                    Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),
-                    Err(_) => return None,
-                };
-                if !kcs.is_empty() {
-                    return None;
-                }
-                // The klusterlet works of a plain OCM migration.
-                let works = Api::<ManifestWork>::all(s.hub(i))
-                    .list(
-                        &ListParams::default()
-                            .labels("migration.open-cluster-management.io/migration"),
-                    )
-                    .await
-                    .ok()?;
-                if !works.items.is_empty() {
-                    return None;
-                }
-                for mc in Api::<ManagedCluster>::all(s.hub(i))
-                    .list(&ListParams::default())
-                    .await
-                    .ok()?
-                {
-                    if mc.annotations().keys().any(|k| {
-                        k.starts_with("migration.open-cluster-management.io/")
-                            || k == "agent.open-cluster-management.io/klusterlet-config"
-                    }) {
-                        return None;
-                    }
-                }
-            }
-            Some(())
-        },
+        || async { leftovers(s, name).await.is_none().then_some(()) },
     )
     .await;
 }
@@ -822,6 +760,8 @@ async fn a_plain_ocm_source_hub_moves_clusters_through_klusterlet_works() {
         r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2", "cluster3"], "maxFailures": 1, "maxConcurrency": 1}"#,
     );
     registered(&s, "plain", 2).await;
+    let key = s.key("plain").await;
+    let secret = migration_api::names::migration_bootstrap_secret(&key);
     let m = s.migration("plain").await.unwrap();
     let status = m.status.unwrap();
     assert_eq!(status.bootstrap_delivery.as_deref(), Some("ManifestWork"));
@@ -844,7 +784,7 @@ async fn a_plain_ocm_source_hub_moves_clusters_through_klusterlet_works() {
                 .collect();
             (reg["featureGates"]
                 == serde_json::json!([{"feature": "ClusterClaim", "mode": "Enable"}, {"feature": "MultipleHubs", "mode": "Enable"}])
-                && names == ["bootstrap-hub-kubeconfig", "bootstrap-hub2"]
+                && names == ["bootstrap-hub-kubeconfig", secret.as_str()]
                 && annotations.contains_key("migration.open-cluster-management.io/klusterlet-original"))
             .then_some(())
         },
@@ -879,7 +819,7 @@ async fn a_plain_ocm_source_hub_moves_clusters_through_klusterlet_works() {
             &format!("{cluster}'s klusterlet settings restored"),
             || async {
                 let (reg, annotations) = klusterlet_of(&s, cluster).await;
-                let (server, leftover) = bootstrap_of(&s, cluster).await;
+                let (server, leftover) = bootstrap_of(&s, cluster, &key).await;
                 let settings_ok = if home == &hub1_url {
                     reg == original
                 } else {
@@ -945,16 +885,23 @@ async fn an_older_acm_source_hub_switches_a_cluster_only_once_it_is_released() {
         m.status.unwrap().bootstrap_delivery.as_deref(),
         Some("KlusterletConfig/bootstrapKubeConfigs")
     );
+    let key = s.key("legacy").await;
     let kc: serde_json::Value = serde_json::from_str(&kubectl_ok(
         &hub1,
-        &["get", "klusterletconfig", "migration-hub2", "-o", "json"],
+        &[
+            "get",
+            "klusterletconfig",
+            &migration_api::names::migration_klusterlet_config(&key),
+            "-o",
+            "json",
+        ],
         None,
     ))
     .unwrap();
     assert!(kc["spec"].get("multipleHubsConfig").is_none(), "{kc:#}");
     assert_eq!(
         kc["spec"]["bootstrapKubeConfigs"]["localSecretsConfig"]["kubeConfigSecrets"],
-        serde_json::json!([{"name": "bootstrap-hub2"}]),
+        serde_json::json!([{"name": migration_api::names::migration_bootstrap_secret(&key)}]),
         "{kc:#}"
     );
     let m = s

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use e2e::eventually;
-use e2e::migration::{Setup, block, registered, unblock};
+use e2e::migration::{Setup, block, leftovers, registered, unblock};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
@@ -26,7 +26,7 @@ const LONG: Duration = Duration::from_secs(120);
 /// migrating cluster can read from its bootstrap kubeconfig).
 async fn token_holder(s: &Setup, migration: &str) -> Client {
     let secrets: Api<Secret> = Api::namespaced(s.global.clone(), "hub2");
-    let name = migration_api::names::migration_service_account(migration);
+    let name = migration_api::names::migration_service_account(&s.key(migration).await);
     let token = eventually(LONG, "the migration's bootstrap token", || async {
         let secret = secrets.get_opt(&name).await.ok()??;
         let token = secret.data?.get("token")?.0.clone();
@@ -151,7 +151,10 @@ async fn a_source_that_cannot_act_in_cleaning_strands_no_cluster() {
     // The works and the token are still there for the source to finish with.
     assert!(
         Api::<ManifestWork>::namespaced(s.global.clone(), "hub1")
-            .get_opt("migration-stalled-source")
+            .get_opt(&migration_api::names::migration_work(
+                &s.key("stalled").await,
+                migration_api::migration::MigrationRole::Source,
+            ))
             .await
             .unwrap()
             .is_some()
@@ -194,7 +197,7 @@ async fn a_missing_token_secret_is_waited_for_not_rolled_back() {
         });
     }
     let secrets: Api<Secret> = Api::namespaced(s.global.clone(), "hub2");
-    let name = migration_api::names::migration_service_account("token-miss");
+    let name = migration_api::names::migration_service_account(&s.key("token-miss").await);
     secrets.delete(&name, &Default::default()).await.unwrap();
     // The manager does not watch Secrets (it may not read them cluster-wide); the next event
     // of the migration makes it look. Here: an annotation.
@@ -224,5 +227,252 @@ async fn a_missing_token_secret_is_waited_for_not_rolled_back() {
     let mut expected = s.homes();
     expected.insert("cluster1".into(), 2);
     expected.insert("cluster2".into(), 2);
+    s.invariant(&expected).await;
+}
+
+/// Two migrations of one name in two namespaces, from the same source hub to two targets,
+/// run side by side: each has its own works, task, token and KlusterletConfig (named after its
+/// key), and each moves its own cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrations_named_alike_in_two_namespaces_run_side_by_side() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(3, 2).await;
+    // Each team may see every hub and the source's clusters.
+    for ns in ["team-a", "team-b"] {
+        bind(&s, 0, ns).await;
+        bind(&s, 1, ns).await;
+    }
+    // cluster1 stays held until both migrations are under way, so they overlap.
+    let hub1 = e2e::kubeconfig(s.dir.path(), "hub1");
+    block(&hub1, "cluster1", "overlap");
+    s.apply_in(
+        "team-a",
+        "move",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"]}"#,
+    );
+    s.apply_in(
+        "team-b",
+        "move",
+        r#"{"from": "hub1", "to": "hub3", "includedManagedClusters": ["cluster2"]}"#,
+    );
+    let (a, b) = (
+        s.key_in("team-a", "move").await,
+        s.key_in("team-b", "move").await,
+    );
+    assert_ne!(a, b);
+    let works = Api::<ManifestWork>::namespaced(s.global.clone(), "hub1");
+    eventually(LONG, "both source works on hub1", || async {
+        let role = migration_api::migration::MigrationRole::Source;
+        for key in [&a, &b] {
+            works
+                .get_opt(&migration_api::names::migration_work(key, role))
+                .await
+                .ok()??;
+        }
+        Some(())
+    })
+    .await;
+    s.phase_in("team-b", "move", MigrationPhase::Completed, LONG)
+        .await;
+    unblock(&hub1, "cluster1");
+    s.phase_in("team-a", "move", MigrationPhase::Completed, LONG)
+        .await;
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    expected.insert("cluster2".into(), 3);
+    s.invariant(&expected).await;
+}
+
+/// An edit of `to` while clusters are in flight changes nothing: the migration says so
+/// (`SpecAccepted` False, `SpecImmutable`) and finishes with the hub it started with; the hub
+/// named by the edit gets nothing. (kube-sim evaluates no CEL, so the edit reaches the manager,
+/// as it would on an API server without the CRD's transition rule.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_edit_of_the_target_mid_flight_changes_nothing() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(3, 2).await;
+    let hub1 = e2e::kubeconfig(s.dir.path(), "hub1");
+    block(&hub1, "cluster2", "edit test");
+    s.apply(
+        "edit",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"]}"#,
+    );
+    registered(&s, "edit", 1).await;
+    s.apply(
+        "edit",
+        r#"{"from": "hub1", "to": "hub3", "includedManagedClusters": ["cluster1", "cluster2"]}"#,
+    );
+    eventually(LONG, "the edit refused", || async {
+        let st = s.migration("edit").await?.status?;
+        let c = find_condition(st.conditions.as_deref()?, "SpecAccepted")?.clone();
+        (c.status == "False"
+            && c.reason == "SpecImmutable"
+            && c.message.contains("to: hub2 -> hub3"))
+        .then_some(())
+    })
+    .await;
+    unblock(&hub1, "cluster2");
+    let m = s.phase("edit", MigrationPhase::Completed, LONG).await;
+    assert_eq!(
+        m.status.unwrap().accepted_spec.map(|a| a.to).as_deref(),
+        Some("hub2")
+    );
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    expected.insert("cluster2".into(), 2);
+    s.invariant(&expected).await;
+    let on_hub3 = Api::<ManifestWork>::namespaced(s.global.clone(), "hub3")
+        .list(
+            &kube::api::ListParams::default()
+                .labels("migration.open-cluster-management.io/migration"),
+        )
+        .await
+        .unwrap();
+    assert!(on_hub3.items.is_empty(), "{:?}", on_hub3.items);
+}
+
+/// Binds the `global` cluster set to `namespace` on the global hub (`hub` 0) or on hub `hub`.
+async fn bind(s: &Setup, hub: usize, namespace: &str) {
+    let cluster = if hub == 0 {
+        &s.fleet.global.cluster
+    } else {
+        &s.fleet.hubs[hub - 1].cluster
+    };
+    ocm_sim::hub::bind_cluster_set(cluster, namespace, "global")
+        .await
+        .unwrap();
+}
+
+/// OCM's tenancy model: a migration in a namespace with no ManagedClusterSetBinding may not
+/// name the hubs (refused by the manager, `Forbidden`), and one whose namespace sees the hubs
+/// but not the clusters on the source hub is refused by the source agent (`Forbidden`). Neither
+/// touches anything, and the clusters stay where they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_namespace_without_bindings_may_move_nothing() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    e2e::kubectl_ok(&s.global_kc, &["create", "namespace", "team-c"], None);
+    s.apply_in(
+        "team-c",
+        "grab",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"]}"#,
+    );
+    let m = s
+        .phase_in("team-c", "grab", MigrationPhase::Failed, LONG)
+        .await;
+    let st = m.status.unwrap();
+    let c = find_condition(st.conditions.as_deref().unwrap(), "ResourceValidated").unwrap();
+    assert_eq!(c.reason, "Forbidden", "{c:?}");
+    assert!(
+        c.message.contains("hub hub1 and hub hub2") && c.message.contains("team-c"),
+        "{}",
+        c.message
+    );
+    // The global hub's set is bound now, the source hub's is not: the clusters stay out.
+    bind(&s, 0, "team-c").await;
+    s.apply_in(
+        "team-c",
+        "grab-again",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"]}"#,
+    );
+    let m = s
+        .phase_in("team-c", "grab-again", MigrationPhase::Failed, LONG)
+        .await;
+    let st = m.status.unwrap();
+    let c = find_condition(st.conditions.as_deref().unwrap(), "ResourceValidated").unwrap();
+    assert_eq!(c.reason, "Forbidden", "{c:?}");
+    assert!(
+        c.message
+            .contains("cluster1 is in no ManagedClusterSet bound"),
+        "{}",
+        c.message
+    );
+    eventually(LONG, "the validation works removed", || async {
+        let works = Api::<ManifestWork>::namespaced(s.global.clone(), "hub1")
+            .list(
+                &kube::api::ListParams::default()
+                    .labels("migration.open-cluster-management.io/migration"),
+            )
+            .await
+            .ok()?;
+        works.items.is_empty().then_some(())
+    })
+    .await;
+    for name in ["grab", "grab-again"] {
+        assert_eq!(leftovers(&s, name).await, None, "{name}");
+    }
+    s.invariant(&s.homes()).await;
+}
+
+/// The source's work deleted by hand while one cluster has moved and another is held in
+/// Registering: the migration decides from its status what it touched, not from the work, so
+/// deleting the migration then rolls the held cluster back (its marks removed) and detaches
+/// the one that moved; nothing of the migration is left on hub1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_source_work_deleted_mid_registering_loses_nothing() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    let hub1 = e2e::kubeconfig(s.dir.path(), "hub1");
+    block(&hub1, "cluster2", "held");
+    s.apply(
+        "lost",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"]}"#,
+    );
+    registered(&s, "lost", 1).await;
+    // The source's work: the one in hub1's namespace labelled for this migration.
+    let works = Api::<ManifestWork>::namespaced(s.global.clone(), "hub1");
+    let source = works
+        .list(
+            &kube::api::ListParams::default()
+                .labels("migration.open-cluster-management.io/migration=lost"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(source.items.len(), 1);
+    works
+        .delete(&source.items[0].name_any(), &Default::default())
+        .await
+        .unwrap();
+    e2e::kubectl_ok(
+        &s.global_kc,
+        &[
+            "delete",
+            "mcm",
+            "lost",
+            "-n",
+            e2e::migration::NS,
+            "--wait=false",
+        ],
+        None,
+    );
+    eventually(
+        Duration::from_secs(240),
+        "the migration rolled back and gone",
+        || async { s.migration("lost").await.is_none().then_some(()) },
+    )
+    .await;
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    s.invariant(&expected).await;
+    unblock(&hub1, "cluster2");
+    eventually(
+        LONG,
+        "hub1 without the moved cluster and without marks",
+        || async {
+            let clusters = Api::<ManagedCluster>::all(s.hub(1))
+                .list(&kube::api::ListParams::default())
+                .await
+                .ok()?;
+            let moved_gone = clusters.items.iter().all(|mc| mc.name_any() != "cluster1");
+            let unmarked = clusters.items.iter().all(|mc| {
+                !mc.annotations().keys().any(|k| {
+                    k.starts_with("migration.open-cluster-management.io/")
+                        || k == "agent.open-cluster-management.io/klusterlet-config"
+                })
+            });
+            (moved_gone && unmarked).then_some(())
+        },
+    )
+    .await;
     s.invariant(&expected).await;
 }

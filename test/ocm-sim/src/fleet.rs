@@ -17,6 +17,9 @@ use crate::hub::{
 };
 use crate::registration::RegistrationOptions;
 
+/// The namespace the fleet binds the `global` cluster set to on every hub: migrations there may
+/// name every hub and cluster.
+pub const MIGRATION_NAMESPACE: &str = "default";
 /// Name of the global hub.
 pub const GLOBAL_HUB: &str = "global-hub";
 
@@ -187,6 +190,12 @@ impl Fleet {
             hub_agents
                 .push(Agent::start(&hub.cluster, &global.bootstrap_kubeconfig, hub_agent).await?);
             hubs.push(hub);
+        }
+        // The fleet's admin lets the `default` namespace (where the demo's and the tests'
+        // migrations live) see every hub and every cluster, as `clusteradm clusterset bind
+        // global --namespace default` does on each hub.
+        for hub in std::iter::once(&global).chain(hubs.iter()) {
+            crate::hub::bind_cluster_set(&hub.cluster, MIGRATION_NAMESPACE, "global").await?;
         }
         let mut tasks = Vec::new();
         let mut kubelets = Vec::new();

@@ -111,7 +111,8 @@ impl Hub {
             .service_account(HUB_NAMESPACE, "registration-controller", all_rules(), YEAR)
             .await?;
         let client = cluster.client_for_token(&controller_token).await?;
-        let mut tasks = registration::spawn(client, opts.registration);
+        let mut tasks = registration::spawn(client.clone(), opts.registration);
+        tasks.push(tokio::spawn(crate::clustersets::run(client)));
         if opts.kind != HubKind::Plain {
             cluster
                 .ensure_namespace(crate::import::BOOTSTRAP_SECRETS_NAMESPACE)
@@ -146,6 +147,26 @@ impl Hub {
             tasks,
         })
     }
+}
+
+/// Binds ManagedClusterSet `set` to `namespace` on `hub` (the namespace created if missing), as
+/// an admin does with `clusteradm clusterset bind`.
+pub async fn bind_cluster_set(hub: &SimCluster, namespace: &str, set: &str) -> Result<(), Error> {
+    hub.ensure_namespace(namespace).await?;
+    Api::<migration_api::ocm::cluster::ManagedClusterSetBinding>::namespaced(
+        hub.admin.clone(),
+        namespace,
+    )
+    .patch(
+        set,
+        &PatchParams::apply("ocm-sim-setup"),
+        &Patch::Apply(json!({
+            "apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSetBinding",
+            "metadata": {"name": set, "namespace": namespace}, "spec": {"clusterSet": set}
+        })),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Starts the managed-serviceaccount addon for `cluster`, a managed cluster of `hub`, with an

@@ -3,6 +3,7 @@
 
 pub mod addon_agent;
 pub mod cluster;
+pub mod clustersets;
 pub mod demo;
 pub mod finalizers;
 pub mod fleet;

@@ -15,9 +15,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, set_condition};
-use migration_api::names::labels::{
-    CLUSTER_SET, DECISION_GROUP_INDEX, DECISION_GROUP_NAME, PLACEMENT,
-};
+use migration_api::names::labels::{DECISION_GROUP_INDEX, DECISION_GROUP_NAME, PLACEMENT};
 use migration_api::ocm::cluster::{
     AddOnPlacementScore, ClusterSelector, ManagedCluster, ManagedClusterSet,
     ManagedClusterSetBinding, Placement, PlacementDecision,
@@ -103,21 +101,15 @@ fn cluster_selector_matches(sel: &ClusterSelector, mc: &ManagedCluster) -> bool 
             })
 }
 
+/// A set's members (sdk-go `pkg/apis/cluster/v1beta2/managedclusterset.go`
+/// `BuildClusterSelector`: no label selector selects nothing, an empty one everything).
 fn set_members<'a>(
     set: &ManagedClusterSet,
     clusters: &'a [ManagedCluster],
 ) -> Vec<&'a ManagedCluster> {
-    let name = set.name_any();
-    let selector = set.spec.cluster_selector.clone().unwrap_or_default();
     clusters
         .iter()
-        .filter(|mc| match selector.selector_type.as_str() {
-            "LabelSelector" => selector
-                .label_selector
-                .as_ref()
-                .is_none_or(|l| selector_matches(l, mc.labels())),
-            _ => mc.labels().get(CLUSTER_SET) == Some(&name),
-        })
+        .filter(|mc| migration_api::tenancy::is_member(set, mc.labels()))
         .collect()
 }
 
