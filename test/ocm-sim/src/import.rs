@@ -512,7 +512,8 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, Ren
     let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), &cluster);
     let name = klusterlet_work(&cluster);
     if mc.annotations().contains_key(DISABLE_AUTO_IMPORT) {
-        // The works stay as they are, read-only (upstream's DR restore guard).
+        // The works stay as they are, read-only (upstream's DR restore guard): written through
+        // the same apply as ever, so that the configs go again once the annotation does.
         if let Some(w) = works.get_opt(&name).await? {
             let manifests = w
                 .spec
@@ -520,15 +521,8 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, Ren
                 .as_ref()
                 .and_then(|w| w.manifests.clone())
                 .unwrap_or_default();
-            works
-                .patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(
-                        json!({"spec": {"manifestConfigs": read_only_configs(&manifests)}}),
-                    ),
-                )
-                .await?;
+            let configs = read_only_configs(&manifests);
+            apply_klusterlet_work(&works, &cluster, manifests, configs).await?;
         }
         return Ok(Action::await_change());
     }
@@ -566,6 +560,25 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, Ren
     if !mc.spec.hub_accepts_client {
         return Ok(Action::await_change());
     }
+    apply_klusterlet_work(&works, &cluster, manifests, Vec::new()).await?;
+    Ok(Action::await_change())
+}
+
+/// Writes a cluster's klusterlet work whole, `manifestConfigs` included, as upstream's
+/// `createManifestWorks` and `buildManifestConfigs` (`manifestwork_controller.go`) build it
+/// afresh on every apply: ReadOnly configs while auto-import is disabled, none otherwise.
+async fn apply_klusterlet_work(
+    works: &Api<ManifestWork>,
+    cluster: &str,
+    manifests: Vec<Value>,
+    configs: Vec<Value>,
+) -> Result<(), kube::Error> {
+    let name = klusterlet_work(cluster);
+    let mut spec = json!({"workload": {"manifests": manifests},
+                          "deleteOption": {"propagationPolicy": "Orphan"}});
+    if !configs.is_empty() {
+        spec["manifestConfigs"] = Value::Array(configs);
+    }
     works
         .patch(
             &name,
@@ -574,12 +587,11 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, Ren
                 "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
                 "metadata": {"name": name, "namespace": cluster,
                              "labels": {"import.open-cluster-management.io/klusterlet-works": "true"}},
-                "spec": {"workload": {"manifests": manifests},
-                         "deleteOption": {"propagationPolicy": "Orphan"}}
+                "spec": spec
             })),
         )
         .await?;
-    Ok(Action::await_change())
+    Ok(())
 }
 
 /// Auto-import (upstream `pkg/controller/autoimport/autoimport_controller.go`): with an

@@ -579,3 +579,81 @@ async fn a_hub_left_behind_is_evicted_with_what_it_alone_owned() {
         "still owned by hub2's work"
     );
 }
+
+/// Upstream `pkg/controller/manifestwork/manifestwork_controller.go` (`buildManifestConfigs`)
+/// builds a klusterlet work's `manifestConfigs` afresh on every apply: ReadOnly for every
+/// manifest while the cluster is annotated `disable-auto-import`, none once it is not. So
+/// lifting the annotation lets the work update the Klusterlet again (what a rolled-back
+/// migration relies on to render a cluster's own KlusterletConfig once more).
+#[tokio::test]
+async fn lifting_disable_auto_import_makes_the_klusterlet_work_apply_again() {
+    let (hub1, _hub2, cluster, _agent) = cluster_on_hub1_of_two().await;
+    let admin = hub1.cluster.admin.clone();
+    let works: Api<ManifestWork> = Api::namespaced(admin.clone(), "cluster1");
+    let read_only = |w: &ManifestWork| {
+        let configs = w.spec.manifest_configs.clone().unwrap_or_default();
+        !configs.is_empty()
+            && configs
+                .iter()
+                .all(|c| serde_json::to_value(c).unwrap()["updateStrategy"]["type"] == "ReadOnly")
+    };
+    let disable = |v: serde_json::Value| {
+        Patch::Merge(
+            json!({"metadata": {"annotations": {ocm_sim::import::DISABLE_AUTO_IMPORT: v}}}),
+        )
+    };
+    let mcs: Api<ManagedCluster> = Api::all(admin.clone());
+    eventually(LIMIT, "cluster1's klusterlet work", || async {
+        works
+            .get_opt("cluster1-klusterlet")
+            .await
+            .unwrap()
+            .map(|_| ())
+    })
+    .await;
+    mcs.patch("cluster1", &PatchParams::default(), &disable(json!("")))
+        .await
+        .unwrap();
+    eventually(LIMIT, "the klusterlet work made read-only", || async {
+        let w = works.get_opt("cluster1-klusterlet").await.unwrap()?;
+        read_only(&w).then_some(())
+    })
+    .await;
+    // A KlusterletConfig of its own, selected while auto-import is disabled, and then the
+    // annotation lifted: the work is writable again and the Klusterlet follows the config.
+    Api::<migration_api::ocm::config::KlusterletConfig>::all(admin.clone())
+        .patch("own", &PatchParams::apply("test").force(), &Patch::Apply(json!({
+            "apiVersion": "config.open-cluster-management.io/v1alpha1", "kind": "KlusterletConfig",
+            "metadata": {"name": "own"}, "spec": {"nodePlacement": {"nodeSelector": {"zone": "a"}}}
+        })))
+        .await
+        .unwrap();
+    select_config(&admin, "cluster1", "own").await;
+    mcs.patch(
+        "cluster1",
+        &PatchParams::default(),
+        &disable(serde_json::Value::Null),
+    )
+    .await
+    .unwrap();
+    eventually(LIMIT, "the klusterlet work writable again", || async {
+        let w = works.get_opt("cluster1-klusterlet").await.unwrap()?;
+        w.spec
+            .manifest_configs
+            .as_ref()
+            .is_none_or(Vec::is_empty)
+            .then_some(())
+    })
+    .await;
+    let klusterlets: Api<Klusterlet> = Api::all(cluster.admin.clone());
+    eventually(
+        LIMIT,
+        "the Klusterlet rendered from its own config",
+        || async {
+            let k = klusterlets.get_opt("klusterlet").await.unwrap()?;
+            let v = serde_json::to_value(&k.spec).unwrap();
+            (v["nodePlacement"]["nodeSelector"]["zone"] == "a").then_some(())
+        },
+    )
+    .await;
+}
