@@ -123,6 +123,32 @@ pub struct WorkContext<'a> {
     pub own_bootstrap: bool,
 }
 
+/// Secret data (`data`, base64) holding `kubeconfig`.
+pub fn kubeconfig_data(kubeconfig: &str) -> Value {
+    use base64::Engine;
+    json!({"kubeconfig": base64::engine::general_purpose::STANDARD.encode(kubeconfig)})
+}
+
+/// A kubeconfig made from `connection` (one without credentials: server, CA, proxy) whose
+/// users authenticate with `token`.
+pub fn with_token(connection: &str, token: &str) -> Result<String, String> {
+    let mut config: serde_yaml::Value = serde_yaml::from_str(connection)
+        .map_err(|e| format!("the target's connection is not a kubeconfig: {e}"))?;
+    let users = config
+        .get_mut("users")
+        .and_then(serde_yaml::Value::as_sequence_mut)
+        .filter(|u| !u.is_empty())
+        .ok_or("the target's connection names no user")?;
+    for u in users {
+        let mut user = serde_yaml::Mapping::new();
+        user.insert("token".into(), token.into());
+        if let Some(m) = u.as_mapping_mut() {
+            m.insert("user".into(), user.into());
+        }
+    }
+    serde_yaml::to_string(&config).map_err(|e| e.to_string())
+}
+
 fn secret(name: &str, data: &Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Secret",
            "metadata": {"name": name, "namespace": KLUSTERLET_NAMESPACE},
@@ -369,6 +395,22 @@ pub fn probed(work: &ManifestWork) -> Option<Result<(Registration, Option<Regist
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_with_a_token_is_a_kubeconfig_of_that_identity() {
+        let conn = "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: https://hub2:6443\n    proxy-url: https://proxy:3128\nusers:\n- name: bootstrap\n  user: {}\ncontexts:\n- name: bootstrap\n  context: {cluster: hub, user: bootstrap}\ncurrent-context: bootstrap\n";
+        let text = with_token(conn, "t0k3n").unwrap();
+        let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+        let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.server.as_deref(), Some("https://hub2:6443"));
+        assert_eq!(cluster.proxy_url.as_deref(), Some("https://proxy:3128"));
+        let v: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(v["users"][0]["user"]["token"].as_str(), Some("t0k3n"));
+        assert!(with_token("users: []", "t").is_err());
+        assert!(with_token("not: [yaml", "t").is_err());
+        let data = kubeconfig_data("kc");
+        assert_eq!(data, json!({"kubeconfig": "a2M="}));
+    }
 
     fn ctx(data: Option<&Value>) -> WorkContext<'_> {
         WorkContext {

@@ -84,6 +84,9 @@ struct Ctx {
 pub enum Error {
     #[error("{0}: {1}")]
     Kube(String, #[source] kube::Error),
+    /// The hub or the task lacks something the handler needs.
+    #[error("{0}")]
+    Config(String),
 }
 
 fn ctx_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -315,7 +318,9 @@ async fn reconcile(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Er
         (MigrationRole::Source, TaskStage::Validating) => {
             source_validate(&ctx, &task, &names).await?
         }
-        (MigrationRole::Target, TaskStage::Validating) => target_validate(&ctx, &task, &names),
+        (MigrationRole::Target, TaskStage::Validating) => {
+            target_validate(&ctx, &task, &names).await?
+        }
         (MigrationRole::Source, TaskStage::Deploying) => source_deploy(&ctx, &task, &names).await?,
         (MigrationRole::Source, TaskStage::Registering) => {
             source_register(&ctx, &task, &names).await?
@@ -563,7 +568,11 @@ fn apply_carry_over_limits(states: &mut [ClusterState], sizes: &[usize]) {
     }
 }
 
-fn target_validate(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Report {
+async fn target_validate(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+) -> Result<Report, Error> {
     let states = names
         .iter()
         .map(|n| match get(&ctx.clusters, None, n) {
@@ -571,7 +580,44 @@ fn target_validate(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Report 
             _ => ClusterState::Valid,
         })
         .collect();
-    verdict(names, states)
+    let mut report = verdict(names, states);
+    // A plain OCM hub gives the clusters that arrive a bootstrap kubeconfig of its own
+    // bootstrap identity ([`settle_data`]): without one they could never count as moved.
+    if report.state == "Succeeded"
+        && klusterlet_config_shape(&ctx.client).await? == "None"
+        && !hub_bootstrap_identity_exists(&ctx.client).await?
+    {
+        report.state = "Failed";
+        report.message = format!(
+            "this plain OCM hub has none of the ServiceAccounts its clusters bootstrap with ({}; `clusteradm init` creates the first), so the clusters that arrive could not be given a bootstrap kubeconfig of this hub",
+            hub_bootstrap_names()
+        );
+    }
+    Ok(report)
+}
+
+/// The hub's bootstrap ServiceAccounts, as `namespace/name`, comma-separated.
+fn hub_bootstrap_names() -> String {
+    names::HUB_BOOTSTRAP_SERVICE_ACCOUNTS
+        .iter()
+        .map(|(ns, n)| format!("{ns}/{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether one of [`names::HUB_BOOTSTRAP_SERVICE_ACCOUNTS`] exists on this hub.
+async fn hub_bootstrap_identity_exists(client: &Client) -> Result<bool, Error> {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    for (ns, name) in names::HUB_BOOTSTRAP_SERVICE_ACCOUNTS {
+        let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+        if ignore_not_found(api.get(name).await)
+            .map_err(ctx_err(format!("reading ServiceAccount {ns}/{name}")))?
+            .is_some()
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 async fn source_deploy(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Result<Report, Error> {
@@ -677,6 +723,68 @@ async fn bootstrap_secret_data(ctx: &Ctx, task: &MigrationTask) -> Result<Option
         .and_then(|d| serde_json::to_value(d).ok()))
 }
 
+/// What a cluster that arrived is settled with (secret data holding a kubeconfig): on a plain
+/// OCM hub (`own_bootstrap`), a bootstrap kubeconfig of this hub's own bootstrap identity,
+/// made from the task's connection (the target's URL, CA and proxy) and a token of the
+/// hub's bootstrap ServiceAccount, as `clusteradm get token` issues one; on a hub whose import
+/// controller gives the cluster its bootstrap kubeconfig, the connection alone (it only
+/// replaces the migration's secret on the cluster until the work takes it away). Never the
+/// migration's token. `None` until the manager has sent the connection.
+async fn settle_data(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    own_bootstrap: bool,
+) -> Result<Option<Value>, Error> {
+    let Some(connection) = task.spec.bootstrap_connection.as_deref() else {
+        return Ok(None);
+    };
+    let text = if own_bootstrap {
+        let token = hub_bootstrap_token(&ctx.client).await?;
+        kw::with_token(connection, &token).map_err(Error::Config)?
+    } else {
+        connection.to_owned()
+    };
+    Ok(Some(kw::kubeconfig_data(&text)))
+}
+
+/// A token of the first of [`names::HUB_BOOTSTRAP_SERVICE_ACCOUNTS`] this hub has, valid
+/// [`names::HUB_BOOTSTRAP_TOKEN_SECONDS`].
+async fn hub_bootstrap_token(client: &Client) -> Result<String, Error> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(names::HUB_BOOTSTRAP_TOKEN_SECONDS),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    for (ns, name) in names::HUB_BOOTSTRAP_SERVICE_ACCOUNTS {
+        let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+        match api
+            .create_token_request(name, &PostParams::default(), &request)
+            .await
+        {
+            Ok(tr) => {
+                if let Some(status) = tr.status.filter(|s| !s.token.is_empty()) {
+                    return Ok(status.token);
+                }
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                return Err(Error::Kube(
+                    format!("issuing a bootstrap token of ServiceAccount {ns}/{name}"),
+                    e,
+                ));
+            }
+        }
+    }
+    Err(Error::Config(format!(
+        "this hub has none of the ServiceAccounts its clusters bootstrap with ({}; `clusteradm init` creates the first): a cluster that arrived cannot be given a bootstrap kubeconfig of this hub",
+        hub_bootstrap_names()
+    )))
+}
+
 fn klusterlet_work(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> Option<Arc<ManifestWork>> {
     get(
         &ctx.works,
@@ -697,14 +805,18 @@ async fn put_klusterlet_work(
         return Ok(());
     }
     let secret = task.spec.bootstrap_secret_name.clone().unwrap_or_default();
-    let secret_data = bootstrap_secret_data(ctx, task).await?;
+    let own_bootstrap = task.spec.role == MigrationRole::Target
+        && klusterlet_config_shape(&ctx.client).await? == "None";
+    let secret_data = match step {
+        Step::Settle(_) => settle_data(ctx, task, own_bootstrap).await?,
+        _ => bootstrap_secret_data(ctx, task).await?,
+    };
     let wctx = kw::WorkContext {
         migration: task.spec.key(),
         cluster,
         secret_name: &secret,
         secret_data: secret_data.as_ref(),
-        own_bootstrap: task.spec.role == MigrationRole::Target
-            && klusterlet_config_shape(&ctx.client).await? == "None",
+        own_bootstrap,
     };
     let Some(body) = kw::work(&wctx, step) else {
         tracing::info!(%cluster, "the bootstrap secret is not on this hub; the klusterlet work waits for it");
@@ -880,11 +992,14 @@ async fn klusterlet_settle(ctx: &Ctx, task: &MigrationTask, cluster: &str) -> Re
             Some((w, Some(Step::Settle(_)))) => Next::Done(kw::applied(w)),
             Some((w, Some(Step::Probe))) => match kw::probed(w) {
                 Some(Ok((_, Some(recorded)))) => Next::Put(Step::Settle(recorded)),
-                // No record (the Klusterlet was changed by hand since): the gates stay, the
-                // bootstrap list goes, so this hub's bootstrap kubeconfig is the only one.
+                // No record (an ACM source's import configured the Klusterlet, or it was
+                // changed by hand since): the gates stay, the bootstrap list is turned off, so
+                // this hub's bootstrap kubeconfig is the only one. Turned off explicitly
+                // (`type: None`): the list belongs to another field manager (the source's
+                // import work), whose fields an apply that leaves them out does not remove.
                 Some(Ok((now, None))) => Next::Put(Step::Settle(Registration {
                     feature_gates: now.feature_gates,
-                    bootstrap_kube_configs: None,
+                    bootstrap_kube_configs: Some(json!({"type": "None"})),
                 })),
                 Some(Err(why)) => {
                     tracing::warn!(%cluster, "{why}; it is not settled");
@@ -1356,8 +1471,9 @@ async fn target_register(
         // cluster); on a plain OCM hub, once its Klusterlet is settled here.
         let state = if state != ClusterState::Available {
             state
-        } else if plain(task) && !klusterlet_settle(ctx, task, name).await? {
-            // The Klusterlet's own settings back (what the source's work changed).
+        } else if (plain(task) || !acm_target) && !klusterlet_settle(ctx, task, name).await? {
+            // The Klusterlet's own settings back (what the source changed) and, on a plain
+            // OCM hub, this hub's own bootstrap kubeconfig.
             ClusterState::Joined
         } else if acm_target && !import_took_over(&ctx.works, name) {
             ClusterState::Joined
@@ -1727,11 +1843,12 @@ async fn target_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
     // The rollback again: a hub that was unreachable while the migration rolled back removes
     // its pre-created copies now (a no-op where the rollback already ran here).
     let rolled = target_rollback(ctx, task, names, true).await?;
+    let settles = plain(task) || klusterlet_config_shape(&ctx.client).await? == "None";
     let mut states = Vec::with_capacity(names.len());
     let mut works_left = 0;
     for (name, rolled_state) in names.iter().zip(rolled.states) {
         let mc = get(&ctx.clusters, None, name);
-        if plain(task) && !target_work_removed(ctx, task, name, mc.as_deref()).await? {
+        if settles && !target_work_removed(ctx, task, name, mc.as_deref()).await? {
             works_left += 1;
         }
         if rollback.contains(name) {
@@ -1776,11 +1893,11 @@ async fn target_work_removed(
     let settled = matches!(kw::step_of(&work), Some(Step::Settle(_))) && kw::applied(&work);
     let arrived = target_state(mc) == ClusterState::Available;
     if arrived && !settled && work.metadata.deletion_timestamp.is_none() {
-        if bootstrap_secret_data(ctx, task).await?.is_some() {
+        if task.spec.bootstrap_connection.is_some() {
             klusterlet_settle(ctx, task, cluster).await?;
             return Ok(false);
         }
-        tracing::warn!(%cluster, "the bootstrap secret is gone before the Klusterlet settled here; its MultipleHubs settings stay as the source left them");
+        tracing::warn!(%cluster, "the task names no connection to settle the Klusterlet with; its MultipleHubs settings stay as the source left them");
     }
     delete_klusterlet_work(ctx, task, cluster, false).await?;
     Ok(false)

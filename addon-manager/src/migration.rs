@@ -979,7 +979,7 @@ async fn validating(
         ctx,
         m,
         MigrationRole::Target,
-        mr::target_manifests(m, &target_ns, target_task, None, None)?,
+        mr::target_manifests(m, &target_ns, target_task, None)?,
         &target_ns,
     )
     .await?;
@@ -1004,11 +1004,22 @@ async fn validating(
     let target_states = target.states(resolved.len());
     step.status.resolved_clusters = Some(resolved.clone());
     if target.failed() {
-        let (reason, message) = failure_summary(
+        let (reason, message) = match failure_summary(
             &resolved,
             &target_states,
             &format!("on target hub {}", m.to),
-        );
+        ) {
+            // No cluster failed: the hub itself cannot take them, and its agent says why.
+            (reasons::ERROR, _) if target.message.as_deref().is_some_and(|m| !m.is_empty()) => (
+                reasons::HUB_INVALID,
+                format!(
+                    "target hub {}: {}",
+                    m.to,
+                    target.message.clone().unwrap_or_default()
+                ),
+            ),
+            other => other,
+        };
         step.set_states(&target_states);
         step.fail_validation(reason, &message);
         return Ok(Action::requeue(Duration::from_millis(10)));
@@ -1039,22 +1050,8 @@ async fn validating(
         );
         return Ok(Action::requeue(Duration::from_millis(10)));
     }
-    // Keep what the clusters carry in the target's task (delivered with the next stage).
-    let mut keep = base_task(
-        mcm,
-        MigrationRole::Target,
-        TaskStage::Validating,
-        resolved.clone(),
-    );
-    keep.carry_over = Some(carry);
-    deliver(
-        ctx,
-        m,
-        MigrationRole::Target,
-        mr::target_manifests(m, &target_ns, keep, None, None)?,
-        &target_ns,
-    )
-    .await?;
+    // What the clusters carry is recorded before anything is pre-created from it.
+    step.status.carry_over = Some(carry);
     step.condition(
         RESOURCE_VALIDATED,
         "True",
@@ -1403,12 +1400,16 @@ async fn deliver_target(
             .as_ref(),
     );
     let msa_ns = addon_namespace(hub_addon(ctx, &m.to, MSA_ADDON).await?.as_ref());
-    // What the clusters carry lives in the target's task from validation on.
-    let carry = existing_work(ctx, m, MigrationRole::Target)
-        .await?
-        .as_ref()
-        .and_then(delivered_task)
-        .and_then(|t| t.carry_over);
+    // What the clusters carry, from status (a migration validated by an older manager kept
+    // it in the target's task only).
+    let carry = match step.status.carry_over.clone() {
+        Some(c) => Some(c),
+        None => existing_work(ctx, m, MigrationRole::Target)
+            .await?
+            .as_ref()
+            .and_then(delivered_task)
+            .and_then(|t| t.carry_over),
+    };
     // The target approves the CSRs of the clusters the source released, and of no other.
     let released_now = if stage == TaskStage::Registering {
         non_empty(released(&names, &step.states()))
@@ -1420,22 +1421,16 @@ async fn deliver_target(
     target.bootstrap_user = Some(mr::bootstrap_user(m, &msa_ns));
     target.rollback = non_empty(rollback);
     target.released = released_now;
-    let shape = shape_of(step);
-    set_delivery(&mut target, shape);
-    // Plain OCM: the clusters that arrive keep the target's bootstrap kubeconfig (cleanup may
-    // still have to settle one that arrived as Registering ended).
-    let kubeconfig = if shape == Shape::ManifestWork {
-        bootstrap(ctx, m).await?
-    } else {
-        None
-    };
-    let manifests = mr::target_manifests(
-        m,
-        &target_ns,
-        target,
-        rbac.then_some(msa_ns.as_str()),
-        kubeconfig.as_deref(),
-    )?;
+    set_delivery(&mut target, shape_of(step));
+    // Where and how to reach the target, without the token: a plain OCM target makes the
+    // clusters that arrive a bootstrap kubeconfig of its own from it (cleanup may still have
+    // to settle one that arrived as Registering ended). The token never goes to the target.
+    if matches!(stage, TaskStage::Registering | TaskStage::Cleaning)
+        && let Some(kubeconfig) = bootstrap(ctx, m).await?
+    {
+        target.bootstrap_connection = Some(mr::without_credentials(&kubeconfig)?);
+    }
+    let manifests = mr::target_manifests(m, &target_ns, target, rbac.then_some(msa_ns.as_str()))?;
     deliver(ctx, m, MigrationRole::Target, manifests, &target_ns).await
 }
 
@@ -1465,7 +1460,11 @@ async fn deliver_source(
             .await?
             .as_ref(),
     );
-    let kubeconfig = bootstrap(ctx, m).await?;
+    let kubeconfig = if source_carries_token(stage) {
+        bootstrap(ctx, m).await?
+    } else {
+        None
+    };
     if need_bootstrap && kubeconfig.is_none() {
         return Ok(None);
     }
@@ -1484,6 +1483,14 @@ async fn deliver_source(
     Ok(Some(
         deliver(ctx, m, MigrationRole::Source, manifests, &source_ns).await?,
     ))
+}
+
+/// Whether the source's work carries the bootstrap token (its Secret, and the
+/// KlusterletConfig naming it): only while clusters may still switch to the target. From
+/// Rollbacking on every cluster either holds its own credentials on the target or goes back
+/// to the source, and the token stays on no hub longer than that.
+fn source_carries_token(stage: TaskStage) -> bool {
+    matches!(stage, TaskStage::Deploying | TaskStage::Registering)
 }
 
 async fn deploying(
@@ -1990,10 +1997,7 @@ fn mark_rolled_back(states: &mut [ClusterState], source: Option<&Feedback>) {
     let Some(sf) = source else { return };
     let ss = sf.states(states.len());
     for (s, reported) in states.iter_mut().zip(ss) {
-        if reported == ClusterState::RolledBack
-            && *s != ClusterState::Available
-            && s.failure().is_none()
-        {
+        if reported == ClusterState::RolledBack && !s.arrived() && s.failure().is_none() {
             *s = ClusterState::RolledBack;
         }
     }
@@ -2007,16 +2011,11 @@ async fn cleaning(
 ) -> Result<Action, Error> {
     let names = step.status.resolved_clusters.clone().unwrap_or_default();
     let mut states = step.states();
-    let detach: Vec<String> = names
-        .iter()
-        .zip(&states)
-        .filter(|(_, s)| **s == ClusterState::Available)
-        .map(|(n, _)| n.clone())
-        .collect();
+    // Whatever did not arrive goes back, and so does a cluster the target lost since.
     let rollback: Vec<String> = names
         .iter()
         .zip(&states)
-        .filter(|(_, s)| **s != ClusterState::Available)
+        .filter(|(_, s)| !s.arrived())
         .map(|(n, _)| n.clone())
         .collect();
     // The hubs' part is recorded as done (reason `Removing`) before the works are removed, so
@@ -2038,6 +2037,39 @@ async fn cleaning(
             false,
         )
         .await?;
+        // Before the source lets go of a cluster that arrived, the target says again that it
+        // has it; the verdict goes into status before the source hears of it.
+        let (target, _) = report(ctx, m, MigrationRole::Target, &tgt).await?;
+        let before = states.clone();
+        recheck_arrived(
+            &mut states,
+            target.as_ref().map(|f| f.states(names.len())).as_deref(),
+            remaining(step, stage_timeout(mcm)).is_none(),
+        );
+        if states != before {
+            for (i, (b, a)) in before.iter().zip(&states).enumerate() {
+                if *a == ClusterState::Lost && *b != ClusterState::Lost {
+                    let why = a.failure().map_or("", |f| f.1);
+                    step.event(
+                        EventType::Warning,
+                        "ClusterLost",
+                        format!("{} {why}", names[i]),
+                    );
+                }
+            }
+            step.set_states(&states);
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+        let detach: Vec<String> = names
+            .iter()
+            .zip(&states)
+            .filter(|(_, s)| **s == ClusterState::Moved)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let unconfirmed = states
+            .iter()
+            .filter(|s| **s == ClusterState::Available)
+            .count();
         let part = SourcePart {
             rollback: rollback.clone(),
             detach: detach.clone(),
@@ -2047,10 +2079,10 @@ async fn cleaning(
             .await?
             .unwrap_or_default();
         let (source, _) = report(ctx, m, MigrationRole::Source, &src).await?;
-        let (target, _) = report(ctx, m, MigrationRole::Target, &tgt).await?;
         mark_rolled_back(&mut states, source.as_ref());
         step.set_states(&states);
-        let done = source.as_ref().is_some_and(Feedback::succeeded)
+        let done = unconfirmed == 0
+            && source.as_ref().is_some_and(Feedback::succeeded)
             && target.as_ref().is_some_and(Feedback::succeeded);
         if target.is_none() && !rollback.is_empty() {
             // Only the target can remove its pre-created copies of the clusters that did not
@@ -2083,6 +2115,12 @@ async fn cleaning(
                 detach.len(),
                 rollback.len()
             );
+            if unconfirmed > 0 {
+                msg.push_str(&format!(
+                    "; {unconfirmed} arrived clusters are not Available on {} now, and are detached once they are",
+                    m.to
+                ));
+            }
             if !silent.is_empty() {
                 msg.push_str(&format!("; no answer from {}", silent.join(" and ")));
             }
@@ -2155,6 +2193,31 @@ async fn cleaning(
     );
     step.enter(end, &summary);
     Ok(Action::requeue(Duration::from_millis(10)))
+}
+
+/// Cleaning: the target's word (`target`, its report on the current Cleaning task) on each
+/// cluster recorded as arrived, before the source may detach it. Available there: `Moved`
+/// (the source detaches it). Refused there or gone from it: `Lost` (not detached; the source
+/// takes it back). Accepted there but not Available (its lease late): left for now, and
+/// `Moved` once `past_timeout` (it belongs to the hub that accepts it). Without a report,
+/// nothing changes.
+pub fn recheck_arrived(
+    states: &mut [ClusterState],
+    target: Option<&[ClusterState]>,
+    past_timeout: bool,
+) {
+    let Some(target) = target else { return };
+    for (s, t) in states.iter_mut().zip(target) {
+        if *s != ClusterState::Available {
+            continue;
+        }
+        *s = match t {
+            ClusterState::Available => ClusterState::Moved,
+            ClusterState::Refused | ClusterState::Pending => ClusterState::Lost,
+            _ if past_timeout => ClusterState::Moved,
+            _ => ClusterState::Available,
+        };
+    }
 }
 
 /// How a migration ends, from why it rolled back (`cause`, as first recorded; `None`: it did
@@ -2283,13 +2346,13 @@ async fn plan(
     target.carry_over = Some(carry.to_vec());
     target.bootstrap_user = Some(mr::bootstrap_user(m, &msa_ns));
     target.released = Some(clusters.to_vec());
+    target.bootstrap_connection = Some(mr::without_credentials(&kubeconfig)?);
     set_delivery(&mut target, shape);
     let mut objects = vec![planned(GLOBAL_HUB, &m.service_account())];
     for o in mr::source_manifests(m, source_ns, source, Some((&kubeconfig, shape)))? {
         objects.push(planned(&m.from, &mr::redact(&o)));
     }
-    let target_bootstrap = (shape == Shape::ManifestWork).then_some(kubeconfig.as_str());
-    for o in mr::target_manifests(m, target_ns, target, Some(&msa_ns), target_bootstrap)? {
+    for o in mr::target_manifests(m, target_ns, target, Some(&msa_ns))? {
         objects.push(planned(&m.to, &mr::redact(&o)));
     }
     for c in carry.iter().take(PLAN_CLUSTER_OBJECTS) {
@@ -2441,6 +2504,48 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.status, "True");
+    }
+
+    #[test]
+    fn the_source_holds_the_token_only_while_clusters_may_switch() {
+        use TaskStage::*;
+        for (stage, carries) in [
+            (Validating, false),
+            (Deploying, true),
+            (Registering, true),
+            (Rollbacking, false),
+            (Cleaning, false),
+        ] {
+            assert_eq!(source_carries_token(stage), carries, "{stage:?}");
+        }
+    }
+
+    #[test]
+    fn an_arrived_cluster_is_detached_only_with_the_targets_word() {
+        // (recorded, target says, past the stage timeout, becomes)
+        let cases = [
+            (Available, Some(Available), false, Moved),
+            (Available, Some(Refused), false, Lost),
+            (Available, Some(Pending), false, Lost),
+            (Available, Some(Joined), false, Available),
+            (Available, Some(Created), false, Available),
+            (Available, Some(Joined), true, Moved),
+            (Available, Some(Refused), true, Lost),
+            (Available, None, false, Available),
+            (Available, None, true, Available),
+            // Decided once: the target's later word changes nothing.
+            (Moved, Some(Refused), false, Moved),
+            (Lost, Some(Available), false, Lost),
+            // Only arrived clusters are rechecked.
+            (Refused, Some(Available), false, Refused),
+            (RolledBack, Some(Pending), false, RolledBack),
+        ];
+        for (recorded, says, late, want) in cases {
+            let mut states = [recorded];
+            let target = says.map(|t| [t]);
+            recheck_arrived(&mut states, target.as_ref().map(|t| &t[..]), late);
+            assert_eq!(states[0], want, "{recorded:?} {says:?} late={late}");
+        }
     }
 
     #[test]

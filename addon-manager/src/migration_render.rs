@@ -185,6 +185,24 @@ pub fn bootstrap_kubeconfig(
     serde_yaml::to_string(&config).map_err(|e| RenderError::Config(e.to_string()))
 }
 
+/// A kubeconfig without its users' credentials: what a hub's bootstrap kubeconfig says of
+/// where and how to connect (server, CA, proxy), safe to put in a task's spec.
+pub fn without_credentials(kubeconfig: &str) -> Result<String, RenderError> {
+    let mut config: serde_yaml::Value =
+        serde_yaml::from_str(kubeconfig).map_err(|e| RenderError::Config(e.to_string()))?;
+    if let Some(users) = config
+        .get_mut("users")
+        .and_then(serde_yaml::Value::as_sequence_mut)
+    {
+        for u in users {
+            if let Some(m) = u.as_mapping_mut() {
+                m.insert("user".into(), serde_yaml::Mapping::new().into());
+            }
+        }
+    }
+    serde_yaml::to_string(&config).map_err(|e| RenderError::Config(e.to_string()))
+}
+
 /// The revision of a task spec (what the agent echoes back once it acted on it).
 pub fn revision(task: &MigrationTaskSpec) -> String {
     let mut t = task.clone();
@@ -269,12 +287,8 @@ pub fn target_manifests(
     task_namespace: &str,
     spec: MigrationTaskSpec,
     rbac_namespace: Option<&str>,
-    bootstrap: Option<&str>,
 ) -> Result<Vec<Value>, RenderError> {
     let mut out = Vec::new();
-    if let Some(kubeconfig) = bootstrap {
-        out.extend(bootstrap_secret(m, task_namespace, kubeconfig)?);
-    }
     if let Some(ns) = rbac_namespace {
         out.extend(render_template(
             "migration-bootstrap-rbac",
@@ -374,6 +388,35 @@ mod tests {
     }
 
     #[test]
+    fn the_connection_keeps_server_ca_and_proxy_but_no_credentials() {
+        let proxy = ProxyConfig {
+            https_proxy: Some("https://proxy:3128".into()),
+            ..Default::default()
+        };
+        let full = bootstrap_kubeconfig(
+            "https://hub2:6443",
+            Some(&b64("-----BEGIN CERTIFICATE-----\nx\n")),
+            "secret-token",
+            Some(&proxy),
+        )
+        .unwrap();
+        let conn = without_credentials(&full).unwrap();
+        assert!(!conn.contains("secret-token"), "{conn}");
+        let kc = kube::config::Kubeconfig::from_yaml(&conn).unwrap();
+        let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.server.as_deref(), Some("https://hub2:6443"));
+        assert_eq!(cluster.proxy_url.as_deref(), Some("https://proxy:3128"));
+        assert!(cluster.certificate_authority_data.is_some());
+        assert!(
+            kc.auth_infos[0]
+                .auth_info
+                .as_ref()
+                .is_none_or(|a| a.token.is_none())
+        );
+        assert!(without_credentials("not: [yaml").is_err());
+    }
+
+    #[test]
     fn kubeconfig_from_client_config_without_proxy() {
         let text = bootstrap_kubeconfig(
             "https://hub2:6443",
@@ -459,14 +502,10 @@ mod tests {
         assert_eq!(kinds, ["Secret", "MigrationTask"]);
         assert_eq!(objs[0]["metadata"]["namespace"], "agent-ns");
         assert_eq!(objs[0]["data"]["kubeconfig"], b64("kc"));
-        // The target keeps it for the clusters that arrive; without a kubeconfig, no secret.
-        let with =
-            target_manifests(&m(), "t-ns", MigrationTaskSpec::default(), None, Some("kc")).unwrap();
-        assert_eq!(with[0]["kind"], "Secret");
-        assert_eq!(with[0]["metadata"]["namespace"], "t-ns");
-        let without =
-            target_manifests(&m(), "t-ns", MigrationTaskSpec::default(), None, None).unwrap();
-        assert!(without.iter().all(|o| o["kind"] != "Secret"));
+        // The token never goes to the target (it gets the connection without credentials).
+        let target =
+            target_manifests(&m(), "t-ns", MigrationTaskSpec::default(), Some("msa")).unwrap();
+        assert!(target.iter().all(|o| o["kind"] != "Secret"));
     }
 
     #[test]
@@ -545,14 +584,8 @@ mod tests {
 
     #[test]
     fn target_rbac_binds_only_the_migration_service_account() {
-        let objs = target_manifests(
-            &m(),
-            "ns",
-            MigrationTaskSpec::default(),
-            Some("msa-ns"),
-            None,
-        )
-        .unwrap();
+        let objs =
+            target_manifests(&m(), "ns", MigrationTaskSpec::default(), Some("msa-ns")).unwrap();
         assert_eq!(objs[0]["kind"], "ClusterRole");
         let verbs: Vec<&str> = objs[0]["rules"]
             .as_array()
@@ -578,8 +611,7 @@ mod tests {
             bootstrap_user(&m(), "msa-ns"),
             "system:serviceaccount:msa-ns:migration-move-0a1b2c3d"
         );
-        let without =
-            target_manifests(&m(), "ns", MigrationTaskSpec::default(), None, None).unwrap();
+        let without = target_manifests(&m(), "ns", MigrationTaskSpec::default(), None).unwrap();
         assert_eq!(without.len(), 1);
     }
 

@@ -178,6 +178,11 @@ pub struct ManagedClusterMigrationStatus {
     /// alone: a later edit of the spec changes nothing (condition `SpecAccepted` False, reason
     /// `SpecImmutable`, says so).
     pub accepted_spec: Option<ManagedClusterMigrationSpec>,
+    /// What each cluster takes along (labels, annotations, addons; never status or
+    /// credentials), as the source reported it at validation, in the order of
+    /// `resolvedClusters`: recorded before the target pre-creates anything, and what it
+    /// pre-creates from (a work deleted by hand loses nothing).
+    pub carry_over: Option<Vec<CarriedCluster>>,
 }
 
 /// CEL transition rule at the root of the ManagedClusterMigration CRD: once the migration left
@@ -405,6 +410,12 @@ pub struct MigrationTaskSpec {
     /// OCM: the Klusterlet's MultipleHubs configuration, set on the source and restored on the
     /// target once the cluster arrived).
     pub delivery: Option<BootstrapDelivery>,
+    /// Target only: the migration's bootstrap kubeconfig without its credentials (the
+    /// target's URL, CA and proxy). A plain OCM target gives each cluster that arrived a
+    /// bootstrap kubeconfig of its own hub made from it (see
+    /// [`crate::names::HUB_BOOTSTRAP_SERVICE_ACCOUNTS`]), so nothing on the cluster depends on
+    /// the migration's token.
+    pub bootstrap_connection: Option<String>,
 }
 
 impl MigrationTaskSpec {
@@ -520,10 +531,16 @@ pub enum ClusterState {
     RolledBack,
     /// Source: detached after moving.
     Detached,
+    /// Cleaning: arrived, and the target confirmed again that it is Available there; it is
+    /// detached from the source (counts as registered).
+    Moved,
+    /// Cleaning: arrived, but the target no longer has it (refused there, or its ManagedCluster
+    /// removed): not detached from the source, which accepts it again.
+    Lost,
 }
 
 impl ClusterState {
-    const TABLE: [(Self, char); 22] = [
+    const TABLE: [(Self, char); 24] = [
         (Self::Pending, '-'),
         (Self::Valid, 'v'),
         (Self::NotFound, 'N'),
@@ -546,6 +563,8 @@ impl ClusterState {
         (Self::RollingBack, 'k'),
         (Self::RolledBack, 'R'),
         (Self::Detached, 'D'),
+        (Self::Moved, 'M'),
+        (Self::Lost, 'L'),
     ];
 
     /// The state's character.
@@ -581,13 +600,18 @@ impl ClusterState {
         matches!(self, Self::Switching | Self::Joined)
     }
 
+    /// Arrived on the target: Available there (and, in Cleaning, confirmed again).
+    pub fn arrived(self) -> bool {
+        matches!(self, Self::Available | Self::Moved)
+    }
+
     /// How many clusters are in each state.
     pub fn counts(states: &[Self]) -> ClusterCounts {
         let n = |f: &dyn Fn(Self) -> bool| states.iter().filter(|s| f(**s)).count() as i32;
         ClusterCounts {
             total: states.len() as i32,
             switching: n(&|s| s.in_flight()),
-            registered: n(&|s| s == Self::Available),
+            registered: n(&|s| s.arrived()),
             failed: n(&|s| s.failure().is_some()),
             rolled_back: n(&|s| s == Self::RolledBack),
         }
@@ -622,6 +646,10 @@ impl ClusterState {
                 "carries more than a migration can take along (at most 16 KiB of labels, annotations and addons per cluster, 256 KiB per migration)",
             ),
             Self::Refused => ("ClusterRefused", "was refused by the target hub"),
+            Self::Lost => (
+                "ClusterLost",
+                "arrived on the target hub, which no longer has it (refused there, or its ManagedCluster removed) when the migration came to detach it: it was kept on the source hub, which accepts it again (if its klusterlet cannot reach the source hub, import it there again)",
+            ),
             Self::AutoImportDisabled => (
                 "AutoImportDisabled",
                 "is annotated import.open-cluster-management.io/disable-auto-import, so its hub would not deliver it the target's bootstrap kubeconfig (set spec.liftDisableAutoImport to lift it while the migration runs)",
@@ -1017,6 +1045,24 @@ mod tests {
                 .unwrap()
                 .contains("has(")
         );
+    }
+
+    #[test]
+    fn every_cluster_state_has_a_code_of_its_own() {
+        let codes: std::collections::BTreeSet<char> =
+            ClusterState::TABLE.iter().map(|(_, c)| *c).collect();
+        assert_eq!(codes.len(), ClusterState::TABLE.len());
+        for (state, code) in ClusterState::TABLE {
+            assert_eq!(ClusterState::from_code(code), state);
+            assert_eq!(state.code(), code);
+        }
+        // Arrived clusters count as registered; a lost one as failed.
+        let c = ClusterState::counts(&[
+            ClusterState::Available,
+            ClusterState::Moved,
+            ClusterState::Lost,
+        ]);
+        assert_eq!((c.registered, c.failed), (2, 1));
     }
 
     #[test]

@@ -77,6 +77,20 @@ pub fn migration_work(key: &str, role: crate::migration::MigrationRole) -> Strin
 pub const KUBE_APISERVER_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
 /// Klusterlet's bootstrap kubeconfig secret.
 pub const BOOTSTRAP_HUB_KUBECONFIG: &str = "bootstrap-hub-kubeconfig";
+/// The ServiceAccounts (namespace, name) a plain OCM hub's clusters bootstrap with, as
+/// `clusteradm init` creates them and `clusteradm get token` issues their tokens
+/// (open-cluster-management-io/clusteradm `pkg/config/env.go` `BootstrapSAName`, and the name
+/// older releases used): the target's agent issues a moved cluster its own bootstrap
+/// kubeconfig from the first that exists.
+pub const HUB_BOOTSTRAP_SERVICE_ACCOUNTS: [(&str, &str); 2] = [
+    ("open-cluster-management", "agent-registration-bootstrap"),
+    ("open-cluster-management", "cluster-bootstrap"),
+];
+/// Validity of that bootstrap token: what `clusteradm get token` asks for
+/// (clusteradm `pkg/helpers/client.go`, `GetBootstrapTokenFromSA`), so a moved cluster is left
+/// as `clusteradm join` leaves one; it keeps its hub connection through its client
+/// certificate, which the klusterlet renews.
+pub const HUB_BOOTSTRAP_TOKEN_SECONDS: i64 = 3600;
 /// Namespace of the klusterlet (and its bootstrap kubeconfig secrets) on a managed cluster.
 pub const KLUSTERLET_NAMESPACE: &str = "open-cluster-management-agent";
 /// Name of the Klusterlet every managed cluster has.

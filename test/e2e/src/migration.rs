@@ -331,8 +331,6 @@ pub async fn klusterlet_of(
     )
 }
 
-/// The server of a cluster's `bootstrap-hub-kubeconfig`, and whether it still holds the
-/// migration's bootstrap secret.
 /// The server of a cluster's bootstrap kubeconfig, and whether migration `key`'s bootstrap
 /// secret is still on the cluster.
 pub async fn bootstrap_of(s: &Setup, cluster: &str, key: &str) -> (String, bool) {

@@ -618,3 +618,114 @@ async fn a_plain_source_detaches_a_moved_cluster_that_has_works_of_its_own() {
         "no work left in cluster1's namespace on hub1"
     );
 }
+
+/// On a plain OCM target (no import controller), a cluster that arrived is settled with a
+/// bootstrap kubeconfig of the target's own bootstrap identity (a token of its
+/// `agent-registration-bootstrap` ServiceAccount, as `clusteradm get token` issues one), from a
+/// plain source and from an ACM source alike: once the migrations' tokens are revoked, the
+/// cluster's `bootstrap-hub-kubeconfig` still names the target and still authenticates there,
+/// the migration's secret is gone from the cluster, and the Klusterlet lists no other hub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plain_target_gives_a_moved_cluster_a_bootstrap_kubeconfig_of_its_own() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    // hub1 plain OCM, hub2 ACM, hub3 plain OCM (the target); one cluster each.
+    let s = Setup::with_hub_kinds(3, 1, &["hub1", "hub3"], &[]).await;
+    s.apply(
+        "from-plain",
+        r#"{"from": "hub1", "to": "hub3", "includedManagedClusters": ["cluster1"]}"#,
+    );
+    s.apply(
+        "from-acm",
+        r#"{"from": "hub2", "to": "hub3", "includedManagedClusters": ["cluster2"]}"#,
+    );
+    let keys = [s.key("from-plain").await, s.key("from-acm").await];
+    for name in ["from-plain", "from-acm"] {
+        s.phase(name, MigrationPhase::Completed, LONG).await;
+    }
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 3);
+    expected.insert("cluster2".into(), 3);
+    s.invariant(&expected).await;
+    let hub3_url = s.fleet.hubs[2].cluster.api.url();
+    let msas: Api<ManagedServiceAccount> = Api::namespaced(s.global.clone(), "hub3");
+    for (cluster, key) in [("cluster1", &keys[0]), ("cluster2", &keys[1])] {
+        // The migration's token is revoked (its ManagedServiceAccount gone).
+        let msa = migration_api::names::migration_service_account(key);
+        assert!(msas.get_opt(&msa).await.unwrap().is_none(), "{msa}");
+        let secrets: Api<Secret> =
+            Api::namespaced(cluster_api(&s, cluster), "open-cluster-management-agent");
+        let (text, left) = eventually(
+            LONG,
+            &format!("{cluster}'s own bootstrap kubeconfig, the migration's secret gone"),
+            || async {
+                let boot = secrets.get_opt("bootstrap-hub-kubeconfig").await.ok()??;
+                let text = String::from_utf8(boot.data?.get("kubeconfig")?.0.clone()).ok()?;
+                let left = secrets
+                    .get_opt(&migration_api::names::migration_bootstrap_secret(key))
+                    .await
+                    .ok()?;
+                (text.contains(&hub3_url) && left.is_none()).then_some((text, left))
+            },
+        )
+        .await;
+        assert!(left.is_none());
+        // It authenticates to hub3 as the hub's bootstrap identity may (it lists CSRs).
+        let client = kube_sim::client_from_kubeconfig(&text).await.unwrap();
+        Api::<CertificateSigningRequest>::all(client)
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("{cluster}'s bootstrap kubeconfig is refused by hub3: {e}"));
+        let k = Api::<Klusterlet>::all(cluster_api(&s, cluster))
+            .get("klusterlet")
+            .await
+            .unwrap();
+        // No other hub listed: no bootstrap list, or one turned off (`type: None`).
+        let v = serde_json::to_value(&k.spec).unwrap();
+        let list = &v["registrationConfiguration"]["bootstrapKubeConfigs"];
+        assert!(list.is_null() || list["type"] == "None", "{cluster}: {v}");
+    }
+}
+
+/// A plain OCM target without the ServiceAccount its clusters bootstrap with could not give a
+/// cluster that arrived a bootstrap kubeconfig of its own: the migration fails validation
+/// (`HubInvalid`, the ServiceAccount named) and touches nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plain_target_without_a_bootstrap_identity_fails_validation() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::with_hub_kinds(2, 1, &["hub2"], &[]).await;
+    let hub2 = kubeconfig(s.dir.path(), "hub2");
+    kubectl_ok(
+        &hub2,
+        &[
+            "delete",
+            "serviceaccount",
+            "agent-registration-bootstrap",
+            "-n",
+            "open-cluster-management",
+        ],
+        None,
+    );
+    s.apply(
+        "nobody",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"]}"#,
+    );
+    let m = s.phase("nobody", MigrationPhase::Failed, LONG).await;
+    let st = m.status.unwrap();
+    let c = find_condition(st.conditions.as_deref().unwrap(), "ResourceValidated").unwrap();
+    assert_eq!(c.reason, "HubInvalid", "{c:?}");
+    assert!(
+        c.message
+            .contains("open-cluster-management/agent-registration-bootstrap"),
+        "{}",
+        c.message
+    );
+    assert!(
+        Api::<ManagedCluster>::all(s.hub(2))
+            .get_opt("cluster1")
+            .await
+            .unwrap()
+            .is_none(),
+        "cluster1 pre-created on hub2"
+    );
+    s.invariant(&s.homes()).await;
+}

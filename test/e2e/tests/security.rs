@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use e2e::eventually;
-use e2e::migration::{Setup, block, leftovers, registered, unblock};
+use e2e::migration::{Setup, block, leftovers, refuse, registered, unblock};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
@@ -148,17 +148,25 @@ async fn a_source_that_cannot_act_in_cleaning_strands_no_cluster() {
         },
     )
     .await;
-    // The works and the token are still there for the source to finish with.
-    assert!(
-        Api::<ManifestWork>::namespaced(s.global.clone(), "hub1")
-            .get_opt(&migration_api::names::migration_work(
-                &s.key("stalled").await,
-                migration_api::migration::MigrationRole::Source,
-            ))
-            .await
-            .unwrap()
-            .is_some()
-    );
+    // The works are still there for the source to finish with; the source's no longer
+    // carries the bootstrap token (every cluster has its own credentials or goes home).
+    let work = Api::<ManifestWork>::namespaced(s.global.clone(), "hub1")
+        .get_opt(&migration_api::names::migration_work(
+            &s.key("stalled").await,
+            migration_api::migration::MigrationRole::Source,
+        ))
+        .await
+        .unwrap()
+        .expect("the source's work");
+    let kinds: Vec<String> = work
+        .spec
+        .workload
+        .and_then(|w| w.manifests)
+        .unwrap_or_default()
+        .iter()
+        .map(|m| m["kind"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(!kinds.iter().any(|k| k == "Secret"), "{kinds:?}");
     faults.clear();
     let m = s
         .phase("stalled", MigrationPhase::Failed, Duration::from_secs(180))
@@ -475,4 +483,142 @@ async fn a_source_work_deleted_mid_registering_loses_nothing() {
     )
     .await;
     s.invariant(&expected).await;
+}
+
+/// A cluster that arrived on the target and that the target then lost (its admin refused it)
+/// before the migration came to detach it from the source: Cleaning asks the target again, so
+/// the source does not detach it but accepts it again (`ClusterLost`, the migration Failed),
+/// and once the source's admin re-imports it (ACM's auto-import secret, in case its
+/// klusterlet, which knows only the target by now, cannot find its way back) it is Available
+/// on the source. Detached, as it was before the target was asked again, it would be on
+/// neither hub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_lost_on_the_target_after_arriving_ends_on_the_source() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    let hub1 = e2e::kubeconfig(s.dir.path(), "hub1");
+    let hub2 = e2e::kubeconfig(s.dir.path(), "hub2");
+    block(&hub1, "cluster2", "held");
+    s.apply(
+        "lose",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"]}"#,
+    );
+    registered(&s, "lose", 1).await;
+    refuse(&hub2, "cluster1");
+    unblock(&hub1, "cluster2");
+    let hub1_clusters = Api::<ManagedCluster>::all(s.hub(1));
+    eventually(
+        LONG,
+        "cluster1 lost, and accepted by hub1 again",
+        || async {
+            let st = s.migration("lose").await?.status?;
+            let lost = st
+                .failures?
+                .iter()
+                .any(|f| f.name == "cluster1" && f.reason == "ClusterLost");
+            let mc = hub1_clusters.get_opt("cluster1").await.ok()??;
+            (lost && mc.spec.hub_accepts_client && mc.metadata.deletion_timestamp.is_none())
+                .then_some(())
+        },
+    )
+    .await;
+    // The source's admin imports it again.
+    Api::<Secret>::namespaced(s.hub(1), "cluster1")
+        .patch(
+            "auto-import-secret",
+            &kube::api::PatchParams::apply("test").force(),
+            &kube::api::Patch::Apply(serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "auto-import-secret", "namespace": "cluster1"},
+                "stringData": {"kubeconfig": s.fleet.clusters[0].1.api.kubeconfig()}
+            })),
+        )
+        .await
+        .unwrap();
+    let m = s.phase("lose", MigrationPhase::Failed, LONG).await;
+    let counts = m.status.unwrap().clusters.unwrap();
+    assert_eq!((counts.registered, counts.failed), (1, 1), "{counts:?}");
+    let mut expected = s.homes();
+    expected.insert("cluster2".into(), 2);
+    s.invariant(&expected).await;
+}
+
+/// The target's work deleted by hand while a cluster is held in Registering: what the clusters
+/// carry is recorded in the migration's status at validation, so the task delivered again to
+/// the target still has every record, and the held cluster arrives with its labels and addon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_work_deleted_mid_registering_keeps_what_the_clusters_carry() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    let hub1 = e2e::kubeconfig(s.dir.path(), "hub1");
+    e2e::kubectl_ok(
+        &hub1,
+        &["label", "managedcluster", "cluster2", "env=prod"],
+        None,
+    );
+    e2e::kubectl_apply(
+        &hub1,
+        r#"{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+  "metadata": {"name": "search-collector", "namespace": "cluster2"}, "spec": {"installNamespace": "search"}}"#,
+    );
+    block(&hub1, "cluster2", "held");
+    s.apply(
+        "carried",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"]}"#,
+    );
+    registered(&s, "carried", 1).await;
+    let works = Api::<ManifestWork>::namespaced(s.global.clone(), "hub2");
+    let name = migration_api::names::migration_work(
+        &s.key("carried").await,
+        migration_api::migration::MigrationRole::Target,
+    );
+    let old = works.get(&name).await.unwrap().metadata.uid;
+    works.delete(&name, &Default::default()).await.unwrap();
+    let tasks = Api::<migration_api::migration::MigrationTask>::all(s.hub(2));
+    eventually(
+        LONG,
+        "the target's task delivered again, with the records",
+        || async {
+            let again = works.get_opt(&name).await.ok()??;
+            if again.metadata.uid == old {
+                return None;
+            }
+            let task = tasks
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .next()?;
+            let records = task.spec.carry_over.unwrap_or_default();
+            records
+                .iter()
+                .any(|r| {
+                    r.name == "cluster2" && r.labels.get("env").map(String::as_str) == Some("prod")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    unblock(&hub1, "cluster2");
+    s.phase("carried", MigrationPhase::Completed, LONG).await;
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    expected.insert("cluster2".into(), 2);
+    s.invariant(&expected).await;
+    let hub2 = e2e::kubeconfig(s.dir.path(), "hub2");
+    let addon = e2e::kubectl_ok(
+        &hub2,
+        &[
+            "get",
+            "managedclusteraddon",
+            "search-collector",
+            "-n",
+            "cluster2",
+            "-o",
+            "jsonpath={.spec.installNamespace}",
+        ],
+        None,
+    );
+    assert_eq!(addon, "search");
 }

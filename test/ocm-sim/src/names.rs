@@ -6,8 +6,10 @@ pub const AGENT_NAMESPACE: &str = migration_api::names::KLUSTERLET_NAMESPACE;
 pub const HUB_NAMESPACE: &str = "open-cluster-management-hub";
 /// Namespace of the bootstrap ServiceAccount on a hub.
 pub const BOOTSTRAP_NAMESPACE: &str = "open-cluster-management";
-/// The bootstrap ServiceAccount on a hub.
-pub const BOOTSTRAP_SA: &str = "cluster-bootstrap";
+/// The bootstrap ServiceAccount on a hub: the one `clusteradm init` creates and `clusteradm get
+/// token` issues tokens of (open-cluster-management-io/clusteradm `pkg/config/env.go`,
+/// `BootstrapSAName`; older releases named it `cluster-bootstrap`).
+pub const BOOTSTRAP_SA: &str = "agent-registration-bootstrap";
 /// Secret on a managed cluster with the agent's own hub kubeconfig.
 pub const HUB_KUBECONFIG_SECRET: &str = "hub-kubeconfig-secret";
 /// The cluster lease, in the cluster namespace on the hub.
