@@ -495,6 +495,36 @@ fn with_warnings(mut resp: Response<Body>, warnings: &[String]) -> Response<Body
 }
 
 #[allow(clippy::too_many_arguments)]
+/// An apply that creates its object needs `create` on that name as well as `patch`, as
+/// kube-apiserver checks it (k8s.io/apiserver `pkg/endpoints/handlers/patch.go`:
+/// `createAuthorizerAttributes`, verb `create` with the object's name, authorized when the
+/// apply patch creates). Recorded in the access log like any other check.
+fn authorize_create_by_apply(sim: &Sim, user: &UserInfo, rr: &ResourceRequest) -> ApiResult<()> {
+    let attrs = Attributes {
+        verb: "create".into(),
+        api_group: rr.rt.group.clone(),
+        resource: rr.rt.plural.clone(),
+        subresource: String::new(),
+        name: rr.name.clone(),
+        namespace: rr.namespace.clone(),
+        path: None,
+    };
+    let allowed = sim.authorize(user, &attrs);
+    sim.inner.metrics.record_access(crate::metrics::Access {
+        allowed,
+        user: user.name.clone(),
+        verb: attrs.verb.clone(),
+        api_group: attrs.api_group.clone(),
+        resource: attrs.resource.clone(),
+        namespace: attrs.namespace.clone(),
+    });
+    if allowed {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(forbidden_message(user, &attrs)))
+    }
+}
+
 fn serve_resource(
     sim: &Sim,
     user: &UserInfo,
@@ -595,6 +625,12 @@ fn serve_resource(
             Ok(with_warnings(json_response(200, &w.object), &w.warnings))
         }
         "patch" => {
+            if content_type.starts_with("application/apply-patch")
+                && rr.subresource.is_empty()
+                && sim.get(rt, ns, &rr.name).is_err()
+            {
+                authorize_create_by_apply(sim, user, rr)?;
+            }
             let w = sim.patch(
                 user,
                 rt,

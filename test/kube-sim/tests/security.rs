@@ -374,3 +374,88 @@ async fn cluster_roles_aggregate_by_label() {
     let aggregated = roles.get("work-aggregate").await.unwrap();
     assert_eq!(aggregated.rules, Some(vec![]));
 }
+
+/// A server-side apply that creates its object is authorized for `create` on that name as well
+/// as for `patch` (k8s.io/apiserver `pkg/endpoints/handlers/patch.go`,
+/// `createAuthorizerAttributes`): `patch` alone may change an existing object but not create
+/// one, and `create` limited by `resourceNames` allows creating exactly that name.
+#[tokio::test]
+async fn an_apply_that_creates_needs_create_on_the_name() {
+    let sim = start().await;
+    let admin = sim.client().await.unwrap();
+    Api::<ServiceAccount>::namespaced(admin.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "applier"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let rules = |extra: serde_json::Value| {
+        let mut r = vec![
+            json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}),
+        ];
+        if !extra.is_null() {
+            r.push(extra);
+        }
+        json!({"metadata": {"name": "applier"}, "rules": r})
+    };
+    let roles: Api<Role> = Api::namespaced(admin.clone(), "default");
+    roles
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(rules(serde_json::Value::Null)).unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "applier"},
+            "subjects": [{"kind": "ServiceAccount", "name": "applier", "namespace": "default"}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "applier"}})).unwrap())
+        .await
+        .unwrap();
+    let tr: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), "default")
+        .create_token_request("applier", &PostParams::default(), &tr)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let applier = client_from_kubeconfig(&sim.kubeconfig_for_token(&token))
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(applier, "default");
+    let apply = |name: &str| {
+        let cms = cms.clone();
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}});
+        let name = name.to_owned();
+        async move {
+            cms.patch(&name, &PatchParams::apply("test"), &Patch::Apply(body))
+                .await
+        }
+    };
+    // patch alone: no create by apply.
+    assert_eq!(code(apply("made").await.unwrap_err()), 403);
+    // An existing object may be applied to.
+    Api::<ConfigMap>::namespaced(admin.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "there"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    apply("there").await.unwrap();
+    // create on one name: that name may be created by apply, no other.
+    roles
+        .replace(
+            "applier",
+            &PostParams::default(),
+            &serde_json::from_value(rules(json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"], "resourceNames": ["made"]}))).unwrap(),
+        )
+        .await
+        .unwrap();
+    apply("made").await.unwrap();
+    assert_eq!(code(apply("other").await.unwrap_err()), 403);
+}
