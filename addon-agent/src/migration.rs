@@ -1801,20 +1801,10 @@ async fn source_clean(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> Resu
             }
             continue;
         }
-        // Clusters that stayed: nothing of the migration may remain on them.
-        if let Some(m) = mc
-            && (restore_needed(&m, task) || m.annotations().contains_key(RESTORED_AT))
-        {
-            let mut patch = flight::patch(&flight::restored(m.annotations(), &|k| ours(task, k)));
-            patch["metadata"]["annotations"][RESTORED_AT] = Value::Null;
-            patch_cluster(ctx, name, patch).await?;
-        }
-        let settings_back = !plain(task) || klusterlet_restore(ctx, task, name).await?;
-        states.push(if settings_back {
-            ClusterState::RolledBack
-        } else {
-            ClusterState::RollingBack
-        });
+        // Neither: it arrived, and the manager waits for the target to say again that it
+        // has it before this hub lets go of it (or takes it back). Left exactly as it is: its
+        // marks keep auto-import and its own KlusterletConfig from pulling it back meanwhile.
+        states.push(ClusterState::Switching);
     }
     let left = states
         .iter()

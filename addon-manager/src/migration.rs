@@ -1667,6 +1667,23 @@ pub fn advance(
     }
 }
 
+/// A Warning event (`reason`) for each cluster that failed between `before` and `after`.
+fn warn_new_failures(
+    step: &mut Step,
+    names: &[String],
+    before: &[ClusterState],
+    after: &[ClusterState],
+    reason: &str,
+) {
+    for ((name, b), a) in names.iter().zip(before).zip(after) {
+        if let Some((_, why)) = a.failure()
+            && b.failure().is_none()
+        {
+            step.event(EventType::Warning, reason, format!("{name} {why}"));
+        }
+    }
+}
+
 fn released(names: &[String], states: &[ClusterState]) -> Vec<String> {
     names
         .iter()
@@ -1745,16 +1762,7 @@ async fn registering(
         max_conc,
         max_fail,
     );
-    for (i, (b, a)) in before.iter().zip(&states).enumerate() {
-        if a.failure().is_some() && b.failure().is_none() {
-            let why = a.failure().map_or("", |f| f.1);
-            step.event(
-                EventType::Warning,
-                "ClusterFailed",
-                format!("{} {why}", names[i]),
-            );
-        }
-    }
+    warn_new_failures(step, &names, &before, &states, "ClusterFailed");
     step.set_states(&states);
     let c = ClusterState::counts(&states);
     let timeout = mcm
@@ -2047,16 +2055,7 @@ async fn cleaning(
             remaining(step, stage_timeout(mcm)).is_none(),
         );
         if states != before {
-            for (i, (b, a)) in before.iter().zip(&states).enumerate() {
-                if *a == ClusterState::Lost && *b != ClusterState::Lost {
-                    let why = a.failure().map_or("", |f| f.1);
-                    step.event(
-                        EventType::Warning,
-                        "ClusterLost",
-                        format!("{} {why}", names[i]),
-                    );
-                }
-            }
+            warn_new_failures(step, &names, &before, &states, "ClusterLost");
             step.set_states(&states);
             return Ok(Action::requeue(Duration::from_millis(10)));
         }

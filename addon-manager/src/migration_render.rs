@@ -603,6 +603,14 @@ mod tests {
             !verbs.contains(&"delete") && !verbs.contains(&"*"),
             "{verbs:?}"
         );
+        // ManagedClusters: get and create only (no list, no update), as ACM's bootstrap role.
+        let clusters = objs[0]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resources"] == json!(["managedclusters"]))
+            .unwrap();
+        assert_eq!(clusters["verbs"], json!(["get", "create"]));
         assert_eq!(
             objs[1]["subjects"],
             json!([{"kind": "ServiceAccount", "name": "migration-move-0a1b2c3d", "namespace": "msa-ns"}])

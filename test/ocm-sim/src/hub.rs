@@ -67,11 +67,15 @@ pub struct Hub {
     tasks: Vec<JoinHandle<()>>,
 }
 
-/// What OCM's `open-cluster-management:bootstrap` ClusterRole allows.
+/// What OCM's `open-cluster-management:bootstrap` ClusterRole allows (ocm
+/// `deploy/cluster-manager/chart/cluster-manager/templates/bootstrap_cluster_role.yaml`: no
+/// `update` of ManagedClusters), plus the access reviews the klusterlet makes.
 pub fn bootstrap_rules() -> serde_json::Value {
     json!([
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
         {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["create", "get", "list", "watch"]},
-        {"apiGroups": ["cluster.open-cluster-management.io"], "resources": ["managedclusters"], "verbs": ["get", "list", "watch", "create", "update"]},
+        {"apiGroups": ["cluster.open-cluster-management.io"], "resources": ["managedclusters"], "verbs": ["get", "create", "list", "watch"]},
+        {"apiGroups": ["cluster.open-cluster-management.io"], "resources": ["managedclustersets/join"], "verbs": ["create"]},
         {"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "subjectaccessreviews"], "verbs": ["create"]}
     ])
 }

@@ -452,7 +452,8 @@ async fn issued(csrs: &Api<CertificateSigningRequest>, name: &str) -> Option<Str
 
 /// The creating controller: the ManagedCluster is created if absent; one that exists gets this
 /// cluster's URL in `managedClusterClientConfigs` if it lacks it, where the bootstrap identity
-/// may update it (OCM's own bootstrap role may not; ACM's may). Refusals are skipped.
+/// may update it (neither OCM's `open-cluster-management:bootstrap` role nor ACM's per-cluster
+/// bootstrap role grants `update`: the update is refused and skipped, as upstream skips it).
 async fn ensure_cluster(boot: &Client, opts: &KlusterletOptions) {
     let name = &opts.cluster_name;
     let clusters: Api<ManagedCluster> = Api::all(boot.clone());
