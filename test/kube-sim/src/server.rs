@@ -494,7 +494,6 @@ fn with_warnings(mut resp: Response<Body>, warnings: &[String]) -> Response<Body
     resp
 }
 
-#[allow(clippy::too_many_arguments)]
 /// An apply that creates its object needs `create` on that name as well as `patch`, as
 /// kube-apiserver checks it (k8s.io/apiserver `pkg/endpoints/handlers/patch.go`:
 /// `createAuthorizerAttributes`, verb `create` with the object's name, authorized when the
@@ -525,6 +524,7 @@ fn authorize_create_by_apply(sim: &Sim, user: &UserInfo, rr: &ResourceRequest) -
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn serve_resource(
     sim: &Sim,
     user: &UserInfo,
