@@ -23,9 +23,6 @@ use migration_api::names::annotations::{
 };
 use serde_json::{Value, json};
 
-/// Longest KlusterletConfig name (a DNS subdomain).
-const MAX_NAME: usize = 253;
-
 /// What a cluster in flight had before the migration touched it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Original {
@@ -57,25 +54,10 @@ pub fn original(annotations: &BTreeMap<String, String>) -> Original {
     }
 }
 
-/// The KlusterletConfig a cluster selects while it moves: the migration's (`base`), or, for a
-/// cluster with one of its own, the one derived from both.
+/// The KlusterletConfig a cluster selects while it moves
+/// ([`migration_api::names::derived_klusterlet_config`]).
 pub fn derived_config_name(base: &str, own: Option<&str>) -> String {
-    let Some(own) = own else {
-        return base.to_owned();
-    };
-    let name = format!("{base}-{own}");
-    if name.len() <= MAX_NAME {
-        return name;
-    }
-    let digest = crate::short_hash(&name);
-    let keep = MAX_NAME - digest.len() - 1;
-    let cut = name
-        .char_indices()
-        .map(|(i, _)| i)
-        .take_while(|i| *i <= keep)
-        .last()
-        .unwrap_or(0);
-    format!("{}-{digest}", name[..cut].trim_end_matches('-'))
+    migration_api::names::derived_klusterlet_config(base, own)
 }
 
 /// The spec of a derived KlusterletConfig: the cluster's own, with the migration's bootstrap
@@ -315,18 +297,7 @@ mod tests {
     }
 
     #[test]
-    fn derived_names_and_specs() {
-        assert_eq!(
-            derived_config_name("migration-hub2", None),
-            "migration-hub2"
-        );
-        let long = "x".repeat(300);
-        let name = derived_config_name("migration-hub2", Some(&long));
-        assert!(name.len() <= MAX_NAME, "{}", name.len());
-        assert_ne!(
-            name,
-            derived_config_name("migration-hub2", Some(&"y".repeat(300)))
-        );
+    fn derived_specs() {
         let own = json!({"hubKubeAPIServerConfig": {"url": "https://hub1.example:6443"}, "nodePlacement": {"nodeSelector": {"a": "b"}},
                          "multipleHubsConfig": {"genBootstrapKubeConfigStrategy": "Default"}});
         let base = json!({"multipleHubsConfig": {"genBootstrapKubeConfigStrategy": "IncludeCurrentHub",

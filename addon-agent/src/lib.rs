@@ -20,13 +20,6 @@ use migration_api::names::{ADDON_NAME, DEFAULT_ADDON_INSTALL_NAMESPACE};
 use migration_api::ocm::cluster::AddOnPlacementScore;
 use migration_api::runtime::{self, CommonArgs, Process};
 
-/// A short, stable digest of a text (for names cut to a length limit).
-pub fn short_hash(text: &str) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(text.as_bytes());
-    digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
-}
-
 /// This binary's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

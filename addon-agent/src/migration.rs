@@ -471,6 +471,7 @@ async fn source_validate(
         };
         let record = CarriedCluster {
             name: name.clone(),
+            own_klusterlet_config: flight::original(mc.annotations()).klusterlet_config,
             labels: carried_labels(mc.labels()),
             cluster_set: mc.labels().get(CLUSTER_SET).cloned(),
             addons: addons

@@ -1430,8 +1430,61 @@ async fn deliver_target(
     {
         target.bootstrap_connection = Some(mr::without_credentials(&kubeconfig)?);
     }
-    let manifests = mr::target_manifests(m, &target_ns, target, rbac.then_some(msa_ns.as_str()))?;
+    // The agent writes what it must while the work carries its grants; in Cleaning it also
+    // releases the works of the copies it removes.
+    let release = if stage == TaskStage::Cleaning {
+        target.rollback.clone().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let grants = agent_grants(ctx, &target, &[], &target_ns, release);
+    let mut manifests = mr::agent_grants(m, MigrationRole::Target, &grants)?;
+    manifests.extend(mr::target_manifests(
+        m,
+        &target_ns,
+        target,
+        rbac.then_some(msa_ns.as_str()),
+    )?);
     deliver(ctx, m, MigrationRole::Target, manifests, &target_ns).await
+}
+
+/// What a task's hub agent may write for it ([`mr::AgentGrants`]): nothing while it validates
+/// (it only reads); then the task's clusters, on the target what they carry, and on the
+/// source the KlusterletConfigs it derives from the clusters' own (`source_carry`: the
+/// records the source reported).
+fn agent_grants(
+    ctx: &Ctx,
+    task: &MigrationTaskSpec,
+    source_carry: &[CarriedCluster],
+    agent_namespace: &str,
+    release: Vec<String>,
+) -> mr::AgentGrants {
+    if task.stage == TaskStage::Validating {
+        return mr::AgentGrants::default();
+    }
+    let derived: BTreeSet<String> = match task.klusterlet_config_name.as_deref() {
+        Some(base) => source_carry
+            .iter()
+            .filter_map(|c| c.own_klusterlet_config.as_deref())
+            .map(|own| names::derived_klusterlet_config(base, Some(own)))
+            .collect(),
+        None => BTreeSet::new(),
+    };
+    let carry = task.carry_over.as_deref().unwrap_or_default();
+    let sets: BTreeSet<String> = carry.iter().filter_map(|c| c.cluster_set.clone()).collect();
+    let addons: BTreeSet<String> = carry
+        .iter()
+        .flat_map(|c| c.addons.iter().map(|a| a.name.clone()))
+        .collect();
+    mr::AgentGrants {
+        addon: ctx.config.addon_name.clone(),
+        agent_namespace: agent_namespace.to_owned(),
+        clusters: task.clusters.clone(),
+        sets: sets.into_iter().collect(),
+        addons: addons.into_iter().collect(),
+        klusterlet_configs: derived.into_iter().collect(),
+        release,
+    }
 }
 
 /// The source's part of a stage.
@@ -1474,12 +1527,18 @@ async fn deliver_source(
     source.detach = non_empty(part.detach);
     let shape = shape_of(step);
     set_delivery(&mut source, shape);
-    let manifests = mr::source_manifests(
+    // Grants first, so that they are in place when the agent reads its task; in Cleaning the
+    // agent also releases the works of the clusters it detaches.
+    let release = source.detach.clone().unwrap_or_default();
+    let carried = step.status.carry_over.clone().unwrap_or_default();
+    let grants = agent_grants(ctx, &source, &carried, &source_ns, release);
+    let mut manifests = mr::agent_grants(m, MigrationRole::Source, &grants)?;
+    manifests.extend(mr::source_manifests(
         m,
         &source_ns,
         source,
         kubeconfig.as_deref().map(|k| (k, shape)),
-    )?;
+    )?);
     Ok(Some(
         deliver(ctx, m, MigrationRole::Source, manifests, &source_ns).await?,
     ))

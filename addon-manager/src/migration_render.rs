@@ -17,6 +17,7 @@ const KLUSTERLET_CONFIG: &str =
     include_str!("../../templates/migration-klusterlet-config.yaml.hbs");
 const BOOTSTRAP_RBAC: &str = include_str!("../../templates/migration-bootstrap-rbac.yaml.hbs");
 const TASK: &str = include_str!("../../templates/migration-task.yaml.hbs");
+const AGENT_RBAC: &str = include_str!("../../templates/migration-agent-rbac.yaml.hbs");
 
 /// Namespace the source hub's import controller reads bootstrap kubeconfig secrets from.
 pub const BOOTSTRAP_SECRETS_NAMESPACE: &str = "multicluster-engine";
@@ -304,6 +305,54 @@ pub fn target_manifests(
     Ok(out)
 }
 
+/// What one migration lets the addon agent of one of its hubs write there, for as long as the
+/// hub's work carries it (see `templates/migration-agent-rbac.yaml.hbs`).
+#[derive(Clone, Debug, Default)]
+pub struct AgentGrants {
+    /// The addon's name (the release role is named after it).
+    pub addon: String,
+    /// The agent's install namespace on the hub.
+    pub agent_namespace: String,
+    /// The migration's clusters.
+    pub clusters: Vec<String>,
+    /// Target: the cluster sets the clusters join.
+    pub sets: Vec<String>,
+    /// Target: the addons the clusters carry, by name.
+    pub addons: Vec<String>,
+    /// Source: the KlusterletConfigs it derives from the clusters' own.
+    pub klusterlet_configs: Vec<String>,
+    /// Namespaces of the clusters the hub lets go of now, whose works the agent releases.
+    pub release: Vec<String>,
+}
+
+/// The agent's grants for `role` on its hub: nothing without clusters (an empty
+/// `resourceNames` would allow every name).
+pub fn agent_grants(
+    m: &Migration,
+    role: MigrationRole,
+    g: &AgentGrants,
+) -> Result<Vec<Value>, RenderError> {
+    if g.clusters.is_empty() {
+        return Ok(Vec::new());
+    }
+    let target = role == MigrationRole::Target;
+    render_template(
+        "migration-agent-rbac",
+        AGENT_RBAC,
+        &json!({
+            "roleName": names::migration_agent_role(&m.key, role), "labels": m.labels(),
+            "clusters": g.clusters, "klusterletWork": names::migration_klusterlet_work(&m.key),
+            "target": target,
+            "sets": if target { g.sets.clone() } else { Vec::new() },
+            "addons": if target { g.addons.clone() } else { Vec::new() },
+            "klusterletConfigs": if target { Vec::new() } else { g.klusterlet_configs.clone() },
+            "agentName": crate::render::AGENT_NAME, "agentNamespace": g.agent_namespace,
+            "releaseNamespaces": g.release,
+            "releaseRole": crate::render::release_works_role(&g.addon),
+        }),
+    )
+}
+
 /// Feedback rules reading a task's status back: scalars only (the carry-over is one JSON
 /// string), so nothing depends on the work agent's `RawFeedbackJsonString` gate.
 pub fn task_feedback(m: &Migration, task_namespace: &str) -> Value {
@@ -414,6 +463,129 @@ mod tests {
                 .is_none_or(|a| a.token.is_none())
         );
         assert!(without_credentials("not: [yaml").is_err());
+    }
+
+    fn grants() -> AgentGrants {
+        AgentGrants {
+            addon: "cluster-migration".into(),
+            agent_namespace: "agent-ns".into(),
+            clusters: vec!["c1".into(), "c2".into()],
+            sets: vec!["east".into()],
+            addons: vec!["search-collector".into()],
+            klusterlet_configs: vec!["migration-move-0a1b2c3d-own".into()],
+            release: vec!["c2".into()],
+        }
+    }
+
+    fn rules_of(objs: &[Value]) -> Vec<Value> {
+        objs[0]["rules"].as_array().unwrap().clone()
+    }
+
+    #[test]
+    fn a_source_agent_may_write_only_the_migrations_clusters_and_klusterlet_work() {
+        let objs = agent_grants(&m(), MigrationRole::Source, &grants()).unwrap();
+        let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding", "RoleBinding"]);
+        assert_eq!(
+            objs[0]["metadata"]["name"],
+            "open-cluster-management:cluster-migration:agent:move-0a1b2c3d:source"
+        );
+        for r in rules_of(&objs) {
+            // Every write is limited to names (none may be empty: that would be every name).
+            let names = r["resourceNames"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{r}"));
+            assert!(!names.is_empty(), "{r}");
+            assert!(!r["verbs"].as_array().unwrap().contains(&json!("*")), "{r}");
+        }
+        let resources: Vec<Value> = rules_of(&objs)
+            .iter()
+            .map(|r| r["resources"].clone())
+            .collect();
+        assert!(!resources.contains(&json!(["managedclustersets/join"])));
+        assert!(!resources.contains(&json!(["managedclusteraddons"])));
+        assert!(!resources.contains(&json!(["klusterletaddonconfigs"])));
+        let works = rules_of(&objs)
+            .into_iter()
+            .find(|r| r["resources"] == json!(["manifestworks"]))
+            .unwrap();
+        assert_eq!(
+            works["resourceNames"],
+            json!(["migration-move-0a1b2c3d-klusterlet"])
+        );
+        // The KlusterletConfigs it derives, by name (never `global`, never the clusters' own).
+        let configs = rules_of(&objs)
+            .into_iter()
+            .find(|r| r["resources"] == json!(["klusterletconfigs"]))
+            .unwrap();
+        assert_eq!(
+            configs["resourceNames"],
+            json!(["migration-move-0a1b2c3d-own"])
+        );
+        assert_eq!(
+            objs[1]["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "cluster-migration-agent", "namespace": "agent-ns"}])
+        );
+        // The works of a cluster the hub lets go of: released in its namespace only.
+        assert_eq!(objs[2]["metadata"]["namespace"], "c2");
+        assert_eq!(
+            objs[2]["roleRef"]["name"],
+            "open-cluster-management:cluster-migration:release-works"
+        );
+    }
+
+    #[test]
+    fn a_target_agent_may_also_create_clusters_and_carry_what_they_carry() {
+        let objs = agent_grants(&m(), MigrationRole::Target, &grants()).unwrap();
+        let rules = rules_of(&objs);
+        let unnamed: Vec<&Value> = rules
+            .iter()
+            .filter(|r| r.get("resourceNames").is_none())
+            .collect();
+        // A POST cannot be limited by name: creating ManagedClusters is the one unnamed right.
+        assert_eq!(
+            unnamed,
+            [
+                &json!({"apiGroups": ["cluster.open-cluster-management.io"], "resources": ["managedclusters"], "verbs": ["create"]})
+            ]
+        );
+        let by = |res: &str| {
+            rules
+                .iter()
+                .find(|r| r["resources"] == json!([res]))
+                .map(|r| r["resourceNames"].clone())
+        };
+        assert_eq!(by("managedclustersets/join"), Some(json!(["east"])));
+        assert_eq!(
+            by("managedclusteraddons"),
+            Some(json!(["search-collector"]))
+        );
+        assert_eq!(by("klusterletaddonconfigs"), Some(json!(["c1", "c2"])));
+        // Nothing carried: no rule for it (an empty resourceNames would allow every name).
+        let bare = AgentGrants {
+            sets: vec![],
+            addons: vec![],
+            release: vec![],
+            ..grants()
+        };
+        let objs = agent_grants(&m(), MigrationRole::Target, &bare).unwrap();
+        assert_eq!(objs.len(), 2);
+        assert!(
+            rules_of(&objs)
+                .iter()
+                .all(|r| r["resources"] != json!(["managedclustersets/join"])
+                    && r["resources"] != json!(["managedclusteraddons"]))
+        );
+        // No clusters, no grants at all.
+        let none = AgentGrants {
+            clusters: vec![],
+            ..grants()
+        };
+        assert!(
+            agent_grants(&m(), MigrationRole::Target, &none)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

@@ -30,6 +30,12 @@ pub const KNOWN_VARIABLES: [&str; 4] = [
 
 /// Name of the agent's Deployment, ServiceAccount and lease role on the hub.
 pub const AGENT_NAME: &str = "cluster-migration-agent";
+/// The ClusterRole, installed with the agent and bound to it by no one, that a migration binds
+/// in the namespace of each cluster its hub lets go of: delete that namespace's works and
+/// clear their finalizers.
+pub fn release_works_role(addon: &str) -> String {
+    format!("open-cluster-management:{addon}:release-works")
+}
 /// Name of the agent's container.
 pub const CONTAINER_NAME: &str = "addon-agent";
 /// Where the agent's hub kubeconfig secret is mounted.
@@ -338,6 +344,7 @@ impl AgentValues {
             "containerName": CONTAINER_NAME,
             "clusterRoleName": format!("open-cluster-management:{}:agent", self.addon_name),
             "workRoleName": format!("open-cluster-management:{}:work", self.addon_name),
+            "releaseRoleName": release_works_role(&self.addon_name),
             "workRoleLabels": work_role_labels,
             "labels": self.labels(),
             "image": self.image,
@@ -645,6 +652,7 @@ mod tests {
                 "ServiceAccount",
                 "ClusterRole",
                 "ClusterRole",
+                "ClusterRole",
                 "ClusterRoleBinding",
                 "Role",
                 "RoleBinding",
@@ -658,8 +666,10 @@ mod tests {
         );
         // The hub's work agent reaches our custom resources only through a role labelled
         // for its aggregate role, holding just the kinds migrations deliver.
-        let work = &objs[3];
-        assert_eq!(work["metadata"]["labels"][WORK_AGGREGATE_LABEL], "true");
+        let work = objs
+            .iter()
+            .find(|o| o["metadata"]["labels"][WORK_AGGREGATE_LABEL] == "true")
+            .expect("the aggregate-to-work role");
         let resources: Vec<&str> = work["rules"]
             .as_array()
             .unwrap()

@@ -468,6 +468,10 @@ pub struct CarriedCluster {
     /// klusterlet writes only when it creates its ManagedCluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_configs: Vec<crate::ocm::cluster::ClientConfig>,
+    /// Source: the KlusterletConfig the cluster selects of its own (the source derives the one
+    /// it selects while it moves from it, [`crate::names::derived_klusterlet_config`]). Not
+    /// carried to the target.
+    pub own_klusterlet_config: Option<String>,
 }
 
 /// One ManagedClusterAddOn carried over.

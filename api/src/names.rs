@@ -50,6 +50,34 @@ pub fn migration_key(namespace: &str, name: &str, uid: &str) -> String {
 pub fn migration_klusterlet_config(key: &str) -> String {
     format!("migration-{key}")
 }
+/// The KlusterletConfig a cluster selects while it moves: the migration's (`base`,
+/// [`migration_klusterlet_config`]), or, for a cluster with one of its own, the one derived
+/// from both: `<base>-<own>`, cut and suffixed with a hash where that would pass the 253
+/// characters a name may have.
+pub fn derived_klusterlet_config(base: &str, own: Option<&str>) -> String {
+    const MAX_NAME: usize = 253;
+    let Some(own) = own else {
+        return base.to_owned();
+    };
+    let name = format!("{base}-{own}");
+    if name.len() <= MAX_NAME {
+        return name;
+    }
+    use sha2::Digest;
+    let digest: String = sha2::Sha256::digest(name.as_bytes())
+        .iter()
+        .take(5)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let keep = MAX_NAME - digest.len() - 1;
+    let cut = name
+        .char_indices()
+        .map(|(i, _)| i)
+        .take_while(|i| *i <= keep)
+        .last()
+        .unwrap_or(0);
+    format!("{}-{digest}", name[..cut].trim_end_matches('-'))
+}
 /// Secret (on the source hub) holding the target hub's bootstrap kubeconfig for a migration.
 pub fn migration_bootstrap_secret(key: &str) -> String {
     format!("bootstrap-{key}")
@@ -67,6 +95,14 @@ pub fn migration_service_account(key: &str) -> String {
 /// ClusterRole and ClusterRoleBinding of a migration's bootstrap identity on the target hub.
 pub fn migration_bootstrap_role(key: &str) -> String {
     format!("open-cluster-management:cluster-migration:bootstrap:{key}")
+}
+/// ClusterRole, ClusterRoleBinding (and RoleBindings) through which a migration lets the
+/// addon agent of one of its hubs write what it must there (its `role` on that hub).
+pub fn migration_agent_role(key: &str, role: crate::migration::MigrationRole) -> String {
+    format!(
+        "open-cluster-management:cluster-migration:agent:{key}:{}",
+        role.as_str()
+    )
 }
 /// ManifestWork names of a migration, on the source and the target hub's namespace.
 pub fn migration_work(key: &str, role: crate::migration::MigrationRole) -> String {
@@ -321,6 +357,25 @@ pub mod reasons {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn derived_klusterlet_config_names_fit_and_stay_apart() {
+        assert_eq!(
+            derived_klusterlet_config("migration-k", None),
+            "migration-k"
+        );
+        assert_eq!(
+            derived_klusterlet_config("migration-k", Some("own")),
+            "migration-k-own"
+        );
+        let long = "x".repeat(300);
+        let name = derived_klusterlet_config("migration-k", Some(&long));
+        assert!(name.len() <= 253, "{}", name.len());
+        assert_ne!(
+            name,
+            derived_klusterlet_config("migration-k", Some(&"y".repeat(300)))
+        );
+    }
 
     #[test]
     fn migration_keys_tell_namespaces_and_incarnations_apart() {

@@ -88,6 +88,30 @@ impl Setup {
         self.manager.as_ref().map(Manager::logs).unwrap_or_default()
     }
 
+    /// The last `n` lines above DEBUG of each hub agent's log (`pods/<hub>/*/agent.log`).
+    pub fn agent_logs(&self, n: usize) -> String {
+        let mut out = String::new();
+        let Ok(hubs) = std::fs::read_dir(self.dir.path().join("pods")) else {
+            return out;
+        };
+        let mut hubs: Vec<_> = hubs.flatten().map(|e| e.path()).collect();
+        hubs.sort();
+        for hub in hubs {
+            for pod in std::fs::read_dir(&hub).into_iter().flatten().flatten() {
+                let Ok(text) = std::fs::read_to_string(pod.path().join("agent.log")) else {
+                    continue;
+                };
+                let kept: Vec<&str> = text.lines().filter(|l| !l.contains(" DEBUG ")).collect();
+                out.push_str(&format!(
+                    "--- {} (tail) ---\n{}\n",
+                    pod.path().display(),
+                    tail(&kept.join("\n"), n)
+                ));
+            }
+        }
+        out
+    }
+
     pub fn apply(&self, name: &str, spec: &str) {
         self.apply_in(NS, name, spec);
     }
@@ -162,9 +186,10 @@ impl Setup {
                 || (now.is_some_and(MigrationPhase::is_terminal) && phase.is_terminal())
             {
                 panic!(
-                    "migration {namespace}/{name} not {phase:?} after {limit:?}: {:#?}\n--- manager log (tail) ---\n{}",
+                    "migration {namespace}/{name} not {phase:?} after {limit:?}: {:#?}\n--- manager log (tail) ---\n{}\n{}",
                     m.and_then(|m| m.status),
-                    tail(&self.logs(), 60)
+                    tail(&self.logs(), 60),
+                    self.agent_logs(30)
                 );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;

@@ -622,3 +622,120 @@ async fn a_target_work_deleted_mid_registering_keeps_what_the_clusters_carry() {
     );
     assert_eq!(addon, "search");
 }
+
+/// A client of hub `hub` with the addon agent's own identity (the in-cluster credentials the
+/// kubelet gave its pod).
+async fn agent_client(s: &Setup, hub: &str) -> Client {
+    let path = s.dir.path().join(format!(
+        "pods/{hub}/open-cluster-management-agent-addon-cluster-migration-agent/in-cluster.kubeconfig"
+    ));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    kube_sim::client_from_kubeconfig(&text).await.unwrap()
+}
+
+/// Whether `client` may `verb` the ManagedCluster `name` (a SelfSubjectAccessReview).
+async fn may(client: &Client, verb: &str, name: &str) -> bool {
+    may_on(
+        client,
+        "cluster.open-cluster-management.io",
+        "managedclusters",
+        verb,
+        name,
+    )
+    .await
+}
+
+/// Whether `client` may `verb` the `group`/`resource` object `name` (cluster-scoped).
+async fn may_on(client: &Client, group: &str, resource: &str, verb: &str, name: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+    let review: SelfSubjectAccessReview = serde_json::from_value(serde_json::json!({
+        "spec": {"resourceAttributes": {"group": group,
+                 "resource": resource, "verb": verb, "name": name}}
+    }))
+    .unwrap();
+    Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// The addon agent writes on its hub only what a running migration grants it: with no
+/// migration its own identity reads ManagedClusters but may not change one, nor create a
+/// ManifestWork (which runs whatever it holds on a cluster); during a migration it may change
+/// that migration's clusters and no other; once the migration is over, nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_agent_writes_only_what_a_running_migration_grants() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    let hub1 = e2e::kubeconfig(s.dir.path(), "hub1");
+    let agent = agent_client(&s, "hub1").await;
+    let clusters = Api::<ManagedCluster>::all(agent.clone());
+    assert!(
+        !clusters
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let annotate = serde_json::json!({"metadata": {"annotations": {"example.com/x": "y"}}});
+    let refused = clusters
+        .patch(
+            "cluster2",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&annotate),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, kube::Error::Api(ref e) if e.code == 403),
+        "{refused}"
+    );
+    let work = serde_json::json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": "anything", "namespace": "cluster1"}, "spec": {"workload": {"manifests": []}}});
+    let refused = Api::<ManifestWork>::namespaced(agent.clone(), "cluster1")
+        .patch(
+            "anything",
+            &kube::api::PatchParams::apply("test"),
+            &kube::api::Patch::Apply(&work),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, kube::Error::Api(ref e) if e.code == 403),
+        "{refused}"
+    );
+    // While cluster1 moves (held here), its ManagedCluster is the agent's to change; cluster2's
+    // is not.
+    block(&hub1, "cluster1", "held");
+    s.apply(
+        "granted",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"]}"#,
+    );
+    eventually(LONG, "the agent granted cluster1", || async {
+        may(&agent, "patch", "cluster1").await.then_some(())
+    })
+    .await;
+    assert!(!may(&agent, "patch", "cluster2").await);
+    assert!(!may(&agent, "delete", "cluster2").await);
+    // The KlusterletConfig every cluster of the hub is rendered from is never the agent's.
+    let config = "config.open-cluster-management.io";
+    for verb in ["patch", "update", "delete", "create"] {
+        assert!(
+            !may_on(&agent, config, "klusterletconfigs", verb, "global").await,
+            "{verb} global"
+        );
+    }
+    unblock(&hub1, "cluster1");
+    s.phase("granted", MigrationPhase::Completed, LONG).await;
+    eventually(LONG, "the grants gone with the migration", || async {
+        (!may(&agent, "patch", "cluster1").await && !may(&agent, "delete", "cluster1").await)
+            .then_some(())
+    })
+    .await;
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    s.invariant(&expected).await;
+}
