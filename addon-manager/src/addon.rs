@@ -30,7 +30,7 @@ use migration_api::names::conditions::{
     AVAILABLE, CONFIGURED, DEGRADED, MANIFEST_APPLIED, PROGRESSING, REGISTRATION_APPLIED,
 };
 use migration_api::names::reasons::{
-    ADDON_MANIFEST_APPLIED, COMPLETED, FAILED, MANIFEST_WORK_APPLY_FAILED, WAITING,
+    ADDON_MANIFEST_APPLIED, COMPLETED, FAILED, MANIFEST_WORK_APPLY_FAILED,
 };
 use migration_api::names::{self, KUBE_APISERVER_CLIENT_SIGNER, finalizers, labels};
 use migration_api::ocm::addon::{
@@ -42,6 +42,7 @@ use serde_json::{Value, json};
 
 use migration_api::runtime::ignore_not_found;
 
+use crate::addon_version;
 use crate::render::{self, AgentValues, Defaults};
 use crate::rollout::{self, HubPhase, HubRollout};
 
@@ -258,10 +259,6 @@ fn annotation<'a>(o: &'a ManagedClusterAddOn, key: &str) -> Option<&'a str> {
 /// Keeps the earlier of two requeue times.
 fn sooner(requeue: &mut Option<Duration>, after: Duration) {
     *requeue = Some(requeue.map_or(after, |r| r.min(after)));
-}
-
-fn rfc3339(t: jiff::Timestamp) -> String {
-    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 fn since(o: &ManagedClusterAddOn, key: &str) -> Option<Duration> {
@@ -672,11 +669,7 @@ async fn reconcile_hub(
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
     conds.retain(|c| OWN_CONDITIONS.contains(&c.type_.as_str()));
-    let mut notes: BTreeMap<&str, Option<String>> = BTreeMap::new();
-    let rendered = annotation(mca, ann::AGENT_VERSION).map(str::to_owned);
-    let last_good = annotation(mca, ann::AGENT_LAST_GOOD_VERSION).map(str::to_owned);
-    let failed = annotation(mca, ann::AGENT_FAILED_VERSION).map(str::to_owned);
-    let mut requeue = None;
+    let recorded = recorded(mca);
 
     if Api::<ManagedCluster>::all(c.clone())
         .get_opt(&hub)
@@ -699,14 +692,8 @@ async fn reconcile_hub(
     }
 
     // What to render: the desired version, unless it is refused, failed, or must wait its turn.
-    notes.insert(ann::AGENT_DESIRED_VERSION, Some(d.version.clone()));
-    if failed.is_some() && failed.as_deref() != Some(&d.version) {
-        // Asked for something else: a failed version may be tried again later.
-        notes.insert(ann::AGENT_FAILED_VERSION, None);
-    }
-    let target: Option<String> = if let Some((reason, message)) = &d.problem {
+    if let Some((reason, message)) = &d.problem {
         set_condition(&mut conds, CONFIGURED, "False", reason, message, None);
-        rendered.clone()
     } else {
         let source = d
             .config
@@ -721,14 +708,9 @@ async fn reconcile_hub(
             &format!("agent version {} from {source}", d.version),
             None,
         );
-        if failed.as_deref() == Some(&d.version) {
-            last_good.clone().or_else(|| rendered.clone())
-        } else if rendered.as_deref() != Some(&d.version) && rendered.is_some() && !may_start {
-            rendered.clone()
-        } else {
-            Some(d.version.clone())
-        }
-    };
+    }
+    let target =
+        addon_version::target_version(&d.version, d.problem.is_some(), &recorded, may_start);
     let Some(target) = target else {
         // Nothing deployable yet (a refused config on a hub that never ran the agent).
         set_condition(
@@ -751,10 +733,80 @@ async fn reconcile_hub(
         return Ok(None);
     };
 
+    let deploy_work = deploy(ctx, mca, d, &target, &mut conds).await?;
+
+    // Version progress.
+    let lease_ok = mca
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .is_some_and(|c| condition_is_true(c, AVAILABLE));
+    let running = deploy_work.as_ref().and_then(deployment_feedback);
+    let progress = addon_version::rollout(
+        &recorded,
+        &addon_version::Observed {
+            desired: &d.version,
+            target: &target,
+            config_refused: d.problem.is_some(),
+            may_start,
+            lease_ok,
+            running: running.as_ref().map(|(image, ok)| (image.as_str(), *ok)),
+            deadline,
+            now: jiff::Timestamp::now(),
+        },
+    );
+    if progress.notes.get(ann::AGENT_FAILED_VERSION) == Some(&Some(target.clone())) {
+        tracing::warn!(hub = %hub, version = %target, rollback = ?recorded.last_good, "agent not available in time; rolling back");
+    }
+    for (kind, c) in [
+        (PROGRESSING, Some(&progress.progressing)),
+        (DEGRADED, progress.degraded.as_ref()),
+    ] {
+        if let Some(c) = c {
+            set_condition(&mut conds, kind, c.status, c.reason, &c.message, None);
+        }
+    }
+    let (notes, up, requeue) = (progress.notes, progress.up, progress.requeue);
+    if !notes.is_empty() {
+        let changed = notes
+            .iter()
+            .any(|(k, v)| annotation(mca, k).map(str::to_owned) != *v);
+        if changed {
+            let patch: serde_json::Map<String, Value> = notes
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), json!(v)))
+                .collect();
+            api.patch(
+                &addon,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": patch}})),
+            )
+            .await
+            .ctx(|| format!("recording versions on {hub}/{addon}"))?;
+        }
+    }
+    write_status(ctx, mca, conds, d, up.then_some(d.hash.as_str())).await?;
+    Ok(requeue)
+}
+
+/// Renders and applies what `target` needs on the hub (its deploy works, where the config can
+/// be used: a refused one changes nothing there) and the agent's RBAC on the global hub, and
+/// reports both (`ManifestApplied`, `RegistrationApplied`); returns the work holding the
+/// Deployment (the last one).
+async fn deploy(
+    ctx: &Ctx,
+    mca: &ManagedClusterAddOn,
+    d: &Desired,
+    target: &str,
+    conds: &mut Vec<Condition>,
+) -> Result<Option<ManifestWork>, Error> {
+    let c = &ctx.client;
+    let addon = mca.name_any();
+    let hub = mca.namespace().unwrap_or_default();
     // Render and apply the deploy works and the hub RBAC; a config that cannot be used
     // changes nothing on the hub.
     let works = if d.problem.is_none() {
-        let values = AgentValues::new(&ctx.cfg.defaults, &hub, d.spec.as_ref(), &target)?;
+        let values = AgentValues::new(&ctx.cfg.defaults, &hub, d.spec.as_ref(), target)?;
         let mut hashes = BTreeMap::new();
         if let Some(r) = &d.config {
             hashes.insert(
@@ -805,7 +857,7 @@ async fn reconcile_hub(
     }
     match &rbac_error {
         None => set_condition(
-            &mut conds,
+            conds,
             REGISTRATION_APPLIED,
             "True",
             "SetPermissionApplied",
@@ -815,7 +867,7 @@ async fn reconcile_hub(
             None,
         ),
         Some(e) => set_condition(
-            &mut conds,
+            conds,
             REGISTRATION_APPLIED,
             "False",
             "SetPermissionFailed",
@@ -826,17 +878,18 @@ async fn reconcile_hub(
     // The work holding the Deployment (the last one).
     let deploy_work = existing
         .items
-        .iter()
+        .into_iter()
         .filter(|w| render::is_deploy_work(&addon, &w.name_any()))
         .max_by_key(|w| w.name_any());
     match (
         &apply_error,
         deploy_work
+            .as_ref()
             .and_then(|w| w.status.as_ref())
             .and_then(|s| s.conditions.as_deref()),
     ) {
         (Some(e), _) => set_condition(
-            &mut conds,
+            conds,
             MANIFEST_APPLIED,
             "False",
             MANIFEST_WORK_APPLY_FAILED,
@@ -848,7 +901,7 @@ async fn reconcile_hub(
                 .map(|c| c.message.clone())
                 .unwrap_or_default();
             set_condition(
-                &mut conds,
+                conds,
                 MANIFEST_APPLIED,
                 "False",
                 MANIFEST_WORK_APPLY_FAILED,
@@ -857,7 +910,7 @@ async fn reconcile_hub(
             )
         }
         _ => set_condition(
-            &mut conds,
+            conds,
             MANIFEST_APPLIED,
             "True",
             ADDON_MANIFEST_APPLIED,
@@ -865,193 +918,20 @@ async fn reconcile_hub(
             None,
         ),
     };
+    Ok(deploy_work)
+}
 
-    // Version progress.
-    let now = rfc3339(jiff::Timestamp::now());
-    let new_rollout = rendered.as_deref() != Some(&target);
-    if new_rollout {
-        notes.insert(ann::AGENT_VERSION, Some(target.clone()));
-        notes.insert(ann::AGENT_PREVIOUS_VERSION, last_good.clone());
-        notes.insert(ann::AGENT_ROLLOUT_STARTED, Some(now.clone()));
-        notes.insert(ann::AGENT_ROLLOUT_COMPLETED, None);
+/// What a ManagedClusterAddOn records of the agent's versions.
+fn recorded(mca: &ManagedClusterAddOn) -> addon_version::Recorded {
+    let get = |key: &str| annotation(mca, key).map(str::to_owned);
+    addon_version::Recorded {
+        rendered: get(ann::AGENT_VERSION),
+        last_good: get(ann::AGENT_LAST_GOOD_VERSION),
+        failed: get(ann::AGENT_FAILED_VERSION),
+        previous: get(ann::AGENT_PREVIOUS_VERSION),
+        rollout_started: get(ann::AGENT_ROLLOUT_STARTED),
+        rollout_completed: get(ann::AGENT_ROLLOUT_COMPLETED),
     }
-    let lease_ok = mca
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .is_some_and(|c| condition_is_true(c, AVAILABLE));
-    let running = deploy_work.and_then(deployment_feedback);
-    let image_tag = running
-        .as_ref()
-        .and_then(|(image, _)| image.rsplit_once(':').map(|(_, t)| t.to_owned()));
-    let up = !new_rollout
-        && lease_ok
-        && running.as_ref().is_some_and(|(_, ok)| *ok)
-        && image_tag.as_deref() == Some(&target);
-    let started_ago = if new_rollout {
-        Some(Duration::ZERO)
-    } else {
-        since(mca, ann::AGENT_ROLLOUT_STARTED)
-    };
-    let previous = if new_rollout {
-        last_good.clone()
-    } else {
-        annotation(mca, ann::AGENT_PREVIOUS_VERSION).map(str::to_owned)
-    };
-    let change = match previous.as_deref() {
-        Some(p) if p != target => format!("upgrade from {p} to {target}"),
-        Some(_) => format!("redeploy of {target}"),
-        None => format!("install of {target}"),
-    };
-    let completed = annotation(mca, ann::AGENT_ROLLOUT_COMPLETED)
-        .map(str::to_owned)
-        .unwrap_or_else(|| now.clone());
-    if up
-        && (last_good.as_deref() != Some(&target)
-            || annotation(mca, ann::AGENT_ROLLOUT_COMPLETED).is_none())
-    {
-        notes.insert(ann::AGENT_LAST_GOOD_VERSION, Some(target.clone()));
-        notes.insert(ann::AGENT_ROLLOUT_COMPLETED, Some(completed.clone()));
-    }
-    let rolled_back = failed.as_deref() == Some(&d.version) && d.version != target;
-    if rolled_back {
-        let f = failed.clone().unwrap_or_default();
-        set_condition(
-            &mut conds,
-            PROGRESSING,
-            "False",
-            FAILED,
-            &format!(
-                "agent {f} did not become available within {}; rolled back to {target}",
-                humantime(deadline)
-            ),
-            None,
-        );
-        set_condition(
-            &mut conds,
-            DEGRADED,
-            "True",
-            "UpgradeFailed",
-            &format!(
-                "running {target} instead of the desired {f}; point AGENT_VERSION elsewhere to retry"
-            ),
-            None,
-        );
-    } else if target != d.version && d.problem.is_none() && !may_start {
-        set_condition(
-            &mut conds,
-            PROGRESSING,
-            "False",
-            WAITING,
-            &format!(
-                "agent {} waits for its turn in the rollout; {target} keeps running",
-                d.version
-            ),
-            None,
-        );
-    } else if up {
-        let started = annotation(mca, ann::AGENT_ROLLOUT_STARTED)
-            .unwrap_or_default()
-            .to_owned();
-        set_condition(
-            &mut conds,
-            PROGRESSING,
-            "False",
-            COMPLETED,
-            &format!(
-                "agent {target} is available ({change} started {started}, completed {completed})"
-            ),
-            None,
-        );
-        if d.problem.is_none() {
-            set_condition(
-                &mut conds,
-                DEGRADED,
-                "False",
-                "AsExpected",
-                &format!("agent {target} is running as desired"),
-                None,
-            );
-        } else {
-            set_condition(
-                &mut conds,
-                DEGRADED,
-                "True",
-                "ConfigurationRefused",
-                &format!("agent {target} keeps running; see the Configured condition"),
-                None,
-            );
-        }
-    } else {
-        let elapsed = started_ago.unwrap_or_default();
-        if elapsed > deadline && last_good.as_deref() != Some(&target) {
-            if let Some(good) = last_good.clone().filter(|g| *g != target) {
-                tracing::warn!(hub = %hub, version = %target, rollback = %good, "agent not available in time; rolling back");
-                // Recording the failure changes the ManagedClusterAddOn, and that event
-                // brings the reconcile that renders the rollback.
-                notes.insert(ann::AGENT_FAILED_VERSION, Some(target.clone()));
-            }
-            set_condition(
-                &mut conds,
-                PROGRESSING,
-                "False",
-                FAILED,
-                &format!(
-                    "agent {target} did not become available within {} ({change}); {}",
-                    humantime(deadline),
-                    last_good
-                        .as_ref()
-                        .filter(|g| **g != target)
-                        .map(|g| format!("rolling back to {g}"))
-                        .unwrap_or_else(|| "no earlier version to roll back to".into())
-                ),
-                None,
-            );
-            set_condition(
-                &mut conds,
-                DEGRADED,
-                "True",
-                "UpgradeFailed",
-                &format!("agent {target} is not available"),
-                None,
-            );
-        } else {
-            set_condition(
-                &mut conds,
-                PROGRESSING,
-                "True",
-                migration_api::names::reasons::PROGRESSING,
-                &format!(
-                    "{change} in progress since {}",
-                    annotation(mca, ann::AGENT_ROLLOUT_STARTED).unwrap_or(&now)
-                ),
-                None,
-            );
-            if let Some(left) = deadline.checked_sub(elapsed) {
-                requeue = Some(left + Duration::from_millis(200));
-            }
-        }
-    }
-    if !notes.is_empty() {
-        let changed = notes
-            .iter()
-            .any(|(k, v)| annotation(mca, k).map(str::to_owned) != *v);
-        if changed {
-            let patch: serde_json::Map<String, Value> = notes
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), json!(v)))
-                .collect();
-            api.patch(
-                &addon,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": patch}})),
-            )
-            .await
-            .ctx(|| format!("recording versions on {hub}/{addon}"))?;
-        }
-    }
-    write_status(ctx, mca, conds, d, up.then_some(d.hash.as_str())).await?;
-    Ok(requeue)
 }
 
 /// Replaces the finalizers, guarded by the resourceVersion read (a concurrent change makes this
@@ -1073,17 +953,6 @@ async fn set_finalizers(
         .await
         .ctx(|| format!("updating the finalizers of {hub}/{addon}"))?;
     Ok(())
-}
-
-fn humantime(d: Duration) -> String {
-    let s = d.as_secs();
-    if s >= 3600 && s.is_multiple_of(3600) {
-        format!("{}h", s / 3600)
-    } else if s >= 60 && s.is_multiple_of(60) {
-        format!("{}m", s / 60)
-    } else {
-        format!("{s}s")
-    }
 }
 
 /// Writes the manager's part of a ManagedClusterAddOn's status (server-side apply, so the lease

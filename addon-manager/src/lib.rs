@@ -3,6 +3,7 @@
 //! holds the command line and the start-up they plug into.
 
 pub mod addon;
+pub mod addon_version;
 pub mod csr;
 pub mod leader;
 pub mod migration;

@@ -1,0 +1,96 @@
+//! The KlusterletConfigs derived from the clusters' own.
+
+use super::*;
+
+/// The KlusterletConfigs derived from clusters' own this reconcile has ensured.
+#[derive(Default)]
+pub(super) struct DerivedConfigs(BTreeMap<String, bool>);
+
+/// Labels a derived KlusterletConfig with what it was derived from.
+pub(super) const DERIVED_FROM: &str = "migration.open-cluster-management.io/derived-from";
+
+impl DerivedConfigs {
+    /// Ensures the KlusterletConfig derived from `own` and the migration's `base` exists;
+    /// false while the base is not on this hub yet.
+    pub(super) async fn ensure(
+        &mut self,
+        ctx: &Ctx,
+        task: &MigrationTask,
+        base: &str,
+        own: &str,
+    ) -> Result<bool, Error> {
+        if let Some(ready) = self.0.get(own) {
+            return Ok(*ready);
+        }
+        let api: Api<DynamicObject> =
+            Api::all_with(ctx.client.clone(), &klusterlet_config_resource());
+        let spec_of = |o: Option<DynamicObject>| o.and_then(|o| o.data.get("spec").cloned());
+        let base_spec = spec_of(
+            ignore_not_found(api.get(base).await)
+                .map_err(ctx_err(format!("reading KlusterletConfig {base}")))?,
+        );
+        let Some(base_spec) = base_spec else {
+            self.0.insert(own.to_owned(), false);
+            return Ok(false);
+        };
+        // A KlusterletConfig the cluster names but the hub lacks counts as empty, as the
+        // import controller reads it.
+        let own_spec = spec_of(
+            ignore_not_found(api.get(own).await)
+                .map_err(ctx_err(format!("reading KlusterletConfig {own}")))?,
+        )
+        .unwrap_or_else(|| json!({}));
+        let name = flight::derived_config_name(base, Some(own));
+        let body = json!({
+            "apiVersion": "config.open-cluster-management.io/v1alpha1", "kind": "KlusterletConfig",
+            "metadata": {"name": name, "labels": {
+                names::labels::MIGRATION: task.spec.key(),
+                names::labels::MANAGED_BY: names::labels::MANAGED_BY_VALUE,
+                DERIVED_FROM: own}},
+            "spec": flight::derived_config_spec(&own_spec, &base_spec)
+        });
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(ctx_err(format!("applying KlusterletConfig {name}")))?;
+        self.0.insert(own.to_owned(), true);
+        Ok(true)
+    }
+}
+
+pub(super) fn klusterlet_config_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource::erase::<migration_api::ocm::config::KlusterletConfig>(&())
+}
+
+/// Removes the KlusterletConfigs the migration derived from clusters' own.
+pub(super) async fn remove_derived_configs(ctx: &Ctx, task: &MigrationTask) -> Result<(), Error> {
+    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &klusterlet_config_resource());
+    let selector = format!(
+        "{}={},{DERIVED_FROM}",
+        names::labels::MIGRATION,
+        task.spec.key()
+    );
+    let list = match api.list(&ListParams::default().labels(&selector)).await {
+        Ok(l) => l.items,
+        // A plain OCM hub has no KlusterletConfig API at all.
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(Error::Kube("listing derived KlusterletConfigs".into(), e)),
+    };
+    for kc in list {
+        let name = kc.name_any();
+        ignore_not_found(api.delete(&name, &DeleteParams::default()).await)
+            .map_err(ctx_err(format!("deleting KlusterletConfig {name}")))?;
+    }
+    Ok(())
+}
+
+/// Whether a KlusterletConfig name is one this migration may have a cluster select.
+pub(super) fn ours(task: &MigrationTask, name: &str) -> bool {
+    task.spec
+        .klusterlet_config_name
+        .as_deref()
+        .is_some_and(|base| name == base || name.starts_with(&format!("{base}-")))
+}

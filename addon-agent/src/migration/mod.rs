@@ -1,0 +1,518 @@
+//! The hub's part of each migration: reconciles the MigrationTasks the manager delivers (inside
+//! ManifestWorks) and reports per-cluster progress in their status, which the ManifestWork's
+//! status feedback carries back to the global hub.
+//!
+//! - Source: validates its clusters and reports what each takes along; in Registering annotates
+//!   them with the KlusterletConfig, reports each Ready once its klusterlet work carries the
+//!   target's bootstrap kubeconfig, and sets `hubAcceptsClient: false` on the clusters the
+//!   manager releases (a `block-move` annotation holds a cluster); on rollback restores them and
+//!   waits until each is back (Available, lease renewed since); in Cleaning detaches the moved
+//!   clusters.
+//! - Target: checks no cluster of the same name exists; pre-creates each ManagedCluster with
+//!   what was carried over; approves CSRs only from the migration's bootstrap identity and only
+//!   for the expected clusters; reports each Joined and Available; on rollback denies pending
+//!   CSRs and removes what it pre-created for clusters that did not arrive.
+//!
+//! Every reconcile recomputes from what the hub shows, so a restarted agent continues.
+//!
+//! Layout: this module holds the wiring (reflectors, the reconcile, status writing);
+//! `validate` checks the clusters for either role, `source` and `target` carry out each role's
+//! stages, `klusterlets` drives the klusterlet works of plain OCM migrations and releases the
+//! works of clusters the hub lets go of, `configs` the KlusterletConfigs derived from the
+//! clusters' own.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use migration_api::common::{condition_is_true, selector_matches};
+use migration_api::migration::{
+    BootstrapDelivery, CarriedAddOn, CarriedCluster, ClusterState, MAX_CARRY_OVER_PER_CLUSTER,
+    MAX_CARRY_OVER_TOTAL, MigrationRole, MigrationTask, TaskStage,
+};
+use migration_api::names;
+use migration_api::names::annotations::{
+    BLOCK_MOVE, DISABLE_AUTO_IMPORT, KLUSTERLET_CONFIG, KLUSTERLET_DEPLOY_MODE, MIGRATING,
+    ORIGINAL_KLUSTERLET_CONFIG, PRE_CREATED, RELEASED_AT,
+};
+use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED, WORK_APPLIED};
+use migration_api::names::labels::{CLUSTER_NAME, CLUSTER_SET, LOCAL_CLUSTER};
+use migration_api::ocm::addon::ManagedClusterAddOn;
+use migration_api::ocm::agent::KlusterletAddonConfig;
+use migration_api::ocm::cluster::{ManagedCluster, ManagedClusterSet};
+use migration_api::ocm::work::ManifestWork;
+use migration_api::runtime::{csr_decided, ignore_not_found, requested_identity};
+use migration_api::tenancy;
+use serde_json::{Value, json};
+
+use crate::klusterlet_work::{self as kw, Registration, Step};
+use crate::report::FIELD_MANAGER;
+use crate::{admission, flight};
+
+mod configs;
+mod klusterlets;
+mod source;
+mod target;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+use configs::*;
+use klusterlets::*;
+use source::*;
+use target::*;
+use validate::*;
+
+/// When a rolled-back cluster's acceptance was restored on the source (RFC 3339): it is back
+/// once its lease was renewed after this.
+pub const RESTORED_AT: &str = "migration.open-cluster-management.io/restored-at";
+const KLUSTERLET_CONFIG_CRD: &str = "klusterletconfigs.config.open-cluster-management.io";
+/// The cluster lease the klusterlet renews in its namespace on the hub.
+const CLUSTER_LEASE: &str = "managed-cluster-lease";
+
+/// What the migration handler needs to know.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Namespace the agent runs in; the manager delivers its tasks there.
+    pub namespace: String,
+}
+
+/// Clusters whose return to this hub is awaited: their lease renewals wake the handler.
+type Awaited = Arc<std::sync::Mutex<BTreeSet<String>>>;
+
+struct Ctx {
+    client: Client,
+    clusters: Store<ManagedCluster>,
+    works: Store<ManifestWork>,
+    leases: Store<Lease>,
+    awaited: Awaited,
+    csrs: Store<CertificateSigningRequest>,
+}
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}: {1}")]
+    Kube(String, #[source] kube::Error),
+    /// The hub or the task lacks something the handler needs.
+    #[error("{0}")]
+    Config(String),
+}
+
+fn ctx_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |e| Error::Kube(what, e)
+}
+
+/// Runs the handler until aborted.
+pub async fn run(client: Client, opts: Options) {
+    let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded::<()>();
+    let clusters = spawn_reflector(
+        Api::<ManagedCluster>::all(client.clone()),
+        watcher::Config::default(),
+        trigger_tx.clone(),
+        |mc: &ManagedCluster| {
+            Some(
+                serde_json::to_string(&(&mc.metadata.annotations, &mc.spec, conditions(mc)))
+                    .unwrap_or_default(),
+            )
+        },
+    );
+    // Only klusterlet works matter, and only when their spec or Applied state changes (work
+    // status is rewritten often).
+    let works = spawn_reflector(
+        Api::<ManifestWork>::all(client.clone()),
+        watcher::Config::default(),
+        trigger_tx.clone(),
+        |w: &ManifestWork| {
+            w.name_any().ends_with("-klusterlet").then(|| {
+                let applied = w
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| {
+                        c.iter()
+                            .find(|c| c.type_ == WORK_APPLIED)
+                            .map(|c| (c.status.clone(), c.observed_generation))
+                    });
+                format!(
+                    "{:?}/{applied:?}/{}/{}",
+                    w.metadata.generation,
+                    kw::probed(w).is_some(),
+                    w.metadata.deletion_timestamp.is_some()
+                )
+            })
+        },
+    );
+    // A cluster taken back is back once its lease is renewed: renewals of the clusters
+    // awaited wake the handler (the others' are only cached).
+    let awaited: Awaited = Arc::default();
+    let watching = awaited.clone();
+    let leases = spawn_reflector(
+        Api::<Lease>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={CLUSTER_LEASE}")),
+        trigger_tx.clone(),
+        move |l: &Lease| {
+            let ns = l.namespace().unwrap_or_default();
+            let awaited = watching.lock().is_ok_and(|a| a.contains(&ns));
+            awaited.then(|| format!("{:?}", l.spec.as_ref().and_then(|s| s.renew_time.as_ref())))
+        },
+    );
+    let csrs = spawn_reflector(
+        Api::<CertificateSigningRequest>::all(client.clone()),
+        watcher::Config::default(),
+        trigger_tx,
+        |c: &CertificateSigningRequest| {
+            Some(format!(
+                "{:?}",
+                c.status
+                    .as_ref()
+                    .map(|s| (&s.conditions, s.certificate.is_some()))
+            ))
+        },
+    );
+    for (what, ready) in [
+        ("ManagedClusters", clusters.wait_until_ready().await),
+        ("ManifestWorks", works.wait_until_ready().await),
+        ("CSRs", csrs.wait_until_ready().await),
+        ("Leases", leases.wait_until_ready().await),
+    ] {
+        if ready.is_err() {
+            tracing::warn!(%what, "cache never became ready; migration handler not started");
+            return;
+        }
+    }
+    let tasks: Api<MigrationTask> = Api::namespaced(client.clone(), &opts.namespace);
+    let ctx = Arc::new(Ctx {
+        client,
+        clusters,
+        works,
+        leases,
+        awaited,
+        csrs,
+    });
+    Controller::new(tasks, watcher::Config::default())
+        .reconcile_all_on(trigger_rx)
+        .run(
+            reconcile,
+            |task, e: &Error, _| {
+                tracing::info!(task = %task.name_any(), error = %e, "migration task reconcile failed; retrying");
+                Action::requeue(Duration::from_secs(2))
+            },
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
+/// Mirrors `api` into a store and triggers the controller when an object appears, goes, or its
+/// `fingerprint` (what the handler cares about; `None`: never) changes.
+fn spawn_reflector<K, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    trigger: futures::channel::mpsc::UnboundedSender<()>,
+    fingerprint: F,
+) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    F: Fn(&K) -> Option<String> + Send + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+    tokio::spawn(async move {
+        let mut seen: std::collections::HashMap<String, Option<String>> = Default::default();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            let changed = match ev {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    let key = format!("{:?}/{}", o.meta().namespace, o.name_any());
+                    let print = fingerprint(&o);
+                    print.is_some() && seen.insert(key, print.clone()) != Some(print)
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    seen.remove(&format!("{:?}/{}", o.meta().namespace, o.name_any()));
+                    fingerprint(&o).is_some()
+                }
+                Ok(watcher::Event::InitDone) => true,
+                Ok(watcher::Event::Init) | Err(_) => false,
+            };
+            if changed && trigger.unbounded_send(()).is_err() {
+                return;
+            }
+        }
+    });
+    store
+}
+
+fn get<K: kube::Resource<DynamicType = ()> + Clone>(
+    store: &Store<K>,
+    ns: Option<&str>,
+    name: &str,
+) -> Option<Arc<K>> {
+    let r = match ns {
+        Some(ns) => reflector::ObjectRef::new(name).within(ns),
+        None => reflector::ObjectRef::new(name),
+    };
+    store.get(&r)
+}
+
+fn conditions(mc: &ManagedCluster) -> &[migration_api::common::Condition] {
+    mc.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+}
+
+fn available(mc: &ManagedCluster) -> bool {
+    condition_is_true(conditions(mc), CLUSTER_AVAILABLE)
+}
+
+/// The clusters a task concerns: its list, or (validating a selector) the source's clusters
+/// that match, sorted, the hub's own cluster left out.
+fn cluster_list(task: &MigrationTask, clusters: &Store<ManagedCluster>) -> Vec<String> {
+    if !task.spec.clusters.is_empty() {
+        return task.spec.clusters.clone();
+    }
+    let Some(sel) = task.spec.cluster_selector.as_ref() else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = clusters
+        .state()
+        .iter()
+        .filter(|mc| mc.labels().get(LOCAL_CLUSTER).map(String::as_str) != Some("true"))
+        .filter(|mc| selector_matches(sel, mc.labels()))
+        .map(|mc| mc.name_any())
+        .collect();
+    names.sort();
+    names
+}
+
+/// What the agent found, for the task's status.
+#[derive(Debug, Default)]
+struct Report {
+    states: Vec<ClusterState>,
+    /// Succeeded / Running / Failed.
+    state: &'static str,
+    message: String,
+    /// The carry-over records, as one JSON array.
+    carry_over: Option<String>,
+    shape: Option<String>,
+}
+
+async fn reconcile(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    if task.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let names = cluster_list(&task, &ctx.clusters);
+    let report = match (task.spec.role, task.spec.stage) {
+        (MigrationRole::Source, TaskStage::Validating) => {
+            source_validate(&ctx, &task, &names).await?
+        }
+        (MigrationRole::Target, TaskStage::Validating) => {
+            target_validate(&ctx, &task, &names).await?
+        }
+        (MigrationRole::Source, TaskStage::Deploying) => source_deploy(&ctx, &task, &names).await?,
+        (MigrationRole::Source, TaskStage::Registering) => {
+            source_register(&ctx, &task, &names).await?
+        }
+        (MigrationRole::Target, TaskStage::Deploying | TaskStage::Registering) => {
+            target_register(&ctx, &task, &names).await?
+        }
+        (MigrationRole::Source, TaskStage::Rollbacking) => {
+            source_rollback(&ctx, &task, &names, false).await?
+        }
+        (MigrationRole::Target, TaskStage::Rollbacking) => {
+            target_rollback(&ctx, &task, &names, false).await?
+        }
+        (MigrationRole::Source, TaskStage::Cleaning) => source_clean(&ctx, &task, &names).await?,
+        (MigrationRole::Target, TaskStage::Cleaning) => target_clean(&ctx, &task, &names).await?,
+    };
+    write_status(&ctx, &task, &names, report).await?;
+    // Everything the task waits for is watched; the requeue only bounds how stale a report
+    // can get if an event is ever missed.
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+fn summary(names: &[String], states: &[ClusterState]) -> String {
+    let failed: Vec<String> = names
+        .iter()
+        .zip(states)
+        .filter_map(|(n, s)| s.failure().map(|(_, why)| format!("{n} {why}")))
+        .take(5)
+        .collect();
+    if failed.is_empty() {
+        String::new()
+    } else {
+        let total = states.iter().filter(|s| s.failure().is_some()).count();
+        let more = if total > failed.len() {
+            format!(" (and {} more)", total - failed.len())
+        } else {
+            String::new()
+        };
+        format!(
+            "{total} of {} clusters cannot move: {}{more}",
+            names.len(),
+            failed.join("; ")
+        )
+    }
+}
+
+fn verdict(names: &[String], states: Vec<ClusterState>) -> Report {
+    let message = summary(names, &states);
+    Report {
+        state: if message.is_empty() {
+            "Succeeded"
+        } else {
+            "Failed"
+        },
+        message: if message.is_empty() {
+            format!("{} clusters checked", names.len())
+        } else {
+            message
+        },
+        states,
+        ..Default::default()
+    }
+}
+
+async fn klusterlet_config_shape(client: &Client) -> Result<String, Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = ignore_not_found(crds.get(KLUSTERLET_CONFIG_CRD).await)
+        .map_err(ctx_err("reading the KlusterletConfig CRD"))?;
+    let Some(crd) = crd else {
+        return Ok("None".into());
+    };
+    let spec_props = |v: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionVersion| {
+        v.schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .and_then(|s| s.properties.as_ref())
+            .and_then(|p| p.get("spec"))
+            .and_then(|s| s.properties.clone())
+            .unwrap_or_default()
+    };
+    let version = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.storage)
+        .or_else(|| crd.spec.versions.first());
+    let props = version.map(spec_props).unwrap_or_default();
+    Ok(if props.contains_key("multipleHubsConfig") {
+        "multipleHubsConfig"
+    } else if props.contains_key("bootstrapKubeConfigs") {
+        "bootstrapKubeConfigs"
+    } else {
+        "None"
+    }
+    .into())
+}
+
+/// Merge-patches a ManagedCluster when `patch` would change it.
+async fn patch_cluster(ctx: &Ctx, name: &str, patch: Value) -> Result<(), Error> {
+    let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    ignore_not_found(
+        api.patch(name, &merge_params(), &Patch::Merge(&patch))
+            .await,
+    )
+    .map_err(ctx_err(format!("updating ManagedCluster {name}")))?;
+    Ok(())
+}
+
+/// Merge patches carry the agent's field manager (and no `force`).
+fn merge_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+/// Whether the task's clusters get the bootstrap kubeconfig through a ManifestWork each
+/// (plain OCM) rather than a KlusterletConfig.
+fn plain(task: &MigrationTask) -> bool {
+    task.spec.delivery == Some(BootstrapDelivery::ManifestWork)
+}
+
+/// Whether the source hub serves the older KlusterletConfig shape (target alone).
+fn legacy(task: &MigrationTask) -> bool {
+    task.spec.delivery == Some(BootstrapDelivery::LegacyKlusterletConfig)
+}
+
+/// Whether annotation `key` of a ManagedCluster names this task's migration (its key).
+fn marked(mc: &ManagedCluster, key: &str, task: &MigrationTask) -> bool {
+    mc.annotations().get(key).map(String::as_str) == Some(task.spec.key())
+}
+
+/// Whether a cluster still carries this migration's annotations.
+fn restore_needed(mc: &ManagedCluster, task: &MigrationTask) -> bool {
+    marked(mc, MIGRATING, task)
+        || mc.annotations().contains_key(ORIGINAL_KLUSTERLET_CONFIG)
+        || mc
+            .annotations()
+            .get(KLUSTERLET_CONFIG)
+            .is_some_and(|k| ours(task, k))
+}
+
+async fn write_status(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+    report: Report,
+) -> Result<(), Error> {
+    let counts = ClusterState::counts(&report.states);
+    let failures = ClusterState::failures(names, &report.states);
+    let status = json!({
+        "observedStage": task.spec.stage,
+        "observedRevision": task.spec.revision,
+        "observedGeneration": task.metadata.generation,
+        "stageState": report.state,
+        "message": report.message,
+        "clusterStates": ClusterState::encode(&report.states),
+        "clusters": counts,
+        "failures": failures,
+        "carryOverJson": report.carry_over,
+        "klusterletConfigShape": report.shape,
+    });
+    let current = task
+        .status
+        .as_ref()
+        .map(|s| serde_json::to_value(s).unwrap_or_default())
+        .unwrap_or_default();
+    let unchanged = status.as_object().is_some_and(|m| {
+        m.iter().all(|(k, v)| {
+            current.get(k).unwrap_or(&Value::Null) == v || (v.is_null() && current.get(k).is_none())
+        })
+    });
+    if unchanged {
+        return Ok(());
+    }
+    let api: Api<MigrationTask> =
+        Api::namespaced(ctx.client.clone(), &task.namespace().unwrap_or_default());
+    api.patch_status(
+        &task.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .map_err(ctx_err(format!(
+        "writing the status of MigrationTask {}",
+        task.name_any()
+    )))?;
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! The source role: deploy, release, roll back and detach.
+
+use super::*;
+
+pub(super) async fn source_deploy(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+) -> Result<Report, Error> {
+    let (present, name) = if plain(task) {
+        let secret = task.spec.bootstrap_secret_name.clone().unwrap_or_default();
+        (
+            bootstrap_secret_data(ctx, task).await?.is_some(),
+            format!("bootstrap secret {secret}"),
+        )
+    } else {
+        let name = task.spec.klusterlet_config_name.clone().unwrap_or_default();
+        let kcs: Api<migration_api::ocm::config::KlusterletConfig> = Api::all(ctx.client.clone());
+        let present = ignore_not_found(kcs.get(&name).await)
+            .map_err(ctx_err(format!("reading KlusterletConfig {name}")))?
+            .is_some();
+        (present, format!("KlusterletConfig {name}"))
+    };
+    // The clusters are annotated now, so their klusterlets have the target's bootstrap
+    // kubeconfig by the time Registering starts.
+    let annotated = source_register(ctx, task, names).await?;
+    Ok(Report {
+        states: annotated.states,
+        state: if present { "Succeeded" } else { "Running" },
+        message: if present {
+            format!("{name} in place")
+        } else {
+            format!("waiting for {name}")
+        },
+        ..Default::default()
+    })
+}
+
+pub(super) async fn source_register(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+) -> Result<Report, Error> {
+    let spec = &task.spec;
+    let released: BTreeSet<&String> = spec.released.iter().flatten().collect();
+    let config = spec.klusterlet_config_name.clone();
+    let secret = spec.bootstrap_secret_name.clone().unwrap_or_default();
+    let mut derived = DerivedConfigs::default();
+    let mut states = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(mc) = get(&ctx.clusters, None, name) else {
+            states.push(ClusterState::NotFound);
+            continue;
+        };
+        let release = released.contains(name);
+        // A held cluster is made ready like the others (it still stays where it is until
+        // released), so it can switch as soon as it is let go.
+        let held = mc.annotations().contains_key(BLOCK_MOVE) && !release;
+        if held && plain(task) {
+            klusterlet_switch(ctx, task, name).await?;
+            states.push(ClusterState::Blocked);
+            continue;
+        }
+        // Plain OCM: no KlusterletConfig to select, the migrating marker alone. The older
+        // KlusterletConfig shape lists the target alone, so a cluster selects it only when it
+        // is released, and stops being accepted here once its klusterlet has it.
+        let config = if plain(task) || (legacy(task) && !release) {
+            None
+        } else {
+            config.clone()
+        };
+        // A cluster with a KlusterletConfig of its own selects one derived from it.
+        if let (Some(base), Some(own)) = (
+            config.as_deref(),
+            flight::original(mc.annotations()).klusterlet_config,
+        ) && !derived.ensure(ctx, task, base, &own).await?
+        {
+            states.push(if held {
+                ClusterState::Blocked
+            } else {
+                ClusterState::Waiting
+            });
+            continue;
+        }
+        let refuse = release
+            && mc.spec.hub_accepts_client
+            && (!legacy(task) || bootstrap_delivered(&ctx.works, name, &secret));
+        // Released on an ACM hub: auto-import must leave it alone from now on.
+        let freeze = release && !plain(task) && (refuse || !mc.spec.hub_accepts_client);
+        let changes = flight::in_flight(
+            mc.annotations(),
+            spec.key(),
+            config.as_deref(),
+            spec.lift_disable_auto_import == Some(true),
+            freeze,
+        );
+        if !flight::settled(mc.annotations(), &changes) || refuse {
+            let mut patch = flight::patch(&changes);
+            if refuse {
+                patch["spec"] = json!({"hubAcceptsClient": false});
+            }
+            patch_cluster(ctx, name, patch).await?;
+            if refuse {
+                tracing::info!(cluster = %name, "released: this hub no longer accepts it");
+            }
+        }
+        states.push(if release {
+            ClusterState::Switching
+        } else if held {
+            ClusterState::Blocked
+        } else if plain(task) {
+            if klusterlet_switch(ctx, task, name).await? {
+                ClusterState::Ready
+            } else {
+                ClusterState::Waiting
+            }
+        } else if legacy(task) || bootstrap_delivered(&ctx.works, name, &secret) {
+            ClusterState::Ready
+        } else {
+            ClusterState::Waiting
+        });
+    }
+    let switching = states
+        .iter()
+        .filter(|s| **s == ClusterState::Switching)
+        .count();
+    Ok(Report {
+        message: format!("{switching} of {} clusters released", names.len()),
+        state: "Running",
+        states,
+        ..Default::default()
+    })
+}
+
+pub(super) fn lease_renewed_since(ctx: &Ctx, cluster: &str, since: &str) -> bool {
+    let Ok(since) = since.parse::<jiff::Timestamp>() else {
+        return false;
+    };
+    get(&ctx.leases, Some(cluster), CLUSTER_LEASE)
+        .and_then(|l| l.spec.clone())
+        .and_then(|s| s.renew_time)
+        .is_some_and(|t| t.0 > since)
+}
+
+/// Marks a cluster as awaited (its lease renewals wake the handler) or not.
+pub(super) fn await_return(ctx: &Ctx, cluster: &str, awaited: bool) {
+    if let Ok(mut a) = ctx.awaited.lock() {
+        if awaited {
+            a.insert(cluster.to_owned());
+        } else {
+            a.remove(cluster);
+        }
+    }
+}
+
+/// Takes back the clusters of the task's rollback list: accepted again, the migration's
+/// annotations gone, and back once Available with a lease renewed after the restore (the
+/// `RESTORED_AT` mark). `finish` (cleanup) also removes the mark of each cluster that is back;
+/// one without the mark and without anything to restore is back already.
+pub(super) async fn source_rollback(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+    finish: bool,
+) -> Result<Report, Error> {
+    let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
+    let mut states = Vec::with_capacity(names.len());
+    for name in names {
+        if !rollback.contains(name) {
+            states.push(ClusterState::Pending);
+            continue;
+        }
+        let Some(mc) = get(&ctx.clusters, None, name) else {
+            states.push(ClusterState::NotFound);
+            continue;
+        };
+        // Plain OCM: the Klusterlet's own settings go back too (its work applies them once
+        // the cluster is connected here again).
+        let settings_back = !plain(task) || klusterlet_restore(ctx, task, name).await?;
+        let restored_at = mc.annotations().get(RESTORED_AT).cloned();
+        if (restored_at.is_none() && !finish)
+            || !mc.spec.hub_accepts_client
+            || restore_needed(&mc, task)
+        {
+            let now = restored_at
+                .clone()
+                .unwrap_or_else(|| jiff::Timestamp::now().to_string());
+            let mut patch = flight::patch(&flight::restored(mc.annotations(), &|k| ours(task, k)));
+            patch["metadata"]["annotations"][RESTORED_AT] = json!(now);
+            patch["spec"] = json!({"hubAcceptsClient": true});
+            patch_cluster(ctx, name, patch).await?;
+            await_return(ctx, name, true);
+            states.push(ClusterState::RollingBack);
+            continue;
+        }
+        let Some(restored_at) = restored_at else {
+            states.push(if settings_back {
+                ClusterState::RolledBack
+            } else {
+                ClusterState::RollingBack
+            });
+            continue;
+        };
+        let back = settings_back && available(&mc) && lease_renewed_since(ctx, name, &restored_at);
+        await_return(ctx, name, !back);
+        if back && finish {
+            patch_cluster(
+                ctx,
+                name,
+                json!({"metadata": {"annotations": {RESTORED_AT: Value::Null}}}),
+            )
+            .await?;
+        }
+        states.push(if back {
+            ClusterState::RolledBack
+        } else {
+            ClusterState::RollingBack
+        });
+    }
+    Ok(rollback_report(
+        names,
+        states,
+        &rollback,
+        "clusters back on this hub",
+    ))
+}
+
+pub(super) async fn source_clean(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+) -> Result<Report, Error> {
+    let detach: BTreeSet<&String> = task.spec.detach.iter().flatten().collect();
+    let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
+    let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    // The clusters that stay are taken back (again, or for the first time when the rollback
+    // ran out of time) before their marks go: none is left refused by both hubs.
+    let rolled = source_rollback(ctx, task, names, true).await?;
+    let mut states = Vec::with_capacity(names.len());
+    for (name, rolled_state) in names.iter().zip(rolled.states) {
+        if rollback.contains(name) {
+            states.push(rolled_state);
+            continue;
+        }
+        let mc = get(&ctx.clusters, None, name);
+        if detach.contains(name) {
+            match mc {
+                None => states.push(ClusterState::Detached),
+                Some(m) => {
+                    if m.metadata.deletion_timestamp.is_none() {
+                        ignore_not_found(api.delete(name, &DeleteParams::default()).await)
+                            .map_err(ctx_err(format!("detaching ManagedCluster {name}")))?;
+                        tracing::info!(cluster = %name, "detached the moved cluster from this hub");
+                    }
+                    release_works(ctx, name).await?;
+                    states.push(ClusterState::Switching);
+                }
+            }
+            continue;
+        }
+        // Neither: it arrived, and the manager waits for the target to say again that it
+        // has it before this hub lets go of it (or takes it back). Left exactly as it is: its
+        // marks keep auto-import and its own KlusterletConfig from pulling it back meanwhile.
+        states.push(ClusterState::Switching);
+    }
+    let left = states
+        .iter()
+        .filter(|s| matches!(s, ClusterState::Switching | ClusterState::RollingBack))
+        .count();
+    // No cluster selects them any more.
+    if left == 0 {
+        remove_derived_configs(ctx, task).await?;
+    }
+    Ok(Report {
+        message: format!(
+            "{} detached, {left} to go",
+            states
+                .iter()
+                .filter(|s| **s == ClusterState::Detached)
+                .count()
+        ),
+        state: if left == 0 { "Succeeded" } else { "Running" },
+        states,
+        ..Default::default()
+    })
+}

@@ -1,0 +1,220 @@
+//! Validating, on both roles: the clusters named or selected, what each carries, tenancy, and whether the hub can take them.
+
+use super::*;
+
+/// Labels carried to the target: the user's, not OCM's bookkeeping.
+pub fn carried_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    labels
+        .iter()
+        .filter(|(k, _)| {
+            k.as_str() != "name"
+                && k.as_str() != CLUSTER_SET
+                && k.as_str() != LOCAL_CLUSTER
+                && !k.starts_with("feature.open-cluster-management.io/")
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The ManagedClusterSets bound to the migration's namespace on this hub
+/// ([`migration_api::tenancy`]); `None` for a task of a manager that named no namespace.
+pub(super) async fn bound_sets(
+    ctx: &Ctx,
+    task: &MigrationTask,
+) -> Result<Option<Vec<ManagedClusterSet>>, Error> {
+    let Some(ns) = task.spec.migration_namespace.as_deref() else {
+        return Ok(None);
+    };
+    migration_api::runtime::bound_cluster_sets(&ctx.client, ns)
+        .await
+        .map(Some)
+        .map_err(|(what, e)| Error::Kube(what, e))
+}
+
+pub(super) async fn source_validate(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+) -> Result<Report, Error> {
+    let addons: Vec<ManagedClusterAddOn> = Api::<ManagedClusterAddOn>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(ctx_err("listing ManagedClusterAddOns"))?
+        .items;
+    // KlusterletAddonConfig is ACM's; a plain OCM hub has no such API.
+    let kacs: Vec<KlusterletAddonConfig> =
+        match Api::<KlusterletAddonConfig>::all(ctx.client.clone())
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(l) => l.items,
+            Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+            Err(e) => return Err(Error::Kube("listing KlusterletAddonConfigs".into(), e)),
+        };
+    let shape = klusterlet_config_shape(&ctx.client).await?;
+    let bound = bound_sets(ctx, task).await?;
+    // An ACM hub's import controller: it honours disable-auto-import.
+    let acm = shape != "None";
+    let mut states = Vec::with_capacity(names.len());
+    let mut carry = Vec::with_capacity(names.len());
+    for name in names {
+        let record = CarriedCluster {
+            name: name.clone(),
+            ..Default::default()
+        };
+        let Some(mc) = get(&ctx.clusters, None, name) else {
+            states.push(ClusterState::NotFound);
+            carry.push(record);
+            continue;
+        };
+        let record = CarriedCluster {
+            name: name.clone(),
+            own_klusterlet_config: flight::original(mc.annotations()).klusterlet_config,
+            labels: carried_labels(mc.labels()),
+            cluster_set: mc.labels().get(CLUSTER_SET).cloned(),
+            addons: addons
+                .iter()
+                .filter(|a| a.namespace().as_deref() == Some(name.as_str()))
+                .map(|a| CarriedAddOn {
+                    name: a.name_any(),
+                    install_namespace: a.spec.install_namespace.clone(),
+                    configs: a.spec.configs.clone().unwrap_or_default(),
+                })
+                .collect(),
+            klusterlet_addon_config: kacs
+                .iter()
+                .find(|k| k.namespace().as_deref() == Some(name.as_str()))
+                .and_then(|k| serde_json::to_value(&k.spec).ok()),
+            annotations: carried_annotations(mc.annotations()),
+            client_configs: mc
+                .spec
+                .managed_cluster_client_configs
+                .clone()
+                .unwrap_or_default(),
+        };
+        let other = mc
+            .annotations()
+            .get(MIGRATING)
+            .filter(|m| m.as_str() != task.spec.key());
+        let state = if mc.labels().get(LOCAL_CLUSTER).map(String::as_str) == Some("true") {
+            ClusterState::IsHub
+        } else if let Some(sets) = &bound
+            && !tenancy::admitted(sets, mc.labels())
+        {
+            ClusterState::Forbidden
+        } else if other.is_some() {
+            ClusterState::Conflict
+        } else if hosted(&mc) {
+            ClusterState::Hosted
+        } else if acm
+            && mc.annotations().contains_key(DISABLE_AUTO_IMPORT)
+            && task.spec.lift_disable_auto_import != Some(true)
+            && !marked(&mc, MIGRATING, task)
+        {
+            ClusterState::AutoImportDisabled
+        } else if !available(&mc) {
+            ClusterState::Unavailable
+        } else {
+            ClusterState::Valid
+        };
+        states.push(state);
+        carry.push(record);
+    }
+    let sizes: Vec<usize> = carry
+        .iter()
+        .map(|r| serde_json::to_string(r).map_or(usize::MAX, |s| s.len()))
+        .collect();
+    apply_carry_over_limits(&mut states, &sizes);
+    let mut report = verdict(names, states);
+    report.carry_over =
+        Some(serde_json::to_string(&carry).map_err(|e| {
+            Error::Kube("encoding the carry-over".into(), kube::Error::SerdeError(e))
+        })?);
+    report.shape = Some(shape);
+    Ok(report)
+}
+
+/// Whether a cluster's klusterlet runs in hosted mode (upstream `DetermineKlusterletMode`).
+pub(super) fn hosted(mc: &ManagedCluster) -> bool {
+    mc.annotations()
+        .get(KLUSTERLET_DEPLOY_MODE)
+        .is_some_and(|m| {
+            m.eq_ignore_ascii_case("Hosted") || m.eq_ignore_ascii_case("SingletonHosted")
+        })
+}
+
+/// The annotations the target's import controller reads, and nothing of the migration's.
+pub fn carried_annotations(annotations: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    annotations
+        .iter()
+        .filter(|(k, _)| names::annotations::CARRIED_FOR_IMPORT.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Marks as too large each valid cluster whose record (`sizes`, JSON bytes) is over the
+/// per-cluster limit or, counted in list order, takes the migration past its total: nothing
+/// that cannot travel is dropped silently.
+pub(super) fn apply_carry_over_limits(states: &mut [ClusterState], sizes: &[usize]) {
+    let mut total = 2usize;
+    for (state, size) in states.iter_mut().zip(sizes) {
+        total = total.saturating_add(size.saturating_add(1));
+        if *state == ClusterState::Valid
+            && (*size > MAX_CARRY_OVER_PER_CLUSTER || total > MAX_CARRY_OVER_TOTAL)
+        {
+            *state = ClusterState::TooLarge;
+        }
+    }
+}
+
+pub(super) async fn target_validate(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+) -> Result<Report, Error> {
+    let states = names
+        .iter()
+        .map(|n| match get(&ctx.clusters, None, n) {
+            Some(mc) if !marked(&mc, PRE_CREATED, task) => ClusterState::Exists,
+            _ => ClusterState::Valid,
+        })
+        .collect();
+    let mut report = verdict(names, states);
+    // A plain OCM hub gives the clusters that arrive a bootstrap kubeconfig of its own
+    // bootstrap identity ([`settle_data`]): without one they could never count as moved.
+    if report.state == "Succeeded"
+        && klusterlet_config_shape(&ctx.client).await? == "None"
+        && !hub_bootstrap_identity_exists(&ctx.client).await?
+    {
+        report.state = "Failed";
+        report.message = format!(
+            "this plain OCM hub has none of the ServiceAccounts its clusters bootstrap with ({}; `clusteradm init` creates the first), so the clusters that arrive could not be given a bootstrap kubeconfig of this hub",
+            hub_bootstrap_names()
+        );
+    }
+    Ok(report)
+}
+
+/// The hub's bootstrap ServiceAccounts, as `namespace/name`, comma-separated.
+pub(super) fn hub_bootstrap_names() -> String {
+    names::HUB_BOOTSTRAP_SERVICE_ACCOUNTS
+        .iter()
+        .map(|(ns, n)| format!("{ns}/{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether one of [`names::HUB_BOOTSTRAP_SERVICE_ACCOUNTS`] exists on this hub.
+pub(super) async fn hub_bootstrap_identity_exists(client: &Client) -> Result<bool, Error> {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    for (ns, name) in names::HUB_BOOTSTRAP_SERVICE_ACCOUNTS {
+        let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+        if ignore_not_found(api.get(name).await)
+            .map_err(ctx_err(format!("reading ServiceAccount {ns}/{name}")))?
+            .is_some()
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}

@@ -1,0 +1,284 @@
+//! Cleaning: moved clusters detached, the rest taken back, the temporary objects removed, the verdict.
+
+use super::*;
+
+pub(super) async fn cleaning(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &mut Step,
+) -> Result<Action, Error> {
+    let names = step.status.resolved_clusters.clone().unwrap_or_default();
+    let mut states = step.states();
+    // Whatever did not arrive goes back, and so does a cluster the target lost since.
+    let rollback: Vec<String> = names
+        .iter()
+        .zip(&states)
+        .filter(|(_, s)| !s.arrived())
+        .map(|(n, _)| n.clone())
+        .collect();
+    // The hubs' part is recorded as done (reason `Removing`) before the works are removed, so
+    // that a work gone afterwards is not taken for one still to deliver.
+    let hubs_done = step
+        .status
+        .conditions
+        .as_deref()
+        .and_then(|c| find_condition(c, RESOURCE_CLEANED))
+        .is_some_and(|c| c.reason == reasons::REMOVING);
+    if touched(&step.status) && !hubs_done {
+        let tgt = deliver_target(
+            ctx,
+            mcm,
+            m,
+            step,
+            TaskStage::Cleaning,
+            rollback.clone(),
+            false,
+        )
+        .await?;
+        // Before the source lets go of a cluster that arrived, the target says again that it
+        // has it; the verdict goes into status before the source hears of it.
+        let (target, _) = report(ctx, m, MigrationRole::Target, &tgt).await?;
+        let before = states.clone();
+        recheck_arrived(
+            &mut states,
+            target.as_ref().map(|f| f.states(names.len())).as_deref(),
+            remaining(step, stage_timeout(mcm)).is_none(),
+        );
+        if states != before {
+            warn_new_failures(step, &names, &before, &states, "ClusterLost");
+            step.set_states(&states);
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+        let detach: Vec<String> = names
+            .iter()
+            .zip(&states)
+            .filter(|(_, s)| **s == ClusterState::Moved)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let unconfirmed = states
+            .iter()
+            .filter(|s| **s == ClusterState::Available)
+            .count();
+        let part = SourcePart {
+            rollback: rollback.clone(),
+            detach: detach.clone(),
+            ..Default::default()
+        };
+        let src = deliver_source(ctx, mcm, m, step, TaskStage::Cleaning, part, false)
+            .await?
+            .unwrap_or_default();
+        let (source, _) = report(ctx, m, MigrationRole::Source, &src).await?;
+        mark_rolled_back(&mut states, source.as_ref());
+        step.set_states(&states);
+        let done = unconfirmed == 0
+            && source.as_ref().is_some_and(Feedback::succeeded)
+            && target.as_ref().is_some_and(Feedback::succeeded);
+        if target.is_none() && !rollback.is_empty() {
+            // Only the target can remove its pre-created copies of the clusters that did not
+            // arrive; its work stays until it has (an unreachable hub gets no deadline here).
+            step.condition(
+                RESOURCE_CLEANED,
+                "False",
+                reasons::WAITING,
+                &format!(
+                    "waiting for {} to answer: it must remove its pre-created copies of {} clusters that did not arrive",
+                    m.to,
+                    rollback.len()
+                ),
+            );
+            return Ok(Action::requeue(stage_timeout(mcm)));
+        }
+        if !done {
+            // Never given up on: removing the works and the token without the hubs' word could
+            // leave a cluster refused by its source or moved but still listed there. A later
+            // answer finishes the job; past the stage timeout the condition says so.
+            let late = remaining(step, stage_timeout(mcm)).is_none();
+            let silent: Vec<&str> = [(&m.from, source.is_none()), (&m.to, target.is_none())]
+                .into_iter()
+                .filter(|(_, s)| *s)
+                .map(|(h, _)| h.as_str())
+                .collect();
+            let mut msg = format!(
+                "waiting for {} to detach {} moved clusters and take back {}",
+                m.from,
+                detach.len(),
+                rollback.len()
+            );
+            if unconfirmed > 0 {
+                msg.push_str(&format!(
+                    "; {unconfirmed} arrived clusters are not Available on {} now, and are detached once they are",
+                    m.to
+                ));
+            }
+            if !silent.is_empty() {
+                msg.push_str(&format!("; no answer from {}", silent.join(" and ")));
+            }
+            if late {
+                msg.push_str(" (past the stage timeout: the migration's objects stay until the hubs confirm)");
+            }
+            step.condition(
+                RESOURCE_CLEANED,
+                "False",
+                if late {
+                    reasons::TIMEOUT
+                } else {
+                    reasons::WAITING
+                },
+                &msg,
+            );
+            return Ok(if late {
+                Action::requeue(stage_timeout(mcm))
+            } else {
+                until(step, stage_timeout(mcm))
+            });
+        }
+        step.condition(
+            RESOURCE_CLEANED,
+            "False",
+            reasons::REMOVING,
+            "the hubs are done; removing the migration's objects",
+        );
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    // Works first (their objects go with them), and the bootstrap credentials last.
+    if !remove_everything(ctx, m).await? {
+        step.condition(
+            RESOURCE_CLEANED,
+            "False",
+            reasons::REMOVING,
+            "waiting for the hubs to remove the migration's objects",
+        );
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let c = ClusterState::counts(&states);
+    step.condition(
+        RESOURCE_CLEANED,
+        "True",
+        reasons::DONE,
+        &format!(
+            "temporary objects removed from {} and {}; bootstrap ServiceAccount revoked",
+            m.from, m.to
+        ),
+    );
+    let rolled_back_cleanly = step
+        .status
+        .conditions
+        .as_deref()
+        .and_then(|cs| find_condition(cs, RESOURCE_ROLLED_BACK))
+        .is_none_or(|c| c.status == "True");
+    let max_fail = mcm.spec.max_failures.unwrap_or(0).max(0) as usize;
+    // The counts keep each cluster's last state (a refused cluster stays "failed"), so the
+    // ones that stayed are the ones that did not move.
+    let not_moved = (c.total - c.registered).max(0) as usize;
+    let summary = format!(
+        "{} of {} clusters moved from {} to {}; {not_moved} stayed on {}",
+        c.registered, c.total, m.from, m.to, m.from
+    );
+    let end = verdict(
+        step.status.rollback_cause.as_deref(),
+        rolled_back_cleanly,
+        &c,
+        max_fail,
+    );
+    step.enter(end, &summary);
+    Ok(Action::requeue(Duration::from_millis(10)))
+}
+
+/// Cleaning: the target's word (`target`, its report on the current Cleaning task) on each
+/// cluster recorded as arrived, before the source may detach it. Available there: `Moved`
+/// (the source detaches it). Refused there or gone from it: `Lost` (not detached; the source
+/// takes it back). Accepted there but not Available (its lease late): left for now, and
+/// `Moved` once `past_timeout` (it belongs to the hub that accepts it). Without a report,
+/// nothing changes.
+pub fn recheck_arrived(
+    states: &mut [ClusterState],
+    target: Option<&[ClusterState]>,
+    past_timeout: bool,
+) {
+    let Some(target) = target else { return };
+    for (s, t) in states.iter_mut().zip(target) {
+        if *s != ClusterState::Available {
+            continue;
+        }
+        *s = match t {
+            ClusterState::Available => ClusterState::Moved,
+            ClusterState::Refused | ClusterState::Pending => ClusterState::Lost,
+            _ if past_timeout => ClusterState::Moved,
+            _ => ClusterState::Available,
+        };
+    }
+}
+
+/// How a migration ends, from why it rolled back (`cause`, as first recorded; `None`: it did
+/// not), whether that rollback finished, the final counts and the failures the spec allows:
+/// Completed only if some cluster moved, those that did not are within `maxFailures`, and a
+/// rollback there was came from clusters the target refused (within that budget) and finished.
+/// Any other cause (FailureBudgetExceeded, Timeout, Deleted, Error) fails the migration.
+pub(super) fn verdict(
+    cause: Option<&str>,
+    rolled_back_cleanly: bool,
+    counts: &ClusterCounts,
+    max_failures: usize,
+) -> MigrationPhase {
+    let not_moved = (counts.total - counts.registered).max(0) as usize;
+    let benign = match cause {
+        None => true,
+        Some("Refused") => rolled_back_cleanly,
+        Some(_) => false,
+    };
+    if benign && counts.registered > 0 && not_moved <= max_failures {
+        MigrationPhase::Completed
+    } else {
+        MigrationPhase::Failed
+    }
+}
+
+/// Whether the migration may have touched clusters: it left Initializing (its
+/// `ResourceInitialized` condition turned True in the same status write that entered
+/// Deploying, before the first task that changes a cluster went out).
+pub(super) fn touched(status: &ManagedClusterMigrationStatus) -> bool {
+    status
+        .conditions
+        .as_deref()
+        .is_some_and(|c| condition_is_true(c, RESOURCE_INITIALIZED))
+}
+
+/// Deletes the works and the ManagedServiceAccount; true once all are gone. The
+/// ManagedServiceAccount goes only after the works, so a klusterlet mid-switch never loses
+/// its bootstrap credentials while the target still expects it.
+pub(super) async fn remove_everything(ctx: &Ctx, m: &Migration) -> Result<bool, Error> {
+    let mut gone = true;
+    for role in [MigrationRole::Source, MigrationRole::Target] {
+        let hub = m.hub(role);
+        let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
+        let name = names::migration_work(&m.key, role);
+        match ignore_not_found(works.get(&name).await).map_err(ctx_err("reading a work"))? {
+            None => {}
+            Some(w) => {
+                gone = false;
+                if w.metadata.deletion_timestamp.is_none() {
+                    ignore_not_found(works.delete(&name, &DeleteParams::default()).await)
+                        .map_err(ctx_err(format!("deleting work {hub}/{name}")))?;
+                }
+            }
+        }
+    }
+    if !gone {
+        return Ok(false);
+    }
+    let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
+    let name = names::migration_service_account(&m.key);
+    match ignore_not_found(msas.get(&name).await)
+        .map_err(ctx_err("reading the ManagedServiceAccount"))?
+    {
+        None => Ok(true),
+        Some(msa) => {
+            if msa.metadata.deletion_timestamp.is_none() {
+                ignore_not_found(msas.delete(&name, &DeleteParams::default()).await)
+                    .map_err(ctx_err("revoking the ManagedServiceAccount"))?;
+            }
+            Ok(false)
+        }
+    }
+}

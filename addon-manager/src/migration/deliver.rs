@@ -1,0 +1,297 @@
+//! Delivering each hub's part: the task, its grants and the bootstrap objects, in one ManifestWork per hub.
+
+use super::*;
+
+pub(super) async fn apply_work(ctx: &Ctx, work: &Value) -> Result<(), Error> {
+    let ns = work["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = work["metadata"]["name"].as_str().unwrap_or_default();
+    let api: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), ns);
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(work),
+    )
+    .await
+    .map_err(ctx_err(format!("applying ManifestWork {ns}/{name}")))?;
+    Ok(())
+}
+
+pub(super) fn base_task(
+    mcm: &ManagedClusterMigration,
+    role: MigrationRole,
+    stage: TaskStage,
+    clusters: Vec<String>,
+) -> MigrationTaskSpec {
+    let key = key_of(mcm);
+    MigrationTaskSpec {
+        migration: mcm.name_any(),
+        migration_uid: mcm.uid(),
+        migration_namespace: mcm.namespace(),
+        bootstrap_secret_name: Some(names::migration_bootstrap_secret(&key)),
+        klusterlet_config_name: Some(names::migration_klusterlet_config(&key)),
+        key: Some(key),
+        role,
+        peer_hub: if role == MigrationRole::Source {
+            mcm.spec.to.clone()
+        } else {
+            mcm.spec.from.clone()
+        },
+        clusters,
+        stage,
+        max_concurrency: mcm.spec.max_concurrency,
+        max_failures: mcm.spec.max_failures,
+        lift_disable_auto_import: (role == MigrationRole::Source)
+            .then_some(mcm.spec.lift_disable_auto_import)
+            .flatten(),
+        ..Default::default()
+    }
+}
+
+/// Delivers a task (with the extra manifests before it) to one hub; returns its revision.
+pub(super) async fn deliver(
+    ctx: &Ctx,
+    m: &Migration,
+    role: MigrationRole,
+    manifests: Vec<Value>,
+    task_namespace: &str,
+) -> Result<String, Error> {
+    let revision = manifests
+        .iter()
+        .find(|o| o["kind"] == "MigrationTask")
+        .and_then(|o| o["spec"]["revision"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let work = mr::work(m, role, manifests, mr::task_feedback(m, task_namespace));
+    apply_work(ctx, &work).await?;
+    Ok(revision)
+}
+
+pub(super) fn shape_of(step: &Step) -> Shape {
+    Shape::from_delivery(
+        step.status
+            .bootstrap_delivery
+            .as_deref()
+            .unwrap_or_default(),
+    )
+}
+
+/// What the source receives in Deploying, for people.
+pub(super) fn delivered_what(step: &Step) -> &'static str {
+    match shape_of(step) {
+        Shape::ManifestWork => {
+            "bootstrap kubeconfig (configuring each Klusterlet through a ManifestWork)"
+        }
+        _ => "KlusterletConfig and bootstrap kubeconfig",
+    }
+}
+
+/// Tells a task how the bootstrap kubeconfig travels (the default, a current KlusterletConfig,
+/// is left unsaid; plain OCM has no KlusterletConfig).
+pub(super) fn set_delivery(task: &mut MigrationTaskSpec, shape: Shape) {
+    if shape != Shape::MultipleHubsConfig {
+        task.delivery = Some(shape.task_delivery());
+    }
+    if shape == Shape::ManifestWork {
+        task.klusterlet_config_name = None;
+    }
+}
+
+pub(super) fn non_empty(v: Vec<String>) -> Option<Vec<String>> {
+    (!v.is_empty()).then_some(v)
+}
+
+/// Delivers the target's part; returns its revision. `rbac`: the bootstrap identity may
+/// still register.
+pub(super) async fn deliver_target(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &Step,
+    stage: TaskStage,
+    rollback: Vec<String>,
+    rbac: bool,
+) -> Result<String, Error> {
+    let names = step.status.resolved_clusters.clone().unwrap_or_default();
+    let target_ns = addon_namespace(
+        hub_addon(ctx, &m.to, &ctx.config.addon_name)
+            .await?
+            .as_ref(),
+    );
+    let msa_ns = addon_namespace(hub_addon(ctx, &m.to, MSA_ADDON).await?.as_ref());
+    // What the clusters carry, from status (a migration validated by an older manager kept
+    // it in the target's task only).
+    let carry = match step.status.carry_over.clone() {
+        Some(c) => Some(c),
+        None => existing_work(ctx, m, MigrationRole::Target)
+            .await?
+            .as_ref()
+            .and_then(delivered_task)
+            .and_then(|t| t.carry_over),
+    };
+    // The target approves the CSRs of the clusters the source released, and of no other.
+    let released_now = if stage == TaskStage::Registering {
+        non_empty(released(&names, &step.states()))
+    } else {
+        None
+    };
+    let mut target = base_task(mcm, MigrationRole::Target, stage, names);
+    target.carry_over = carry;
+    target.bootstrap_user = Some(mr::bootstrap_user(m, &msa_ns));
+    target.rollback = non_empty(rollback);
+    target.released = released_now;
+    set_delivery(&mut target, shape_of(step));
+    // Where and how to reach the target, without the token: a plain OCM target makes the
+    // clusters that arrive a bootstrap kubeconfig of its own from it (cleanup may still have
+    // to settle one that arrived as Registering ended). The token never goes to the target.
+    if matches!(stage, TaskStage::Registering | TaskStage::Cleaning)
+        && let Some(kubeconfig) = bootstrap(ctx, m).await?
+    {
+        target.bootstrap_connection = Some(mr::without_credentials(&kubeconfig)?);
+    }
+    // The agent writes what it must while the work carries its grants; in Cleaning it also
+    // releases the works of the copies it removes.
+    let release = if stage == TaskStage::Cleaning {
+        target.rollback.clone().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let grants = agent_grants(ctx, &target, &[], &target_ns, release);
+    let mut manifests = mr::agent_grants(m, MigrationRole::Target, &grants)?;
+    manifests.extend(mr::target_manifests(
+        m,
+        &target_ns,
+        target,
+        rbac.then_some(msa_ns.as_str()),
+    )?);
+    deliver(ctx, m, MigrationRole::Target, manifests, &target_ns).await
+}
+
+/// What a task's hub agent may write for it ([`mr::AgentGrants`]): nothing while it validates
+/// (it only reads); then the task's clusters, on the target what they carry, and on the
+/// source the KlusterletConfigs it derives from the clusters' own (`source_carry`: the
+/// records the source reported).
+pub(super) fn agent_grants(
+    ctx: &Ctx,
+    task: &MigrationTaskSpec,
+    source_carry: &[CarriedCluster],
+    agent_namespace: &str,
+    release: Vec<String>,
+) -> mr::AgentGrants {
+    if task.stage == TaskStage::Validating {
+        return mr::AgentGrants::default();
+    }
+    let derived: BTreeSet<String> = match task.klusterlet_config_name.as_deref() {
+        Some(base) => source_carry
+            .iter()
+            .filter_map(|c| c.own_klusterlet_config.as_deref())
+            .map(|own| names::derived_klusterlet_config(base, Some(own)))
+            .collect(),
+        None => BTreeSet::new(),
+    };
+    let carry = task.carry_over.as_deref().unwrap_or_default();
+    let sets: BTreeSet<String> = carry.iter().filter_map(|c| c.cluster_set.clone()).collect();
+    let addons: BTreeSet<String> = carry
+        .iter()
+        .flat_map(|c| c.addons.iter().map(|a| a.name.clone()))
+        .collect();
+    mr::AgentGrants {
+        addon: ctx.config.addon_name.clone(),
+        agent_namespace: agent_namespace.to_owned(),
+        clusters: task.clusters.clone(),
+        sets: sets.into_iter().collect(),
+        addons: addons.into_iter().collect(),
+        klusterlet_configs: derived.into_iter().collect(),
+        release,
+    }
+}
+
+/// The source's part of a stage.
+#[derive(Default)]
+pub(super) struct SourcePart {
+    pub(super) released: Vec<String>,
+    pub(super) rollback: Vec<String>,
+    pub(super) detach: Vec<String>,
+}
+
+/// Delivers the source's part; returns its revision, or `None` when the bootstrap kubeconfig
+/// is needed (`need_bootstrap`) but its token is gone. Without the token the bootstrap secret
+/// and KlusterletConfig are left out (rollback and cleanup do not need them).
+pub(super) async fn deliver_source(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &Step,
+    stage: TaskStage,
+    part: SourcePart,
+    need_bootstrap: bool,
+) -> Result<Option<String>, Error> {
+    let names = step.status.resolved_clusters.clone().unwrap_or_default();
+    let source_ns = addon_namespace(
+        hub_addon(ctx, &m.from, &ctx.config.addon_name)
+            .await?
+            .as_ref(),
+    );
+    let kubeconfig = if source_carries_token(stage) {
+        bootstrap(ctx, m).await?
+    } else {
+        None
+    };
+    if need_bootstrap && kubeconfig.is_none() {
+        return Ok(None);
+    }
+    let mut source = base_task(mcm, MigrationRole::Source, stage, names);
+    source.released = non_empty(part.released);
+    source.rollback = non_empty(part.rollback);
+    source.detach = non_empty(part.detach);
+    let shape = shape_of(step);
+    set_delivery(&mut source, shape);
+    // Grants first, so that they are in place when the agent reads its task; in Cleaning the
+    // agent also releases the works of the clusters it detaches.
+    let release = source.detach.clone().unwrap_or_default();
+    let carried = step.status.carry_over.clone().unwrap_or_default();
+    let grants = agent_grants(ctx, &source, &carried, &source_ns, release);
+    let mut manifests = mr::agent_grants(m, MigrationRole::Source, &grants)?;
+    manifests.extend(mr::source_manifests(
+        m,
+        &source_ns,
+        source,
+        kubeconfig.as_deref().map(|k| (k, shape)),
+    )?);
+    Ok(Some(
+        deliver(ctx, m, MigrationRole::Source, manifests, &source_ns).await?,
+    ))
+}
+
+/// Whether the source's work carries the bootstrap token (its Secret, and the
+/// KlusterletConfig naming it): only while clusters may still switch to the target. From
+/// Rollbacking on every cluster either holds its own credentials on the target or goes back
+/// to the source, and the token stays on no hub longer than that.
+pub(super) fn source_carries_token(stage: TaskStage) -> bool {
+    matches!(stage, TaskStage::Deploying | TaskStage::Registering)
+}
+
+pub(super) fn err_suffix(e: Option<String>) -> String {
+    e.map(|e| format!(" (a work reports: {e})"))
+        .unwrap_or_default()
+}
+
+/// The bootstrap token's Secret is missing while a stage needs it: a moment's miss (the
+/// managed-serviceaccount addon re-creating or rotating it) is waited for, woken by the
+/// ManagedServiceAccount's status; only when it stays missing past the stage's timeout does
+/// the migration roll back.
+pub(super) fn token_missing(step: &mut Step, timeout: Duration, condition: &str) -> Action {
+    if remaining(step, timeout).is_none() {
+        step.rollback(
+            reasons::TIMEOUT,
+            "the bootstrap token's Secret stayed missing past the stage timeout",
+        );
+        return Action::requeue(Duration::from_millis(10));
+    }
+    step.condition(
+        condition,
+        "False",
+        reasons::WAITING,
+        "waiting for the bootstrap token's Secret (the managed-serviceaccount addon re-creates it)",
+    );
+    until(step, timeout)
+}

@@ -1,0 +1,216 @@
+//! What the manager reads of the hubs on the global hub: their addons, problems, proxy, and the bootstrap kubeconfig of the target.
+
+use super::*;
+
+pub(super) async fn hub_addon(
+    ctx: &Ctx,
+    hub: &str,
+    addon: &str,
+) -> Result<Option<ManagedClusterAddOn>, Error> {
+    let api: Api<ManagedClusterAddOn> = Api::namespaced(ctx.client.clone(), hub);
+    ignore_not_found(api.get(addon).await).map_err(ctx_err(format!(
+        "reading ManagedClusterAddOn {hub}/{addon}"
+    )))
+}
+
+/// Namespace an addon's agent runs in on its hub.
+pub(super) fn addon_namespace(mca: Option<&ManagedClusterAddOn>) -> String {
+    mca.and_then(|a| {
+        a.status
+            .as_ref()
+            .and_then(|s| s.namespace.clone())
+            .or_else(|| a.spec.install_namespace.clone())
+    })
+    .filter(|s| !s.is_empty())
+    .unwrap_or_else(|| DEFAULT_ADDON_INSTALL_NAMESPACE.into())
+}
+
+/// Why a hub cannot take part, if it cannot.
+pub(super) async fn hub_problem(
+    ctx: &Ctx,
+    hub: &str,
+    role: &str,
+    needs_msa: bool,
+) -> Result<Option<String>, Error> {
+    let clusters: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    let Some(mc) =
+        ignore_not_found(clusters.get(hub).await).map_err(ctx_err(format!("reading hub {hub}")))?
+    else {
+        return Ok(Some(format!(
+            "{role} hub {hub:?} is not a managed cluster of the global hub"
+        )));
+    };
+    let conds = mc
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    if !condition_is_true(conds, CLUSTER_AVAILABLE) {
+        return Ok(Some(format!(
+            "{role} hub {hub} is not Available on the global hub"
+        )));
+    }
+    let addon = &ctx.config.addon_name;
+    match hub_addon(ctx, hub, addon).await? {
+        None => {
+            return Ok(Some(format!(
+                "the {addon} addon is not enabled on {role} hub {hub} (create ManagedClusterAddOn {addon} in namespace {hub}, or `clusteradm addon enable --names {addon} --clusters {hub}`)"
+            )));
+        }
+        Some(a) => {
+            let conds = a
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_deref())
+                .unwrap_or_default();
+            if !condition_is_true(conds, AVAILABLE) {
+                return Ok(Some(format!(
+                    "the {addon} addon on {role} hub {hub} is not Available"
+                )));
+            }
+        }
+    }
+    if needs_msa {
+        if hub_addon(ctx, hub, MSA_ADDON).await?.is_none() {
+            return Ok(Some(format!(
+                "{role} hub {hub} has no {MSA_ADDON} addon: the migration's bootstrap identity is a ManagedServiceAccount"
+            )));
+        }
+        let has_url = mc
+            .spec
+            .managed_cluster_client_configs
+            .as_ref()
+            .is_some_and(|c| c.iter().any(|c| !c.url.is_empty()));
+        if !has_url {
+            return Ok(Some(format!(
+                "{role} hub {hub} reports no managedClusterClientConfigs: there is no API server URL to point the clusters at"
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// Who may move what (OCM's tenancy model, [`migration_api::tenancy`]): both hubs must belong
+/// to a ManagedClusterSet bound to the migration's namespace on the global hub, as they must
+/// for a Placement there to select them. (The source agent checks the clusters the same way on
+/// its hub.)
+pub(super) async fn hubs_forbidden(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+) -> Result<Option<String>, Error> {
+    let ns = mcm.namespace().unwrap_or_default();
+    let bound = migration_api::runtime::bound_cluster_sets(&ctx.client, &ns)
+        .await
+        .map_err(|(what, e)| Error::Kube(what, e))?;
+    let spec = mcm.effective_spec();
+    let clusters: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    let mut outside = Vec::new();
+    for hub in [&spec.from, &spec.to] {
+        let labels = ignore_not_found(clusters.get(hub).await)
+            .map_err(ctx_err(format!("reading hub {hub}")))?
+            .map(|mc| mc.labels().clone())
+            .unwrap_or_default();
+        if !migration_api::tenancy::admitted(&bound, &labels) {
+            outside.push(hub.as_str());
+        }
+    }
+    if outside.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "hub {} is in no ManagedClusterSet bound to namespace {ns}: a migration in {ns} may name only hubs a Placement in {ns} could select; bind a set that holds it (a ManagedClusterSetBinding in {ns}, e.g. `clusteradm clusterset bind global --namespace {ns}` on the global hub)",
+        outside.join(" and hub ")
+    )))
+}
+
+/// Why a hub cannot take part when its work agent was refused the migration's objects: it
+/// runs as `admin` plus the ClusterRoles labelled aggregate-to-work, and the addon's install
+/// brings the one for our kinds. Waiting would not help, so validation fails at once.
+pub fn work_agent_refused(addon: &str, hub: &str, apply_error: Option<&str>) -> Option<String> {
+    let e = apply_error?;
+    e.to_ascii_lowercase().contains("forbidden").then(|| {
+        format!(
+            "the work agent on hub {hub} may not apply the migration's objects ({e}); it needs the addon's ClusterRole open-cluster-management:{addon}:work (labelled open-cluster-management.io/aggregate-to-work), which the {addon} addon installs: re-enable or upgrade the addon on {hub}"
+        )
+    })
+}
+
+/// The target hub's proxy settings: the proxyConfig of the AddOnDeploymentConfig its
+/// cluster-migration addon uses.
+pub(super) async fn target_proxy(ctx: &Ctx, hub: &str) -> Result<Option<ProxyConfig>, Error> {
+    let Some(mca) = hub_addon(ctx, hub, &ctx.config.addon_name).await? else {
+        return Ok(None);
+    };
+    let Some(reference) = mca
+        .status
+        .as_ref()
+        .and_then(|s| s.config_references.as_ref())
+        .and_then(|r| r.iter().find(|c| c.resource == "addondeploymentconfigs"))
+    else {
+        return Ok(None);
+    };
+    let (name, ns) = match &reference.desired_config {
+        Some(d) => (d.name.clone(), d.namespace.clone()),
+        None => (reference.name.clone(), reference.namespace.clone()),
+    };
+    let api: Api<AddOnDeploymentConfig> =
+        Api::namespaced(ctx.client.clone(), &ns.unwrap_or_default());
+    Ok(ignore_not_found(api.get(&name).await)
+        .map_err(ctx_err(format!("reading AddOnDeploymentConfig {name}")))?
+        .and_then(|c| c.spec.proxy_config))
+}
+
+/// The target's bootstrap kubeconfig, once the ManagedServiceAccount has its token.
+pub(super) async fn bootstrap(ctx: &Ctx, m: &Migration) -> Result<Option<String>, Error> {
+    let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
+    let msa_name = names::migration_service_account(&m.key);
+    let Some(msa) = ignore_not_found(msas.get(&msa_name).await)
+        .map_err(ctx_err("reading the ManagedServiceAccount"))?
+    else {
+        return Ok(None);
+    };
+    let Some(secret_name) = msa.status.and_then(|s| s.token_secret_ref).map(|r| r.name) else {
+        return Ok(None);
+    };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &m.to);
+    let Some(secret) = ignore_not_found(secrets.get(&secret_name).await)
+        .map_err(ctx_err("reading the token secret"))?
+    else {
+        return Ok(None);
+    };
+    let data = secret.data.unwrap_or_default();
+    let Some(token) = data
+        .get("token")
+        .and_then(|t| String::from_utf8(t.0.clone()).ok())
+    else {
+        return Ok(None);
+    };
+    let hub = Api::<ManagedCluster>::all(ctx.client.clone())
+        .get(&m.to)
+        .await
+        .map_err(ctx_err(format!("reading target hub {}", m.to)))?;
+    let Some(client_config) = hub
+        .spec
+        .managed_cluster_client_configs
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| !c.url.is_empty())
+    else {
+        return Err(RenderError::Config(format!(
+            "target hub {} reports no managedClusterClientConfigs",
+            m.to
+        ))
+        .into());
+    };
+    let ca = client_config.ca_bundle.clone().or_else(|| {
+        data.get("ca.crt")
+            .map(|c| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &c.0))
+    });
+    let proxy = target_proxy(ctx, &m.to).await?;
+    Ok(Some(mr::bootstrap_kubeconfig(
+        &client_config.url,
+        ca.as_deref(),
+        &token,
+        proxy.as_ref(),
+    )?))
+}

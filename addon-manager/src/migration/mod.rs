@@ -1,0 +1,515 @@
+//! The migration controller: drives each ManagedClusterMigration through its phases.
+//!
+//! The manager never talks to a managed hub: each hub's part goes down as a MigrationTask
+//! inside the ManifestWork `migration-<name>-source` / `-target` and comes back through that
+//! work's status feedback (per-cluster states as one character each). Every decision is
+//! written to the migration's status before it is acted on, so a manager restarted at any
+//! moment continues where the last one stopped. Waits are watches (works, the
+//! ManagedServiceAccount, other migrations); stage timeouts are requeues at the deadline.
+//!
+//! Layout: this module holds the wiring (the controller, the reconcile, the status accumulator
+//! `Step`, the spec held once started); one module per phase (`pending`, `validating`,
+//! `initializing`, `deploying`, `registering`, `rollbacking`, `cleaning`) holds that
+//! phase's handler and its pure decisions; `hubs` reads the hubs, `feedback` decodes a
+//! task's report, `deliver` builds and sends each hub's work, `plan` writes a dry run's plan.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use migration_api::common::{Condition, condition_is_true, find_condition, now, set_condition};
+use migration_api::migration::{
+    CarriedCluster, ClusterCounts, ClusterState, ManagedClusterMigration,
+    ManagedClusterMigrationSpec, ManagedClusterMigrationStatus, MigrationPhase, MigrationPlan,
+    MigrationRole, MigrationTaskSpec, PlannedObject, TaskStage,
+};
+use migration_api::names::conditions::{
+    AVAILABLE, CLUSTER_AVAILABLE, CLUSTER_REGISTERED, MIGRATION_STARTED, RESOURCE_CLEANED,
+    RESOURCE_DEPLOYED, RESOURCE_INITIALIZED, RESOURCE_ROLLED_BACK, RESOURCE_VALIDATED,
+};
+use migration_api::names::{
+    self, DEFAULT_ADDON_INSTALL_NAMESPACE, conditions, finalizers, labels, reasons,
+};
+use migration_api::ocm::addon::{AddOnDeploymentConfig, ManagedClusterAddOn, ProxyConfig};
+use migration_api::ocm::cluster::ManagedCluster;
+use migration_api::ocm::msa::ManagedServiceAccount;
+use migration_api::ocm::work::ManifestWork;
+use migration_api::runtime::ignore_not_found;
+use serde_json::{Value, json};
+
+use crate::migration_render::{self as mr, Migration, Shape};
+use crate::render::RenderError;
+
+mod cleaning;
+mod deliver;
+mod deploying;
+mod feedback;
+mod hubs;
+mod initializing;
+mod pending;
+mod plan;
+mod registering;
+mod rollbacking;
+#[cfg(test)]
+mod tests;
+mod validating;
+
+use cleaning::*;
+use deliver::*;
+use deploying::*;
+use feedback::*;
+use hubs::*;
+use initializing::*;
+use pending::*;
+use plan::*;
+use registering::*;
+use rollbacking::*;
+use validating::*;
+
+/// Field manager of what the migration controller writes.
+pub const FIELD_MANAGER: &str = "cluster-migration-manager";
+/// The managed-serviceaccount addon a target hub must run.
+pub const MSA_ADDON: &str = "managed-serviceaccount";
+/// Name of the global hub in plans.
+pub const GLOBAL_HUB: &str = "global-hub";
+/// At most this many pre-created ManagedClusters are shown one by one in a plan.
+const PLAN_CLUSTER_OBJECTS: usize = 50;
+
+/// Settings of the migration controller.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Name of the addon whose agents carry out migrations.
+    pub addon_name: String,
+}
+
+struct Ctx {
+    client: Client,
+    config: Config,
+    recorder: Recorder,
+}
+
+/// Why a reconcile failed (it is retried).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}: {1}")]
+    Kube(String, #[source] kube::Error),
+    #[error(transparent)]
+    Render(#[from] RenderError),
+}
+
+fn ctx_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |e| Error::Kube(what, e)
+}
+
+/// Runs the controller until `stop` resolves.
+pub async fn run(
+    client: Client,
+    config: Config,
+    stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), kube::Error> {
+    let mcms: Api<ManagedClusterMigration> = Api::all(client.clone());
+    let owned = watcher::Config::default().labels(labels::MIGRATION);
+    let controller = Controller::new(mcms.clone(), watcher::Config::default());
+    let store = controller.store();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: None,
+        },
+    );
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        config,
+        recorder,
+    });
+    controller
+        .watches(
+            Api::<ManifestWork>::all(client.clone()),
+            owned.clone(),
+            owner_of,
+        )
+        .watches(
+            Api::<ManagedServiceAccount>::all(client.clone()),
+            owned,
+            owner_of,
+        )
+        // A migration waiting for another on the same hub pair starts when that one ends.
+        .watches(
+            mcms,
+            watcher::Config::default(),
+            move |changed: ManagedClusterMigration| {
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|m| phase(m) == MigrationPhase::Pending && m.uid() != changed.uid())
+                    .map(|m| ObjectRef::from_obj(&*m))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(stop)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "migration controller event");
+            }
+        })
+        .await;
+    Ok(())
+}
+
+fn owner_of<K: Resource>(obj: K) -> Option<ObjectRef<ManagedClusterMigration>> {
+    let l = obj.meta().labels.as_ref()?;
+    Some(ObjectRef::new(l.get(labels::MIGRATION)?).within(l.get(labels::MIGRATION_NAMESPACE)?))
+}
+
+fn error_policy(mcm: Arc<ManagedClusterMigration>, e: &Error, _: Arc<Ctx>) -> Action {
+    tracing::info!(migration = %mcm.name_any(), error = %e, "migration reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+fn phase(m: &ManagedClusterMigration) -> MigrationPhase {
+    m.status.as_ref().and_then(|s| s.phase).unwrap_or_default()
+}
+
+fn migration_of(mcm: &ManagedClusterMigration) -> Migration {
+    Migration {
+        name: mcm.name_any(),
+        namespace: mcm.namespace().unwrap_or_default(),
+        key: key_of(mcm),
+        token_validity: mcm.effective_spec().token_validity(),
+        from: mcm.spec.from.clone(),
+        to: mcm.spec.to.clone(),
+    }
+}
+
+/// The migration's key ([`names::migration_key`]).
+fn key_of(mcm: &ManagedClusterMigration) -> String {
+    names::migration_key(
+        &mcm.namespace().unwrap_or_default(),
+        &mcm.name_any(),
+        &mcm.uid().unwrap_or_default(),
+    )
+}
+
+/// The clusters a migration names (before validation) or resolved (after).
+fn clusters_of(mcm: &ManagedClusterMigration) -> Vec<String> {
+    mcm.status
+        .as_ref()
+        .and_then(|s| s.resolved_clusters.clone())
+        .or_else(|| mcm.effective_spec().included_managed_clusters.clone())
+        .unwrap_or_default()
+}
+
+/// What one reconcile changes: the new status and the events to publish.
+struct Step {
+    status: ManagedClusterMigrationStatus,
+    events: Vec<(EventType, String, String)>,
+    generation: Option<i64>,
+}
+
+impl Step {
+    fn conditions(&mut self) -> &mut Vec<Condition> {
+        self.status.conditions.get_or_insert_with(Vec::new)
+    }
+
+    fn condition(&mut self, type_: &str, status: &str, reason: &str, message: &str) {
+        let generation = self.generation;
+        set_condition(
+            self.conditions(),
+            type_,
+            status,
+            reason,
+            message,
+            generation,
+        );
+    }
+
+    fn enter(&mut self, next: MigrationPhase, why: &str) {
+        let from = self.status.phase.unwrap_or_default();
+        if from == next {
+            return;
+        }
+        self.status.phase = Some(next);
+        self.status.phase_start_time = Some(now());
+        if next.is_terminal() {
+            self.status.completion_time = Some(now());
+        }
+        let kind = if next == MigrationPhase::Failed || next == MigrationPhase::Rollbacking {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        self.events.push((
+            kind,
+            format!("{next:?}"),
+            format!("{from:?} -> {next:?}: {why}"),
+        ));
+    }
+
+    fn event(&mut self, kind: EventType, reason: &str, note: String) {
+        self.events.push((kind, reason.into(), note));
+    }
+
+    /// Fails the migration at validation: nothing was touched.
+    fn fail_validation(&mut self, reason: &str, message: &str) {
+        self.condition(RESOURCE_VALIDATED, "False", reason, message);
+        self.enter(MigrationPhase::Failed, message);
+    }
+
+    /// Starts rolling back, remembering why.
+    fn rollback(&mut self, reason: &str, message: &str) {
+        self.condition(RESOURCE_ROLLED_BACK, "False", reason, message);
+        // The first cause stands: what follows (the rollback's own progress, a timeout of it)
+        // reports on the condition, not here.
+        if self.status.rollback_cause.is_none() {
+            self.status.rollback_cause = Some(reason.to_owned());
+        }
+        self.enter(MigrationPhase::Rollbacking, message);
+    }
+
+    fn states(&self) -> Vec<ClusterState> {
+        let n = self.status.resolved_clusters.as_ref().map_or(0, Vec::len);
+        ClusterState::decode(self.status.cluster_states.as_deref().unwrap_or(""), n)
+    }
+
+    fn set_states(&mut self, states: &[ClusterState]) {
+        self.status.cluster_states = Some(ClusterState::encode(states));
+        let names = self.status.resolved_clusters.clone().unwrap_or_default();
+        self.status.clusters = Some(ClusterState::counts(states));
+        let failures = ClusterState::failures(&names, states);
+        self.status.failures = (!failures.is_empty()).then_some(failures);
+    }
+}
+
+async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let deleting = mcm.metadata.deletion_timestamp.is_some();
+    let current = phase(&mcm);
+    let has_finalizer = mcm
+        .finalizers()
+        .iter()
+        .any(|f| f == finalizers::MIGRATION_CLEANUP);
+    if !deleting && !current.is_terminal() && !has_finalizer {
+        set_finalizer(&ctx, &mcm, true).await?;
+        return Ok(Action::await_change());
+    }
+    let mut step = Step {
+        status: mcm.status.clone().unwrap_or_default(),
+        events: Vec::new(),
+        generation: mcm.metadata.generation,
+    };
+    step.status.observed_generation = mcm.metadata.generation;
+    let mcm = hold_spec(mcm, current, &mut step);
+    if deleting {
+        match current {
+            MigrationPhase::Pending | MigrationPhase::Validating => {
+                step.fail_validation(reasons::ERROR, "deleted before any cluster was touched");
+            }
+            MigrationPhase::Initializing
+            | MigrationPhase::Deploying
+            | MigrationPhase::Registering => {
+                step.rollback(
+                    "Deleted",
+                    "the migration was deleted in flight; rolling back first",
+                );
+            }
+            _ => {}
+        }
+    }
+    let m = migration_of(&mcm);
+    let action = match step.status.phase.unwrap_or_default() {
+        MigrationPhase::Pending => pending(&ctx, &mcm, &mut step).await?,
+        MigrationPhase::Validating => validating(&ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Initializing => initializing(&ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Deploying => deploying(&ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Registering => registering(&ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Rollbacking => rollbacking(&ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Cleaning => cleaning(&ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Completed | MigrationPhase::Failed => {
+            let clean = remove_everything(&ctx, &m).await?;
+            if clean && has_finalizer && step.status == mcm.status.clone().unwrap_or_default() {
+                set_finalizer(&ctx, &mcm, false).await?;
+            }
+            Action::await_change()
+        }
+    };
+    write_status(&ctx, &mcm, step).await?;
+    Ok(action)
+}
+
+/// The migration as its phases see it: past Pending, with the spec it started with
+/// (`status.acceptedSpec`; taken now if an older manager started it without one). An edit since
+/// is reported (condition `SpecAccepted` False, a Warning event once) and changes nothing.
+fn hold_spec(
+    mcm: Arc<ManagedClusterMigration>,
+    current: MigrationPhase,
+    step: &mut Step,
+) -> Arc<ManagedClusterMigration> {
+    if current == MigrationPhase::Pending {
+        return mcm;
+    }
+    let accepted = step
+        .status
+        .accepted_spec
+        .get_or_insert_with(|| mcm.spec.clone())
+        .clone();
+    let edited = spec_edits(&accepted, &mcm.spec);
+    let was_refused = step
+        .status
+        .conditions
+        .as_deref()
+        .and_then(|c| find_condition(c, conditions::SPEC_ACCEPTED))
+        .is_some_and(|c| c.status == "False");
+    if !edited.is_empty() {
+        let message = format!(
+            "the spec was edited after the migration started ({}); the edit is ignored: the migration goes on with the spec it started with (status.acceptedSpec). To move clusters elsewhere, create another migration",
+            edited.join(", ")
+        );
+        if !was_refused {
+            step.event(EventType::Warning, reasons::SPEC_IMMUTABLE, message.clone());
+        }
+        step.condition(
+            conditions::SPEC_ACCEPTED,
+            "False",
+            reasons::SPEC_IMMUTABLE,
+            &message,
+        );
+    } else if was_refused {
+        step.condition(
+            conditions::SPEC_ACCEPTED,
+            "True",
+            reasons::DONE,
+            "the spec is the one the migration started with",
+        );
+    }
+    if accepted == mcm.spec {
+        return mcm;
+    }
+    let mut held = (*mcm).clone();
+    held.spec = accepted;
+    Arc::new(held)
+}
+
+/// The top-level spec fields that differ between `accepted` and `now`.
+fn spec_edits(
+    accepted: &ManagedClusterMigrationSpec,
+    now: &ManagedClusterMigrationSpec,
+) -> Vec<String> {
+    let (a, b) = (
+        serde_json::to_value(accepted).unwrap_or_default(),
+        serde_json::to_value(now).unwrap_or_default(),
+    );
+    let empty = serde_json::Map::new();
+    let (a, b) = (
+        a.as_object().unwrap_or(&empty),
+        b.as_object().unwrap_or(&empty),
+    );
+    let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| match (a.get(k), b.get(k)) {
+            (Some(Value::String(x)), Some(Value::String(y))) => format!("{k}: {x} -> {y}"),
+            _ => k.clone(),
+        })
+        .collect()
+}
+
+async fn set_finalizer(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    present: bool,
+) -> Result<(), Error> {
+    let mut list: Vec<String> = mcm
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizers::MIGRATION_CLEANUP)
+        .cloned()
+        .collect();
+    if present {
+        list.push(finalizers::MIGRATION_CLEANUP.into());
+    }
+    let api: Api<ManagedClusterMigration> =
+        Api::namespaced(ctx.client.clone(), &mcm.namespace().unwrap_or_default());
+    let patch =
+        json!({"metadata": {"finalizers": list, "resourceVersion": mcm.resource_version()}});
+    match api
+        .patch(
+            &mcm.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(Error::Kube("updating the migration's finalizers".into(), e)),
+    }
+}
+
+async fn write_status(ctx: &Ctx, mcm: &ManagedClusterMigration, step: Step) -> Result<(), Error> {
+    let reference = mcm.object_ref(&());
+    if Some(&step.status) != mcm.status.as_ref() {
+        let api: Api<ManagedClusterMigration> =
+            Api::namespaced(ctx.client.clone(), &mcm.namespace().unwrap_or_default());
+        let patch =
+            json!({"metadata": {"resourceVersion": mcm.resource_version()}, "status": step.status});
+        match api
+            .patch_status(
+                &mcm.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => {}
+            // A newer version exists: its event brings us back with fresh state, and what
+            // this step decided is decided again.
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => return Ok(()),
+            Err(e) => return Err(Error::Kube("writing the migration's status".into(), e)),
+        }
+    }
+    for (type_, reason, note) in step.events.iter().take(25) {
+        let ev = Event {
+            type_: *type_,
+            reason: reason.clone(),
+            note: Some(note.clone()),
+            action: "Migrate".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+            tracing::debug!(error = %e, "publishing an event");
+        }
+        tracing::info!(migration = %mcm.name_any(), %reason, "{note}");
+    }
+    Ok(())
+}
+
+/// Time left before the current phase times out, or `None` when it has.
+fn remaining(step: &Step, timeout: Duration) -> Option<Duration> {
+    let started = step.status.phase_start_time.as_ref()?.0;
+    let elapsed = jiff::Timestamp::now().duration_since(started);
+    let elapsed = Duration::try_from(elapsed).unwrap_or_default();
+    timeout.checked_sub(elapsed).filter(|d| !d.is_zero())
+}
+
+/// Requeue at the phase deadline (the watches bring us back sooner when anything changes).
+fn until(step: &Step, timeout: Duration) -> Action {
+    Action::requeue(
+        remaining(step, timeout).unwrap_or(Duration::from_secs(1)) + Duration::from_millis(100),
+    )
+}
+
+fn stage_timeout(mcm: &ManagedClusterMigration) -> Duration {
+    mcm.spec
+        .stage_timeout()
+        .unwrap_or(migration_api::migration::DEFAULT_STAGE_TIMEOUT)
+}

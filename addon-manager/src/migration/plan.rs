@@ -1,0 +1,94 @@
+//! The dry run's plan.
+
+use super::*;
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn plan(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    clusters: &[String],
+    carry: &[CarriedCluster],
+    shape: Shape,
+    source_ns: &str,
+    target_ns: &str,
+) -> Result<MigrationPlan, Error> {
+    let wave = mcm
+        .spec
+        .max_concurrency
+        .map_or(clusters.len(), |c| c.max(1) as usize)
+        .max(1);
+    let waves = clusters.chunks(wave).map(<[String]>::to_vec).collect();
+    let hub = Api::<ManagedCluster>::all(ctx.client.clone())
+        .get(&m.to)
+        .await
+        .map_err(ctx_err("reading the target hub"))?;
+    let url = hub
+        .spec
+        .managed_cluster_client_configs
+        .unwrap_or_default()
+        .into_iter()
+        .next()
+        .map(|c| (c.url, c.ca_bundle));
+    let (server, ca) = url.unwrap_or_default();
+    let proxy = target_proxy(ctx, &m.to).await?;
+    let kubeconfig =
+        mr::bootstrap_kubeconfig(&server, ca.as_deref(), mr::REDACTED, proxy.as_ref())?;
+    let msa_ns = addon_namespace(hub_addon(ctx, &m.to, MSA_ADDON).await?.as_ref());
+    let mut source = base_task(
+        mcm,
+        MigrationRole::Source,
+        TaskStage::Registering,
+        clusters.to_vec(),
+    );
+    source.released = Some(clusters.to_vec());
+    set_delivery(&mut source, shape);
+    let mut target = base_task(
+        mcm,
+        MigrationRole::Target,
+        TaskStage::Registering,
+        clusters.to_vec(),
+    );
+    target.carry_over = Some(carry.to_vec());
+    target.bootstrap_user = Some(mr::bootstrap_user(m, &msa_ns));
+    target.released = Some(clusters.to_vec());
+    target.bootstrap_connection = Some(mr::without_credentials(&kubeconfig)?);
+    set_delivery(&mut target, shape);
+    let mut objects = vec![planned(GLOBAL_HUB, &m.service_account())];
+    for o in mr::source_manifests(m, source_ns, source, Some((&kubeconfig, shape)))? {
+        objects.push(planned(&m.from, &mr::redact(&o)));
+    }
+    for o in mr::target_manifests(m, target_ns, target, Some(&msa_ns))? {
+        objects.push(planned(&m.to, &mr::redact(&o)));
+    }
+    for c in carry.iter().take(PLAN_CLUSTER_OBJECTS) {
+        let mut labels = c.labels.clone();
+        if let Some(set) = &c.cluster_set {
+            labels.insert(labels::CLUSTER_SET.into(), set.clone());
+        }
+        objects.push(planned(
+            &m.to,
+            &json!({
+                "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+                "metadata": {"name": c.name, "labels": labels},
+                "spec": {"hubAcceptsClient": true}
+            }),
+        ));
+    }
+    Ok(MigrationPlan {
+        clusters: clusters.to_vec(),
+        waves,
+        objects,
+    })
+}
+
+pub(super) fn planned(hub: &str, o: &Value) -> PlannedObject {
+    PlannedObject {
+        hub: hub.into(),
+        api_version: o["apiVersion"].as_str().unwrap_or_default().into(),
+        kind: o["kind"].as_str().unwrap_or_default().into(),
+        namespace: o["metadata"]["namespace"].as_str().map(str::to_owned),
+        name: o["metadata"]["name"].as_str().unwrap_or_default().into(),
+        object: Some(o.clone()),
+    }
+}

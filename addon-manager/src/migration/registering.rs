@@ -1,0 +1,259 @@
+//! Registering: clusters released in waves, admitted by the target.
+
+use super::*;
+
+/// The outcome of one Registering step.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Clusters are still switching or waiting.
+    Running,
+    /// Every cluster is registered on the target.
+    Done,
+    /// Nothing more can happen: some clusters must be rolled back.
+    Stuck,
+}
+
+/// Advances the manager's per-cluster states from the hubs' reports and releases the next
+/// clusters (a sliding window of `max_concurrency`; no new release once failures exceed
+/// `max_failures`). Pure, so the wave logic is unit-tested.
+pub fn advance(
+    states: &mut [ClusterState],
+    source: Option<&[ClusterState]>,
+    target: Option<&[ClusterState]>,
+    max_concurrency: usize,
+    max_failures: usize,
+) -> Progress {
+    for (i, s) in states.iter_mut().enumerate() {
+        let t = target.map(|t| t[i]);
+        let src = source.map(|s| s[i]);
+        match (*s, t) {
+            (ClusterState::Available, _) => {}
+            (_, Some(ClusterState::Available)) => *s = ClusterState::Available,
+            (_, Some(ClusterState::Refused)) => *s = ClusterState::Refused,
+            // Admitted by the target (its klusterlet joined there): recorded, so that a
+            // rollback without the target's word never takes it back behind its back.
+            (ClusterState::Switching, Some(ClusterState::Joined)) => *s = ClusterState::Joined,
+            (
+                ClusterState::Switching
+                | ClusterState::Joined
+                | ClusterState::Refused
+                | ClusterState::NotFound,
+                _,
+            ) => {}
+            _ => {
+                if let Some(src) = src
+                    && matches!(
+                        src,
+                        ClusterState::Waiting
+                            | ClusterState::Ready
+                            | ClusterState::Blocked
+                            | ClusterState::NotFound
+                    )
+                {
+                    *s = src;
+                }
+            }
+        }
+    }
+    let failed = states.iter().filter(|s| s.failure().is_some()).count();
+    let mut in_flight = states.iter().filter(|s| s.in_flight()).count();
+    if failed <= max_failures {
+        for s in states.iter_mut() {
+            if in_flight >= max_concurrency.max(1) {
+                break;
+            }
+            if *s == ClusterState::Ready {
+                *s = ClusterState::Switching;
+                in_flight += 1;
+            }
+        }
+    }
+    if states.iter().all(|s| *s == ClusterState::Available) {
+        return Progress::Done;
+    }
+    let waiting = states.iter().any(|s| s.in_flight());
+    let may_release = failed <= max_failures
+        && states.iter().any(|s| {
+            matches!(
+                s,
+                ClusterState::Ready
+                    | ClusterState::Waiting
+                    | ClusterState::Valid
+                    | ClusterState::Blocked
+                    | ClusterState::Pending
+            )
+        });
+    if waiting || may_release {
+        Progress::Running
+    } else {
+        Progress::Stuck
+    }
+}
+
+/// A Warning event (`reason`) for each cluster that failed between `before` and `after`.
+pub(super) fn warn_new_failures(
+    step: &mut Step,
+    names: &[String],
+    before: &[ClusterState],
+    after: &[ClusterState],
+    reason: &str,
+) {
+    for ((name, b), a) in names.iter().zip(before).zip(after) {
+        if let Some((_, why)) = a.failure()
+            && b.failure().is_none()
+        {
+            step.event(EventType::Warning, reason, format!("{name} {why}"));
+        }
+    }
+}
+
+pub(super) fn released(names: &[String], states: &[ClusterState]) -> Vec<String> {
+    names
+        .iter()
+        .zip(states)
+        .filter(|(_, s)| {
+            matches!(
+                s,
+                ClusterState::Switching
+                    | ClusterState::Joined
+                    | ClusterState::Available
+                    | ClusterState::Refused
+            )
+        })
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+pub(super) async fn registering(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &mut Step,
+) -> Result<Action, Error> {
+    let names = step.status.resolved_clusters.clone().unwrap_or_default();
+    let mut states = step.states();
+    // Deliver what the status says (the release list), then read the reports on it. The
+    // target hears of a release first: the source lets a cluster go only once the target has
+    // reported on a revision that lists it (and so has recorded when it was released, the
+    // earliest its bootstrap CSR may be asked for); until then the source keeps what it had.
+    let tgt_rev = deliver_target(ctx, mcm, m, step, TaskStage::Registering, vec![], true).await?;
+    let (target, _) = report(ctx, m, MigrationRole::Target, &tgt_rev).await?;
+    let release = if target.is_some() {
+        released(&names, &states)
+    } else {
+        // The target is silent: release no more than was released; if the source's work is
+        // gone, what status records as in flight.
+        existing_work(ctx, m, MigrationRole::Source)
+            .await?
+            .as_ref()
+            .and_then(delivered_task)
+            .filter(|t| t.stage == TaskStage::Registering)
+            .and_then(|t| t.released)
+            .unwrap_or_else(|| {
+                names
+                    .iter()
+                    .zip(&states)
+                    .filter(|(_, s)| s.in_flight())
+                    .map(|(n, _)| n.clone())
+                    .collect()
+            })
+    };
+    let part = SourcePart {
+        released: release,
+        ..Default::default()
+    };
+    let Some(src_rev) =
+        deliver_source(ctx, mcm, m, step, TaskStage::Registering, part, true).await?
+    else {
+        let timeout = mcm
+            .spec
+            .registering_timeout()
+            .unwrap_or(migration_api::migration::DEFAULT_REGISTERING_TIMEOUT);
+        return Ok(token_missing(step, timeout, CLUSTER_REGISTERED));
+    };
+    let (source, _) = report(ctx, m, MigrationRole::Source, &src_rev).await?;
+    let before = states.clone();
+    let max_conc = mcm
+        .spec
+        .max_concurrency
+        .map_or(names.len(), |c| c.max(1) as usize);
+    let max_fail = mcm.spec.max_failures.unwrap_or(0).max(0) as usize;
+    let progress = advance(
+        &mut states,
+        source.as_ref().map(|f| f.states(names.len())).as_deref(),
+        target.as_ref().map(|f| f.states(names.len())).as_deref(),
+        max_conc,
+        max_fail,
+    );
+    warn_new_failures(step, &names, &before, &states, "ClusterFailed");
+    step.set_states(&states);
+    let c = ClusterState::counts(&states);
+    let timeout = mcm
+        .spec
+        .registering_timeout()
+        .unwrap_or(migration_api::migration::DEFAULT_REGISTERING_TIMEOUT);
+    match progress {
+        Progress::Done => {
+            step.condition(
+                CLUSTER_REGISTERED,
+                "True",
+                reasons::DONE,
+                &format!("all {} clusters are Available on {}", c.total, m.to),
+            );
+            step.enter(
+                MigrationPhase::Cleaning,
+                "every cluster registered on the target",
+            );
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+        Progress::Stuck => {
+            let msg = format!(
+                "{} of {} clusters registered; {} failed",
+                c.registered, c.total, c.failed
+            );
+            step.condition(CLUSTER_REGISTERED, "False", "PartiallyRegistered", &msg);
+            let reason = if c.failed as usize > max_fail {
+                "FailureBudgetExceeded"
+            } else {
+                "Refused"
+            };
+            step.rollback(
+                reason,
+                &format!("{msg}; rolling back the clusters that did not arrive"),
+            );
+            return Ok(Action::requeue(Duration::from_millis(10)));
+        }
+        Progress::Running => {}
+    }
+    if remaining(step, timeout).is_none() {
+        let msg = format!(
+            "{} of {} clusters registered within {}",
+            c.registered,
+            c.total,
+            mcm.spec.registering_timeout.as_deref().unwrap_or("12m")
+        );
+        step.condition(CLUSTER_REGISTERED, "False", reasons::TIMEOUT, &msg);
+        step.rollback(reasons::TIMEOUT, &format!("{msg}; rolling back the others"));
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    let blocked = states
+        .iter()
+        .filter(|s| **s == ClusterState::Blocked)
+        .count();
+    let mut msg = format!(
+        "{} of {} clusters registered on {}, {} switching",
+        c.registered, c.total, m.to, c.switching
+    );
+    if blocked > 0 {
+        msg.push_str(&format!(
+            ", {blocked} held by the {} annotation",
+            names::annotations::BLOCK_MOVE
+        ));
+    }
+    step.condition(CLUSTER_REGISTERED, "False", reasons::WAITING, &msg);
+    if states != before {
+        // The status goes first; the next reconcile delivers the new release list.
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    Ok(until(step, timeout))
+}
