@@ -101,23 +101,32 @@ mod tests {
         }
     }
 
+    fn t(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    type Case<'a> = (
+        &'a str,
+        Option<Timestamp>,
+        ClusterState,
+        Vec<Request<'a>>,
+        Timestamp,
+        Option<&'a str>,
+    );
+
+    fn check(cases: &[Case]) {
+        for (what, released, state, requests, at, want) in cases {
+            assert_eq!(approve(*released, *state, requests, *at), *want, "{what}");
+        }
+    }
+
     #[test]
-    fn approval_table() {
-        let t = |s: &str| s.parse::<Timestamp>().unwrap();
+    fn approval_needs_the_release_and_a_cluster_not_joined_yet() {
         let early = t("2026-01-01T00:00:00Z");
         let late = t("2026-01-01T00:01:00Z");
         let now = t("2026-01-01T00:01:30Z");
-        let much_later = t("2026-01-01T00:05:00Z");
-        type Case<'a> = (
-            &'a str,
-            Option<Timestamp>,
-            ClusterState,
-            Vec<Request<'a>>,
-            Timestamp,
-            Option<&'a str>,
-        );
         let rel = Some(t("2025-12-31T23:59:00Z"));
-        let cases: Vec<Case> = vec![
+        check(&[
             (
                 "released, one pending",
                 rel,
@@ -158,6 +167,34 @@ mod tests {
                 now,
                 None,
             ),
+            (
+                "asked before the release (while held): never",
+                Some(late),
+                Created,
+                vec![r("a", early, Pending)],
+                now,
+                None,
+            ),
+            (
+                "asked in the second of the release",
+                Some(t("2026-01-01T00:01:00.700Z")),
+                Created,
+                vec![r("a", early, Pending), r("b", late, Pending)],
+                now,
+                Some("b"),
+            ),
+            ("nothing pending", rel, Created, vec![], now, None),
+        ]);
+    }
+
+    #[test]
+    fn approval_happens_once_unless_that_join_failed() {
+        let early = t("2026-01-01T00:00:00Z");
+        let late = t("2026-01-01T00:01:00Z");
+        let now = t("2026-01-01T00:01:30Z");
+        let much_later = t("2026-01-01T00:05:00Z");
+        let rel = Some(t("2025-12-31T23:59:00Z"));
+        check(&[
             (
                 "one approved already",
                 rel,
@@ -206,26 +243,6 @@ mod tests {
                 now,
                 None,
             ),
-            (
-                "asked before the release (while held): never",
-                Some(late),
-                Created,
-                vec![r("a", early, Pending)],
-                now,
-                None,
-            ),
-            (
-                "asked in the second of the release",
-                Some(t("2026-01-01T00:01:00.700Z")),
-                Created,
-                vec![r("a", early, Pending), r("b", late, Pending)],
-                now,
-                Some("b"),
-            ),
-            ("nothing pending", rel, Created, vec![], now, None),
-        ];
-        for (what, released, state, requests, at, want) in &cases {
-            assert_eq!(approve(*released, *state, requests, *at), *want, "{what}");
-        }
+        ]);
     }
 }

@@ -144,27 +144,13 @@ pub fn rollout(r: &Recorded, o: &Observed) -> Rollout {
         && o.lease_ok
         && o.running.is_some_and(|(_, ok)| ok)
         && image_tag == Some(target);
-    let started_ago = if new_rollout {
-        Some(Duration::ZERO)
-    } else {
-        r.rollout_started
-            .as_deref()
-            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-            .map(|t| {
-                let d = o.now.duration_since(t);
-                Duration::from_secs_f64(d.as_secs_f64().max(0.0))
-            })
-    };
+    let started_ago = started_ago(r, o.now, new_rollout);
     let previous = if new_rollout {
         r.last_good.as_deref()
     } else {
         r.previous.as_deref()
     };
-    let change = match previous {
-        Some(p) if p != target => format!("upgrade from {p} to {target}"),
-        Some(_) => format!("redeploy of {target}"),
-        None => format!("install of {target}"),
-    };
+    let change = change_of(previous, target);
     let completed = r.rollout_completed.clone().unwrap_or_else(|| now.clone());
     if up && (r.last_good.as_deref() != Some(target) || r.rollout_completed.is_none()) {
         notes.insert(ann::AGENT_LAST_GOOD_VERSION, Some(target.to_owned()));
@@ -173,24 +159,7 @@ pub fn rollout(r: &Recorded, o: &Observed) -> Rollout {
     let deadline = humantime(o.deadline);
     let mut requeue = None;
     let (progressing, degraded) = if r.failed.as_deref() == Some(o.desired) && o.desired != target {
-        // Rolled back.
-        let f = o.desired;
-        (
-            cond(
-                "False",
-                FAILED,
-                format!(
-                    "agent {f} did not become available within {deadline}; rolled back to {target}"
-                ),
-            ),
-            Some(cond(
-                "True",
-                "UpgradeFailed",
-                format!(
-                    "running {target} instead of the desired {f}; point AGENT_VERSION elsewhere to retry"
-                ),
-            )),
-        )
+        rolled_back(o.desired, target, &deadline)
     } else if target != o.desired && !o.config_refused && !o.may_start {
         (
             cond(
@@ -231,28 +200,7 @@ pub fn rollout(r: &Recorded, o: &Observed) -> Rollout {
     } else {
         let elapsed = started_ago.unwrap_or_default();
         if elapsed > o.deadline && r.last_good.as_deref() != Some(target) {
-            let back = r.last_good.as_deref().filter(|g| *g != target);
-            if back.is_some() {
-                // Recording the failure changes the ManagedClusterAddOn, and that event brings
-                // the reconcile that renders the rollback.
-                notes.insert(ann::AGENT_FAILED_VERSION, Some(target.to_owned()));
-            }
-            (
-                cond(
-                    "False",
-                    FAILED,
-                    format!(
-                        "agent {target} did not become available within {deadline} ({change}); {}",
-                        back.map(|g| format!("rolling back to {g}"))
-                            .unwrap_or_else(|| "no earlier version to roll back to".into())
-                    ),
-                ),
-                Some(cond(
-                    "True",
-                    "UpgradeFailed",
-                    format!("agent {target} is not available"),
-                )),
-            )
+            past_deadline(r, target, &change, &deadline, &mut notes)
         } else {
             if let Some(left) = o.deadline.checked_sub(elapsed) {
                 requeue = Some(left + Duration::from_millis(200));
@@ -279,6 +227,78 @@ pub fn rollout(r: &Recorded, o: &Observed) -> Rollout {
         up,
         requeue,
     }
+}
+
+/// The conditions of a hub rolled back from the failed version `f` to `target`.
+fn rolled_back(f: &str, target: &str, deadline: &str) -> (Cond, Option<Cond>) {
+    (
+        cond(
+            "False",
+            FAILED,
+            format!(
+                "agent {f} did not become available within {deadline}; rolled back to {target}"
+            ),
+        ),
+        Some(cond(
+            "True",
+            "UpgradeFailed",
+            format!(
+                "running {target} instead of the desired {f}; point AGENT_VERSION elsewhere to retry"
+            ),
+        )),
+    )
+}
+
+/// How long ago the current rollout started (`None`: not recorded).
+fn started_ago(r: &Recorded, now: jiff::Timestamp, new_rollout: bool) -> Option<Duration> {
+    if new_rollout {
+        return Some(Duration::ZERO);
+    }
+    let t: jiff::Timestamp = r.rollout_started.as_deref()?.parse().ok()?;
+    let d = now.duration_since(t);
+    Some(Duration::from_secs_f64(d.as_secs_f64().max(0.0)))
+}
+
+/// The change a rollout to `target` makes, from the version that ran before it.
+fn change_of(previous: Option<&str>, target: &str) -> String {
+    match previous {
+        Some(p) if p != target => format!("upgrade from {p} to {target}"),
+        Some(_) => format!("redeploy of {target}"),
+        None => format!("install of {target}"),
+    }
+}
+
+/// The conditions of a rollout of `target` past its deadline (`deadline`, as written); records
+/// the failure in `notes` when there is a last good version to roll back to.
+fn past_deadline(
+    r: &Recorded,
+    target: &str,
+    change: &str,
+    deadline: &str,
+    notes: &mut BTreeMap<&'static str, Option<String>>,
+) -> (Cond, Option<Cond>) {
+    let back = r.last_good.as_deref().filter(|g| *g != target);
+    if back.is_some() {
+        // Recording the failure changes the ManagedClusterAddOn, and that event brings the
+        // reconcile that renders the rollback.
+        notes.insert(ann::AGENT_FAILED_VERSION, Some(target.to_owned()));
+    }
+    (
+        cond(
+            "False",
+            FAILED,
+            format!(
+                "agent {target} did not become available within {deadline} ({change}); {}",
+                back.map(|g| format!("rolling back to {g}"))
+                    .unwrap_or_else(|| "no earlier version to roll back to".into())
+            ),
+        ),
+        Some(cond(
+            "True",
+            "UpgradeFailed",
+            format!("agent {target} is not available"),
+        )),
+    )
 }
 
 #[cfg(test)]

@@ -8,15 +8,6 @@ pub(super) async fn cleaning(
     m: &Migration,
     step: &mut Step,
 ) -> Result<Action, Error> {
-    let names = step.status.resolved_clusters.clone().unwrap_or_default();
-    let mut states = step.states();
-    // Whatever did not arrive goes back, and so does a cluster the target lost since.
-    let rollback: Vec<String> = names
-        .iter()
-        .zip(&states)
-        .filter(|(_, s)| !s.arrived())
-        .map(|(n, _)| n.clone())
-        .collect();
     // The hubs' part is recorded as done (reason `Removing`) before the works are removed, so
     // that a work gone afterwards is not taken for one still to deliver.
     let hubs_done = step
@@ -26,163 +17,213 @@ pub(super) async fn cleaning(
         .and_then(|c| find_condition(c, RESOURCE_CLEANED))
         .is_some_and(|c| c.reason == reasons::REMOVING);
     if touched(&step.status) && !hubs_done {
-        let tgt = deliver_target(
-            ctx,
-            mcm,
-            m,
-            step,
-            TaskStage::Cleaning,
-            rollback.clone(),
-            false,
-        )
-        .await?;
-        // Before the source lets go of a cluster that arrived, the target says again that it
-        // has it; the verdict goes into status before the source hears of it.
-        let (target, _) = report(ctx, m, MigrationRole::Target, &tgt).await?;
-        let before = states.clone();
-        recheck_arrived(
-            &mut states,
-            target.as_ref().map(|f| f.states(names.len())).as_deref(),
-            remaining(step, stage_timeout(mcm)).is_none(),
-        );
-        if states != before {
-            warn_new_failures(step, &names, &before, &states, "ClusterLost");
-            step.set_states(&states);
-            return Ok(Action::requeue(Duration::from_millis(10)));
-        }
-        let detach: Vec<String> = names
-            .iter()
-            .zip(&states)
-            .filter(|(_, s)| **s == ClusterState::Moved)
-            .map(|(n, _)| n.clone())
-            .collect();
-        let unconfirmed = states
-            .iter()
-            .filter(|s| **s == ClusterState::Available)
-            .count();
-        let part = SourcePart {
-            rollback: rollback.clone(),
-            detach: detach.clone(),
-            ..Default::default()
-        };
-        let src = deliver_source(ctx, mcm, m, step, TaskStage::Cleaning, part, false)
-            .await?
-            .unwrap_or_default();
-        let (source, _) = report(ctx, m, MigrationRole::Source, &src).await?;
-        mark_rolled_back(&mut states, source.as_ref());
-        step.set_states(&states);
-        let done = unconfirmed == 0
-            && source.as_ref().is_some_and(Feedback::succeeded)
-            && target.as_ref().is_some_and(Feedback::succeeded);
-        if target.is_none() && !rollback.is_empty() {
-            // Only the target can remove its pre-created copies of the clusters that did not
-            // arrive; its work stays until it has (an unreachable hub gets no deadline here).
-            step.condition(
-                RESOURCE_CLEANED,
-                "False",
-                reasons::WAITING,
-                &format!(
-                    "waiting for {} to answer: it must remove its pre-created copies of {} clusters that did not arrive",
-                    m.to,
-                    rollback.len()
-                ),
-            );
-            return Ok(Action::requeue(stage_timeout(mcm)));
-        }
-        if !done {
-            // Never given up on: removing the works and the token without the hubs' word could
-            // leave a cluster refused by its source or moved but still listed there. A later
-            // answer finishes the job; past the stage timeout the condition says so.
-            let late = remaining(step, stage_timeout(mcm)).is_none();
-            let silent: Vec<&str> = [(&m.from, source.is_none()), (&m.to, target.is_none())]
-                .into_iter()
-                .filter(|(_, s)| *s)
-                .map(|(h, _)| h.as_str())
-                .collect();
-            let mut msg = format!(
-                "waiting for {} to detach {} moved clusters and take back {}",
-                m.from,
-                detach.len(),
-                rollback.len()
-            );
-            if unconfirmed > 0 {
-                msg.push_str(&format!(
-                    "; {unconfirmed} arrived clusters are not Available on {} now, and are detached once they are",
-                    m.to
-                ));
-            }
-            if !silent.is_empty() {
-                msg.push_str(&format!("; no answer from {}", silent.join(" and ")));
-            }
-            if late {
-                msg.push_str(" (past the stage timeout: the migration's objects stay until the hubs confirm)");
-            }
-            step.condition(
-                RESOURCE_CLEANED,
-                "False",
-                if late {
-                    reasons::TIMEOUT
-                } else {
-                    reasons::WAITING
-                },
-                &msg,
-            );
-            return Ok(if late {
-                Action::requeue(stage_timeout(mcm))
-            } else {
-                until(step, stage_timeout(mcm))
-            });
-        }
-        step.condition(
-            RESOURCE_CLEANED,
-            "False",
-            reasons::REMOVING,
-            "the hubs are done; removing the migration's objects",
-        );
-        return Ok(Action::requeue(Duration::from_millis(10)));
+        return hubs_clean(ctx, mcm, m, step).await;
     }
     // Works first (their objects go with them), and the bootstrap credentials last.
     if !remove_everything(ctx, m).await? {
-        step.condition(
-            RESOURCE_CLEANED,
-            "False",
-            reasons::REMOVING,
-            "waiting for the hubs to remove the migration's objects",
-        );
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return Ok(step.settle(Outcome::Wait(
+            Said::no(
+                RESOURCE_CLEANED,
+                reasons::REMOVING,
+                "waiting for the hubs to remove the migration's objects",
+            ),
+            Wake::After(Duration::from_secs(1)),
+        )));
     }
-    let c = ClusterState::counts(&states);
-    step.condition(
-        RESOURCE_CLEANED,
-        "True",
-        reasons::DONE,
-        &format!(
-            "temporary objects removed from {} and {}; bootstrap ServiceAccount revoked",
-            m.from, m.to
-        ),
-    );
     let rolled_back_cleanly = step
         .status
         .conditions
         .as_deref()
         .and_then(|cs| find_condition(cs, RESOURCE_ROLLED_BACK))
         .is_none_or(|c| c.status == "True");
+    let counts = ClusterState::counts(&step.states());
     let max_fail = mcm.spec.max_failures.unwrap_or(0).max(0) as usize;
-    // The counts keep each cluster's last state (a refused cluster stays "failed"), so the
-    // ones that stayed are the ones that did not move.
-    let not_moved = (c.total - c.registered).max(0) as usize;
-    let summary = format!(
-        "{} of {} clusters moved from {} to {}; {not_moved} stayed on {}",
-        c.registered, c.total, m.from, m.to, m.from
-    );
     let end = verdict(
         step.status.rollback_cause.as_deref(),
         rolled_back_cleanly,
-        &c,
+        &counts,
         max_fail,
     );
-    step.enter(end, &summary);
-    Ok(Action::requeue(Duration::from_millis(10)))
+    Ok(step.settle(finished(end, &counts, m)))
+}
+
+/// The hubs' part of Cleaning: the target confirms what arrived, the source detaches it and
+/// takes back the rest.
+async fn hubs_clean(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &mut Step,
+) -> Result<Action, Error> {
+    let names = step.status.resolved_clusters.clone().unwrap_or_default();
+    let mut states = step.states();
+    // Whatever did not arrive goes back, and so does a cluster the target lost since.
+    let rollback: Vec<String> = names
+        .iter()
+        .zip(&states)
+        .filter(|(_, s)| !s.arrived())
+        .map(|(n, _)| n.clone())
+        .collect();
+    let tgt = deliver_target(
+        ctx,
+        mcm,
+        m,
+        step,
+        TaskStage::Cleaning,
+        rollback.clone(),
+        false,
+    )
+    .await?;
+    // Before the source lets go of a cluster that arrived, the target says again that it
+    // has it; the verdict goes into status before the source hears of it.
+    let (target, _) = report(ctx, m, MigrationRole::Target, &tgt).await?;
+    let before = states.clone();
+    let late = remaining(step, stage_timeout(mcm)).is_none();
+    recheck_arrived(
+        &mut states,
+        target.as_ref().map(|f| f.states(names.len())).as_deref(),
+        late,
+    );
+    if states != before {
+        warn_new_failures(step, &names, &before, &states, "ClusterLost");
+        step.set_states(&states);
+        return Ok(Action::requeue(Duration::from_millis(10)));
+    }
+    let detach: Vec<String> = names
+        .iter()
+        .zip(&states)
+        .filter(|(_, s)| **s == ClusterState::Moved)
+        .map(|(n, _)| n.clone())
+        .collect();
+    let part = SourcePart {
+        rollback: rollback.clone(),
+        detach: detach.clone(),
+        ..Default::default()
+    };
+    let src = deliver_source(ctx, mcm, m, step, TaskStage::Cleaning, part, false)
+        .await?
+        .unwrap_or_default();
+    let (source, _) = report(ctx, m, MigrationRole::Source, &src).await?;
+    mark_rolled_back(&mut states, source.as_ref());
+    step.set_states(&states);
+    let seen = Cleaned {
+        rollback: rollback.len(),
+        detach: detach.len(),
+        unconfirmed: states
+            .iter()
+            .filter(|s| **s == ClusterState::Available)
+            .count(),
+        source: source.as_ref().map(Feedback::succeeded),
+        target: target.as_ref().map(Feedback::succeeded),
+        late,
+        timeout: stage_timeout(mcm),
+    };
+    Ok(step.settle(seen.outcome(&m.from, &m.to)))
+}
+
+/// What the hubs' part of Cleaning saw.
+#[derive(Clone, Debug)]
+pub(super) struct Cleaned {
+    /// Clusters the source takes back, and moved clusters it detaches.
+    pub(super) rollback: usize,
+    pub(super) detach: usize,
+    /// Arrived clusters the target has not confirmed yet.
+    pub(super) unconfirmed: usize,
+    /// Each hub's answer: `None` when it did not answer, else whether it is done.
+    pub(super) source: Option<bool>,
+    pub(super) target: Option<bool>,
+    /// Past the stage timeout.
+    pub(super) late: bool,
+    pub(super) timeout: Duration,
+}
+
+impl Cleaned {
+    /// The hubs' part of Cleaning: done once both hubs are and every arrived cluster is
+    /// confirmed (the removal follows); never given up on: removing the works and the token
+    /// without the hubs' word could leave a cluster refused by its source or moved but still
+    /// listed there, so a silent hub is waited for (and past the stage timeout the condition
+    /// says so), and a later answer finishes the job.
+    pub(super) fn outcome(&self, from: &str, to: &str) -> Outcome {
+        if self.target.is_none() && self.rollback > 0 {
+            // Only the target can remove its pre-created copies of the clusters that did not
+            // arrive; its work stays until it has (an unreachable hub gets no deadline here).
+            return Outcome::Wait(
+                Said::no(
+                    RESOURCE_CLEANED,
+                    reasons::WAITING,
+                    format!(
+                        "waiting for {to} to answer: it must remove its pre-created copies of {} clusters that did not arrive",
+                        self.rollback
+                    ),
+                ),
+                Wake::After(self.timeout),
+            );
+        }
+        let done = self.unconfirmed == 0 && self.source == Some(true) && self.target == Some(true);
+        if done {
+            return Outcome::Wait(
+                Said::no(
+                    RESOURCE_CLEANED,
+                    reasons::REMOVING,
+                    "the hubs are done; removing the migration's objects",
+                ),
+                Wake::Soon,
+            );
+        }
+        let silent: Vec<&str> = [(from, self.source.is_none()), (to, self.target.is_none())]
+            .into_iter()
+            .filter(|(_, s)| *s)
+            .map(|(h, _)| h)
+            .collect();
+        let mut msg = format!(
+            "waiting for {from} to detach {} moved clusters and take back {}",
+            self.detach, self.rollback
+        );
+        if self.unconfirmed > 0 {
+            msg.push_str(&format!(
+                "; {} arrived clusters are not Available on {to} now, and are detached once they are",
+                self.unconfirmed
+            ));
+        }
+        if !silent.is_empty() {
+            msg.push_str(&format!("; no answer from {}", silent.join(" and ")));
+        }
+        if self.late {
+            msg.push_str(
+                " (past the stage timeout: the migration's objects stay until the hubs confirm)",
+            );
+            return Outcome::Wait(
+                Said::no(RESOURCE_CLEANED, reasons::TIMEOUT, msg),
+                Wake::After(self.timeout),
+            );
+        }
+        Outcome::Wait(
+            Said::no(RESOURCE_CLEANED, reasons::WAITING, msg),
+            Wake::Deadline(self.timeout),
+        )
+    }
+}
+
+/// The end of Cleaning: everything removed, and the migration ends as `end` says.
+pub(super) fn finished(end: MigrationPhase, c: &ClusterCounts, m: &Migration) -> Outcome {
+    // The counts keep each cluster's last state (a refused cluster stays "failed"), so the
+    // ones that stayed are the ones that did not move.
+    let not_moved = (c.total - c.registered).max(0);
+    Outcome::Enter(
+        Said::yes(
+            RESOURCE_CLEANED,
+            reasons::DONE,
+            format!(
+                "temporary objects removed from {} and {}; bootstrap ServiceAccount revoked",
+                m.from, m.to
+            ),
+        ),
+        end,
+        format!(
+            "{} of {} clusters moved from {} to {}; {not_moved} stayed on {}",
+            c.registered, c.total, m.from, m.to, m.from
+        ),
+    )
 }
 
 /// Cleaning: the target's word (`target`, its report on the current Cleaning task) on each

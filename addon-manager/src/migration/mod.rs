@@ -54,6 +54,9 @@ mod deploying;
 mod feedback;
 mod hubs;
 mod initializing;
+mod outcome;
+#[cfg(test)]
+mod outcome_tests;
 mod pending;
 mod plan;
 mod registering;
@@ -68,6 +71,7 @@ use deploying::*;
 use feedback::*;
 use hubs::*;
 use initializing::*;
+use outcome::*;
 use pending::*;
 use plan::*;
 use registering::*;

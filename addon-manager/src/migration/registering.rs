@@ -3,7 +3,7 @@
 use super::*;
 
 /// The outcome of one Registering step.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Progress {
     /// Clusters are still switching or waiting.
     Running,
@@ -187,73 +187,104 @@ pub(super) async fn registering(
     );
     warn_new_failures(step, &names, &before, &states, "ClusterFailed");
     step.set_states(&states);
-    let c = ClusterState::counts(&states);
     let timeout = mcm
         .spec
         .registering_timeout()
         .unwrap_or(migration_api::migration::DEFAULT_REGISTERING_TIMEOUT);
-    match progress {
-        Progress::Done => {
-            step.condition(
-                CLUSTER_REGISTERED,
-                "True",
-                reasons::DONE,
-                &format!("all {} clusters are Available on {}", c.total, m.to),
-            );
-            step.enter(
-                MigrationPhase::Cleaning,
-                "every cluster registered on the target",
-            );
-            return Ok(Action::requeue(Duration::from_millis(10)));
+    let seen = Registered {
+        progress,
+        counts: ClusterState::counts(&states),
+        blocked: states
+            .iter()
+            .filter(|s| **s == ClusterState::Blocked)
+            .count(),
+        max_failures: max_fail,
+        timed_out: remaining(step, timeout).is_none(),
+        changed: states != before,
+        timeout,
+        timeout_text: mcm.spec.registering_timeout.as_deref().unwrap_or("12m"),
+    };
+    Ok(step.settle(seen.outcome(&m.to)))
+}
+
+/// What Registering saw once the reports were merged into the states.
+#[derive(Clone, Debug)]
+pub(super) struct Registered<'a> {
+    pub(super) progress: Progress,
+    pub(super) counts: ClusterCounts,
+    /// Clusters held by the block annotation.
+    pub(super) blocked: usize,
+    pub(super) max_failures: usize,
+    pub(super) timed_out: bool,
+    /// The states changed in this step (the next reconcile delivers the new release list).
+    pub(super) changed: bool,
+    pub(super) timeout: Duration,
+    pub(super) timeout_text: &'a str,
+}
+
+impl Registered<'_> {
+    /// Registering's decision: on to Cleaning when every cluster is registered; a rollback when
+    /// nothing more can happen (`FailureBudgetExceeded` past `maxFailures`, else `Refused`) or
+    /// at the timeout; otherwise wait, at once when the states changed.
+    pub(super) fn outcome(&self, to: &str) -> Outcome {
+        let c = &self.counts;
+        match self.progress {
+            Progress::Done => {
+                return Outcome::Enter(
+                    Said::yes(
+                        CLUSTER_REGISTERED,
+                        reasons::DONE,
+                        format!("all {} clusters are Available on {to}", c.total),
+                    ),
+                    MigrationPhase::Cleaning,
+                    "every cluster registered on the target".into(),
+                );
+            }
+            Progress::Stuck => {
+                let msg = format!(
+                    "{} of {} clusters registered; {} failed",
+                    c.registered, c.total, c.failed
+                );
+                let reason = if c.failed as usize > self.max_failures {
+                    "FailureBudgetExceeded"
+                } else {
+                    "Refused"
+                };
+                return Outcome::Rollback(
+                    Some(Said::no(CLUSTER_REGISTERED, "PartiallyRegistered", &msg)),
+                    reason,
+                    format!("{msg}; rolling back the clusters that did not arrive"),
+                );
+            }
+            Progress::Running => {}
         }
-        Progress::Stuck => {
+        if self.timed_out {
             let msg = format!(
-                "{} of {} clusters registered; {} failed",
-                c.registered, c.total, c.failed
+                "{} of {} clusters registered within {}",
+                c.registered, c.total, self.timeout_text
             );
-            step.condition(CLUSTER_REGISTERED, "False", "PartiallyRegistered", &msg);
-            let reason = if c.failed as usize > max_fail {
-                "FailureBudgetExceeded"
-            } else {
-                "Refused"
-            };
-            step.rollback(
-                reason,
-                &format!("{msg}; rolling back the clusters that did not arrive"),
+            return Outcome::Rollback(
+                Some(Said::no(CLUSTER_REGISTERED, reasons::TIMEOUT, &msg)),
+                reasons::TIMEOUT,
+                format!("{msg}; rolling back the others"),
             );
-            return Ok(Action::requeue(Duration::from_millis(10)));
         }
-        Progress::Running => {}
-    }
-    if remaining(step, timeout).is_none() {
-        let msg = format!(
-            "{} of {} clusters registered within {}",
-            c.registered,
-            c.total,
-            mcm.spec.registering_timeout.as_deref().unwrap_or("12m")
+        let mut msg = format!(
+            "{} of {} clusters registered on {to}, {} switching",
+            c.registered, c.total, c.switching
         );
-        step.condition(CLUSTER_REGISTERED, "False", reasons::TIMEOUT, &msg);
-        step.rollback(reasons::TIMEOUT, &format!("{msg}; rolling back the others"));
-        return Ok(Action::requeue(Duration::from_millis(10)));
+        if self.blocked > 0 {
+            msg.push_str(&format!(
+                ", {} held by the {} annotation",
+                self.blocked,
+                names::annotations::BLOCK_MOVE
+            ));
+        }
+        let wake = if self.changed {
+            Wake::Soon
+        } else {
+            Wake::Deadline(self.timeout)
+        };
+        Outcome::Wait(Said::no(CLUSTER_REGISTERED, reasons::WAITING, msg), wake)
     }
-    let blocked = states
-        .iter()
-        .filter(|s| **s == ClusterState::Blocked)
-        .count();
-    let mut msg = format!(
-        "{} of {} clusters registered on {}, {} switching",
-        c.registered, c.total, m.to, c.switching
-    );
-    if blocked > 0 {
-        msg.push_str(&format!(
-            ", {blocked} held by the {} annotation",
-            names::annotations::BLOCK_MOVE
-        ));
-    }
-    step.condition(CLUSTER_REGISTERED, "False", reasons::WAITING, &msg);
-    if states != before {
-        // The status goes first; the next reconcile delivers the new release list.
-        return Ok(Action::requeue(Duration::from_millis(10)));
-    }
-    Ok(until(step, timeout))
 }

@@ -84,62 +84,100 @@ pub(super) async fn rollbacking(
         source.as_ref().is_some_and(Feedback::succeeded) && source_list.len() == to_roll.len();
     mark_rolled_back(&mut states, source.as_ref());
     step.set_states(&states);
-    let back = states
-        .iter()
-        .filter(|s| **s == ClusterState::RolledBack)
-        .count();
-    if (target_ok || target_silent) && source_ok {
+    let seen = RolledBack {
+        to_roll: to_roll.len(),
+        back: states
+            .iter()
+            .filter(|s| **s == ClusterState::RolledBack)
+            .count(),
+        stay: ClusterState::counts(&states).registered,
+        target_answered: target.is_some(),
+        target_ok,
+        target_silent,
+        source_ok,
+        timed_out: remaining(step, stage_timeout(mcm)).is_none(),
+        cause: step
+            .status
+            .conditions
+            .as_deref()
+            .and_then(|c| find_condition(c, RESOURCE_ROLLED_BACK))
+            .map(|c| c.reason.clone())
+            .unwrap_or_default(),
+        timeout: stage_timeout(mcm),
+    };
+    Ok(step.settle(seen.outcome(&m.from, &m.to)))
+}
+
+/// What Rollbacking saw once the reports were in.
+#[derive(Clone, Debug)]
+pub(super) struct RolledBack {
+    /// Clusters to roll back, and how many of them are back on the source.
+    pub(super) to_roll: usize,
+    pub(super) back: usize,
+    /// Clusters that arrived and stay on the target.
+    pub(super) stay: i32,
+    pub(super) target_answered: bool,
+    pub(super) target_ok: bool,
+    /// The target has been silent past its grace.
+    pub(super) target_silent: bool,
+    pub(super) source_ok: bool,
+    pub(super) timed_out: bool,
+    /// The reason the rollback condition carries (its cause).
+    pub(super) cause: String,
+    pub(super) timeout: Duration,
+}
+
+impl RolledBack {
+    /// Rollbacking's decision: on to Cleaning once the source has every cluster back and the
+    /// target let them go (or stayed silent past its grace), or at the timeout; otherwise wait
+    /// (until the target's grace ends while it is silent).
+    pub(super) fn outcome(&self, from: &str, to: &str) -> Outcome {
+        if (self.target_ok || self.target_silent) && self.source_ok {
+            let mut msg = format!(
+                "{} clusters back on {from} and Available; {} stay on {to}",
+                self.to_roll, self.stay
+            );
+            if !self.target_ok {
+                msg.push_str(&format!(
+                    "; {to} did not answer, so its pre-created copies are removed once it is back"
+                ));
+            }
+            return Outcome::Enter(
+                Said::yes(RESOURCE_ROLLED_BACK, reasons::DONE, &msg),
+                MigrationPhase::Cleaning,
+                msg,
+            );
+        }
+        if self.timed_out {
+            let msg = format!(
+                "rollback did not finish in time: {} of {} clusters verified back on {from}",
+                self.back, self.to_roll
+            );
+            return Outcome::Enter(
+                Said::no(RESOURCE_ROLLED_BACK, reasons::TIMEOUT, &msg),
+                MigrationPhase::Cleaning,
+                msg,
+            );
+        }
         let mut msg = format!(
-            "{} clusters back on {} and Available; {} stay on {}",
-            to_roll.len(),
-            m.from,
-            ClusterState::counts(&states).registered,
-            m.to
+            "rolling back: {} of {} clusters back on {from}",
+            self.back, self.to_roll
         );
-        if !target_ok {
-            msg.push_str(&format!(
-                "; {} did not answer, so its pre-created copies are removed once it is back",
-                m.to
-            ));
+        if !self.target_answered {
+            msg.push_str(&format!("; waiting for {to} to answer"));
+            if self.target_silent {
+                msg.push_str(", taking the clusters back without it");
+            }
         }
-        step.condition(RESOURCE_ROLLED_BACK, "True", reasons::DONE, &msg);
-        step.enter(MigrationPhase::Cleaning, &msg);
-        return Ok(Action::requeue(Duration::from_millis(10)));
+        // While the target is silent within its grace, wake when the grace ends (or earlier,
+        // on its report).
+        let wake = if !self.target_answered && !self.target_silent {
+            Wake::Deadline(self.timeout / 2)
+        } else {
+            Wake::Deadline(self.timeout)
+        };
+        Outcome::Wait(Said::no(RESOURCE_ROLLED_BACK, &self.cause, msg), wake)
     }
-    if remaining(step, stage_timeout(mcm)).is_none() {
-        let msg = format!(
-            "rollback did not finish in time: {back} of {} clusters verified back on {}",
-            to_roll.len(),
-            m.from
-        );
-        step.condition(RESOURCE_ROLLED_BACK, "False", reasons::TIMEOUT, &msg);
-        step.enter(MigrationPhase::Cleaning, &msg);
-        return Ok(Action::requeue(Duration::from_millis(10)));
-    }
-    let cause = step
-        .status
-        .conditions
-        .as_deref()
-        .and_then(|c| find_condition(c, RESOURCE_ROLLED_BACK))
-        .map(|c| c.reason.clone())
-        .unwrap_or_default();
-    let mut msg = format!(
-        "rolling back: {back} of {} clusters back on {}",
-        to_roll.len(),
-        m.from
-    );
-    if target.is_none() {
-        msg.push_str(&format!("; waiting for {} to answer", m.to));
-        if target_silent {
-            msg.push_str(", taking the clusters back without it");
-        }
-    }
-    step.condition(RESOURCE_ROLLED_BACK, "False", &cause, &msg);
-    if target.is_none() && !target_silent {
-        // Wake up when the target's grace ends (or earlier, on its report).
-        return Ok(until(step, stage_timeout(mcm) / 2));
-    }
-    Ok(until(step, stage_timeout(mcm)))
 }
 
 /// Which clusters to roll back the source takes back now: those the target has let go

@@ -8,25 +8,8 @@ pub(super) async fn validating(
     m: &Migration,
     step: &mut Step,
 ) -> Result<Action, Error> {
-    if let Err(e) = mcm.spec.validate() {
-        step.fail_validation(reasons::INVALID_SPEC, &e.to_string());
-        return Ok(Action::requeue(Duration::from_millis(10)));
-    }
-    if remaining(step, stage_timeout(mcm)).is_none() {
-        step.fail_validation(reasons::TIMEOUT, &format!(
-            "the hubs' agents did not report validation within {}; are the {} addons Available on {} and {}?",
-            mcm.spec.stage_timeout.as_deref().unwrap_or("5m"), ctx.config.addon_name, m.from, m.to));
-        return Ok(Action::requeue(Duration::from_millis(10)));
-    }
-    for (hub, role, msa) in [(&m.from, "source", false), (&m.to, "target", true)] {
-        if let Some(problem) = hub_problem(ctx, hub, role, msa).await? {
-            step.fail_validation(reasons::HUB_INVALID, &problem);
-            return Ok(Action::requeue(Duration::from_millis(10)));
-        }
-    }
-    if let Some(problem) = hubs_forbidden(ctx, mcm).await? {
-        step.fail_validation(reasons::FORBIDDEN, &problem);
-        return Ok(Action::requeue(Duration::from_millis(10)));
+    if let Some(refused) = precheck(ctx, mcm, m, step).await? {
+        return Ok(step.settle(refused));
     }
     let hubs: BTreeSet<String> = Api::<ManagedCluster>::all(ctx.client.clone())
         .list_metadata(&ListParams::default())
@@ -38,10 +21,9 @@ pub(super) async fn validating(
         .collect();
     let named = mcm.spec.included_managed_clusters.clone();
     if let Some(names) = &named
-        && let Some(problem) = cluster_problem(ctx, mcm, names, &hubs).await?
+        && let Some((reason, message)) = cluster_problem(ctx, mcm, names, &hubs).await?
     {
-        step.fail_validation(problem.0, &problem.1);
-        return Ok(Action::requeue(Duration::from_millis(10)));
+        return Ok(step.settle(Outcome::invalid(reason, message)));
     }
     // The source resolves and checks its clusters.
     let source_ns = addon_namespace(
@@ -61,199 +43,280 @@ pub(super) async fn validating(
         named.clone().unwrap_or_default(),
     );
     source_task.cluster_selector = mcm.spec.included_managed_clusters_selector.clone();
-    let source_rev = deliver(
-        ctx,
-        m,
-        MigrationRole::Source,
-        mr::source_manifests(m, &source_ns, source_task, None)?,
-        &source_ns,
-    )
-    .await?;
-    let (source, source_err) = report(ctx, m, MigrationRole::Source, &source_rev).await?;
-    if let Some(problem) =
-        work_agent_refused(&ctx.config.addon_name, &m.from, source_err.as_deref())
-    {
-        step.fail_validation(reasons::HUB_INVALID, &problem);
-        return Ok(Action::requeue(Duration::from_millis(10)));
-    }
-    let waiting = |what: &str, err: Option<String>| {
-        let mut msg = format!("waiting for {what}");
-        if let Some(e) = err {
-            msg.push_str(&format!(" (the work reports: {e})"));
-        }
-        msg
+    let manifests = mr::source_manifests(m, &source_ns, source_task, None)?;
+    let source = match ask(ctx, mcm, m, MigrationRole::Source, manifests, &source_ns).await? {
+        Ok(f) => f,
+        Err(wait) => return Ok(step.settle(wait)),
     };
-    let Some(source) = source.filter(|f| f.succeeded() || f.failed()) else {
-        step.condition(
-            RESOURCE_VALIDATED,
-            "False",
-            reasons::WAITING,
-            &waiting(
-                &format!("source hub {}'s agent to check the clusters", m.from),
-                source_err,
-            ),
-        );
-        return Ok(until(step, stage_timeout(mcm)));
+    let checked = match judge_source(named.as_deref(), &source, &m.from) {
+        Ok(c) => c,
+        Err(refusal) => return Ok(refusal.settle(step)),
     };
-    // What the clusters carry comes back whole, as one string (no raw JSON feedback needed).
-    let carry: Vec<CarriedCluster> = match source.carry.clone() {
-        Some(Ok(c)) => c,
-        Some(Err(e)) => {
-            step.fail_validation(reasons::HUB_INVALID, &format!(
-                "source hub {}'s agent reported what the clusters carry in a form this manager cannot read ({e}); run the same addon version on both", m.from));
-            return Ok(Action::requeue(Duration::from_millis(10)));
-        }
-        None => {
-            step.fail_validation(reasons::HUB_INVALID, &format!(
-                "source hub {}'s agent did not report what the clusters carry (an agent older than this manager?); upgrade the addon on that hub", m.from));
-            return Ok(Action::requeue(Duration::from_millis(10)));
-        }
-    };
-    let resolved: Vec<String> = match &named {
-        Some(n) => n.clone(),
-        None => {
-            if carry.is_empty() {
-                step.fail_validation(
-                    reasons::CLUSTER_NOT_FOUND,
-                    &format!(
-                        "includedManagedClustersSelector matches no cluster on source hub {}",
-                        m.from
-                    ),
-                );
-                return Ok(Action::requeue(Duration::from_millis(10)));
-            }
-            carry.iter().map(|c| c.name.clone()).collect()
-        }
-    };
-    if carry.len() != resolved.len() || carry.iter().zip(&resolved).any(|(c, n)| c.name != *n) {
-        step.fail_validation(reasons::HUB_INVALID, &format!(
-            "source hub {}'s agent reported {} carry-over records for {} clusters; run the same addon version on both", m.from, carry.len(), resolved.len()));
-        return Ok(Action::requeue(Duration::from_millis(10)));
-    }
-    let source_states = source.states(resolved.len());
-    if source.failed() {
-        let (reason, message) = failure_summary(
-            &resolved,
-            &source_states,
-            &format!("on source hub {}", m.from),
-        );
-        step.status.resolved_clusters = Some(resolved);
-        step.set_states(&source_states);
-        step.fail_validation(reason, &message);
-        return Ok(Action::requeue(Duration::from_millis(10)));
-    }
     if named.is_none()
-        && let Some(problem) = cluster_problem(ctx, mcm, &resolved, &hubs).await?
+        && let Some((reason, message)) = cluster_problem(ctx, mcm, &checked.resolved, &hubs).await?
     {
-        step.fail_validation(problem.0, &problem.1);
-        return Ok(Action::requeue(Duration::from_millis(10)));
+        return Ok(step.settle(Outcome::invalid(reason, message)));
     }
-    let Some(shape) = source.shape.as_deref().and_then(Shape::from_report) else {
-        step.fail_validation(reasons::HUB_INVALID, &format!(
-            "source hub {}'s agent did not say whether the hub serves a KlusterletConfig API (an agent older than this manager?); upgrade the addon on that hub", m.from));
-        return Ok(Action::requeue(Duration::from_millis(10)));
-    };
     // The target checks that none of them exists there.
     let target_task = base_task(
         mcm,
         MigrationRole::Target,
         TaskStage::Validating,
-        resolved.clone(),
+        checked.resolved.clone(),
     );
-    let target_rev = deliver(
-        ctx,
-        m,
-        MigrationRole::Target,
-        mr::target_manifests(m, &target_ns, target_task, None)?,
-        &target_ns,
-    )
-    .await?;
-    let (target, target_err) = report(ctx, m, MigrationRole::Target, &target_rev).await?;
-    if let Some(problem) = work_agent_refused(&ctx.config.addon_name, &m.to, target_err.as_deref())
-    {
-        step.fail_validation(reasons::HUB_INVALID, &problem);
-        return Ok(Action::requeue(Duration::from_millis(10)));
-    }
-    let Some(target) = target.filter(|f| f.succeeded() || f.failed()) else {
-        step.condition(
-            RESOURCE_VALIDATED,
-            "False",
-            reasons::WAITING,
-            &waiting(
-                &format!("target hub {}'s agent to check the clusters", m.to),
-                target_err,
-            ),
-        );
-        return Ok(until(step, stage_timeout(mcm)));
+    let manifests = mr::target_manifests(m, &target_ns, target_task, None)?;
+    let target = match ask(ctx, mcm, m, MigrationRole::Target, manifests, &target_ns).await? {
+        Ok(f) => f,
+        Err(wait) => return Ok(step.settle(wait)),
     };
-    let target_states = target.states(resolved.len());
-    step.status.resolved_clusters = Some(resolved.clone());
-    if target.failed() {
-        let (reason, message) = match failure_summary(
-            &resolved,
-            &target_states,
-            &format!("on target hub {}", m.to),
-        ) {
-            // No cluster failed: the hub itself cannot take them, and its agent says why.
-            (reasons::ERROR, _) if target.message.as_deref().is_some_and(|m| !m.is_empty()) => (
-                reasons::HUB_INVALID,
-                format!(
-                    "target hub {}: {}",
-                    m.to,
-                    target.message.clone().unwrap_or_default()
-                ),
-            ),
-            other => other,
-        };
-        step.set_states(&target_states);
-        step.fail_validation(reason, &message);
-        return Ok(Action::requeue(Duration::from_millis(10)));
+    step.status.resolved_clusters = Some(checked.resolved.clone());
+    if let Err(refusal) = judge_target(&checked.resolved, &target, &m.to) {
+        return Ok(refusal.settle(step));
     }
-    step.set_states(&vec![ClusterState::Valid; resolved.len()]);
-    step.status.bootstrap_delivery = Some(shape.delivery().into());
+    step.set_states(&vec![ClusterState::Valid; checked.resolved.len()]);
+    step.status.bootstrap_delivery = Some(checked.shape.delivery().into());
     if mcm.spec.dry_run == Some(true) {
-        step.status.plan = Some(
-            plan(
-                ctx, mcm, m, &resolved, &carry, shape, &source_ns, &target_ns,
-            )
-            .await?,
-        );
-        step.condition(
-            RESOURCE_VALIDATED,
-            "True",
-            reasons::DONE,
-            &format!(
-                "{} clusters can move from {} to {}",
-                resolved.len(),
+        let plan = plan(
+            ctx,
+            mcm,
+            m,
+            &checked.resolved,
+            &checked.carry,
+            checked.shape,
+            &source_ns,
+            &target_ns,
+        )
+        .await?;
+        step.status.plan = Some(plan);
+    } else {
+        // What the clusters carry is recorded before anything is pre-created from it.
+        step.status.carry_over = Some(checked.carry.clone());
+    }
+    Ok(step.settle(validated(&checked, mcm.spec.dry_run == Some(true), m)))
+}
+
+/// What the global hub alone can refuse before asking any hub: the spec, the deadline, each
+/// hub's addons, the tenancy of the hubs.
+async fn precheck(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &Step,
+) -> Result<Option<Outcome>, Error> {
+    if let Err(e) = mcm.spec.validate() {
+        return Ok(Some(Outcome::invalid(reasons::INVALID_SPEC, e.to_string())));
+    }
+    if remaining(step, stage_timeout(mcm)).is_none() {
+        return Ok(Some(Outcome::invalid(
+            reasons::TIMEOUT,
+            format!(
+                "the hubs' agents did not report validation within {}; are the {} addons Available on {} and {}?",
+                mcm.spec.stage_timeout.as_deref().unwrap_or("5m"),
+                ctx.config.addon_name,
                 m.from,
                 m.to
             ),
-        );
-        step.enter(
-            MigrationPhase::Completed,
-            "dry run: the plan is in status.plan; nothing was changed",
-        );
-        return Ok(Action::requeue(Duration::from_millis(10)));
+        )));
     }
-    // What the clusters carry is recorded before anything is pre-created from it.
-    step.status.carry_over = Some(carry);
-    step.condition(
-        RESOURCE_VALIDATED,
-        "True",
-        reasons::DONE,
-        &format!(
-            "{} clusters can move from {} to {} ({})",
-            resolved.len(),
-            m.from,
-            m.to,
-            shape.delivery()
+    for (hub, role, msa) in [(&m.from, "source", false), (&m.to, "target", true)] {
+        if let Some(problem) = hub_problem(ctx, hub, role, msa).await? {
+            return Ok(Some(Outcome::invalid(reasons::HUB_INVALID, problem)));
+        }
+    }
+    Ok(hubs_forbidden(ctx, mcm)
+        .await?
+        .map(|problem| Outcome::invalid(reasons::FORBIDDEN, problem)))
+}
+
+/// Delivers a hub's validation task and reads its finished report; `Err` with what to say
+/// while it has not finished (or when its work agent cannot apply the task).
+async fn ask(
+    ctx: &Ctx,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    role: MigrationRole,
+    manifests: Vec<Value>,
+    task_namespace: &str,
+) -> Result<Result<Feedback, Outcome>, Error> {
+    let hub = m.hub(role);
+    let rev = deliver(ctx, m, role, manifests, task_namespace).await?;
+    let (report, err) = report(ctx, m, role, &rev).await?;
+    if let Some(problem) = work_agent_refused(&ctx.config.addon_name, hub, err.as_deref()) {
+        return Ok(Err(Outcome::invalid(reasons::HUB_INVALID, problem)));
+    }
+    if let Some(f) = report.filter(|f| f.succeeded() || f.failed()) {
+        return Ok(Ok(f));
+    }
+    let mut msg = format!(
+        "waiting for {} hub {hub}'s agent to check the clusters",
+        role.as_str()
+    );
+    if let Some(e) = err {
+        msg.push_str(&format!(" (the work reports: {e})"));
+    }
+    Ok(Err(Outcome::Wait(
+        Said::no(RESOURCE_VALIDATED, reasons::WAITING, msg),
+        Wake::Deadline(stage_timeout(mcm)),
+    )))
+}
+
+/// What the source's validation report established.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct SourceChecked {
+    pub(super) resolved: Vec<String>,
+    pub(super) carry: Vec<CarriedCluster>,
+    pub(super) shape: Shape,
+}
+
+/// A validation refused by a hub's report: why, and the per-cluster states it reported.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Refusal {
+    pub(super) reason: &'static str,
+    pub(super) message: String,
+    /// The clusters and the states the hub reported for them, when it judged each one.
+    pub(super) states: Option<(Vec<String>, Vec<ClusterState>)>,
+}
+
+impl Refusal {
+    fn hub(message: String) -> Self {
+        Refusal {
+            reason: reasons::HUB_INVALID,
+            message,
+            states: None,
+        }
+    }
+
+    fn settle(self, step: &mut Step) -> Action {
+        if let Some((names, states)) = self.states {
+            step.status.resolved_clusters = Some(names);
+            step.set_states(&states);
+        }
+        step.settle(Outcome::Invalid(self.reason, self.message))
+    }
+}
+
+/// The source's finished validation report, judged: the clusters it resolved (the names given,
+/// or those the selector matched), what each carries over (which must come back whole, one
+/// record per cluster), and the KlusterletConfig shape the hub serves.
+pub(super) fn judge_source(
+    named: Option<&[String]>,
+    source: &Feedback,
+    from: &str,
+) -> Result<SourceChecked, Refusal> {
+    // What the clusters carry comes back whole, as one string (no raw JSON feedback needed).
+    let carry: Vec<CarriedCluster> = match source.carry.clone() {
+        Some(Ok(c)) => c,
+        Some(Err(e)) => {
+            return Err(Refusal::hub(format!(
+                "source hub {from}'s agent reported what the clusters carry in a form this manager cannot read ({e}); run the same addon version on both"
+            )));
+        }
+        None => {
+            return Err(Refusal::hub(format!(
+                "source hub {from}'s agent did not report what the clusters carry (an agent older than this manager?); upgrade the addon on that hub"
+            )));
+        }
+    };
+    let resolved: Vec<String> = match named {
+        Some(n) => n.to_vec(),
+        None if carry.is_empty() => {
+            return Err(Refusal {
+                reason: reasons::CLUSTER_NOT_FOUND,
+                message: format!(
+                    "includedManagedClustersSelector matches no cluster on source hub {from}"
+                ),
+                states: None,
+            });
+        }
+        None => carry.iter().map(|c| c.name.clone()).collect(),
+    };
+    if carry.len() != resolved.len() || carry.iter().zip(&resolved).any(|(c, n)| c.name != *n) {
+        return Err(Refusal::hub(format!(
+            "source hub {from}'s agent reported {} carry-over records for {} clusters; run the same addon version on both",
+            carry.len(),
+            resolved.len()
+        )));
+    }
+    if source.failed() {
+        let states = source.states(resolved.len());
+        let (reason, message) =
+            failure_summary(&resolved, &states, &format!("on source hub {from}"));
+        return Err(Refusal {
+            reason,
+            message,
+            states: Some((resolved, states)),
+        });
+    }
+    let Some(shape) = source.shape.as_deref().and_then(Shape::from_report) else {
+        return Err(Refusal::hub(format!(
+            "source hub {from}'s agent did not say whether the hub serves a KlusterletConfig API (an agent older than this manager?); upgrade the addon on that hub"
+        )));
+    };
+    Ok(SourceChecked {
+        resolved,
+        carry,
+        shape,
+    })
+}
+
+/// The target's finished validation report, judged: it must take every resolved cluster. A
+/// refusal that names no cluster is the hub's own (it cannot take any), in its agent's words.
+pub(super) fn judge_target(
+    resolved: &[String],
+    target: &Feedback,
+    to: &str,
+) -> Result<(), Refusal> {
+    if !target.failed() {
+        return Ok(());
+    }
+    let states = target.states(resolved.len());
+    let (reason, message) = match failure_summary(resolved, &states, &format!("on target hub {to}"))
+    {
+        (reasons::ERROR, _) if target.message.as_deref().is_some_and(|m| !m.is_empty()) => (
+            reasons::HUB_INVALID,
+            format!(
+                "target hub {to}: {}",
+                target.message.clone().unwrap_or_default()
+            ),
         ),
-    );
-    step.enter(
+        other => other,
+    };
+    Err(Refusal {
+        reason,
+        message,
+        states: Some((resolved.to_vec(), states)),
+    })
+}
+
+/// Validation passed: a dry run ends here (its plan is in status), a migration goes on to
+/// Initializing.
+pub(super) fn validated(checked: &SourceChecked, dry_run: bool, m: &Migration) -> Outcome {
+    let n = checked.resolved.len();
+    if dry_run {
+        return Outcome::Enter(
+            Said::yes(
+                RESOURCE_VALIDATED,
+                reasons::DONE,
+                format!("{n} clusters can move from {} to {}", m.from, m.to),
+            ),
+            MigrationPhase::Completed,
+            "dry run: the plan is in status.plan; nothing was changed".into(),
+        );
+    }
+    Outcome::Enter(
+        Said::yes(
+            RESOURCE_VALIDATED,
+            reasons::DONE,
+            format!(
+                "{n} clusters can move from {} to {} ({})",
+                m.from,
+                m.to,
+                checked.shape.delivery()
+            ),
+        ),
         MigrationPhase::Initializing,
-        "validated; preparing the bootstrap identity on the target",
-    );
-    Ok(Action::requeue(Duration::from_millis(10)))
+        "validated; preparing the bootstrap identity on the target".into(),
+    )
 }
 
 /// Problems the global hub alone can see: a cluster that is a hub, or one in another active

@@ -1,0 +1,656 @@
+//! The addon lifecycle controller. One reconcile covers the whole addon (its
+//! ClusterManagementAddOn and every ManagedClusterAddOn of it), so rollout decisions across hubs
+//! are taken in one place: create ManagedClusterAddOns for install placements, render and apply
+//! each hub's deploy works and hub RBAC, track agent versions (upgrade, failure, rollback), run
+//! the pre-delete hook on removal, and report it all in status.
+//!
+//! Where version progress is shown (upstream's schema prunes anything else):
+//! - the Progressing condition of each ManagedClusterAddOn (reason Progressing / Completed /
+//!   Failed / Waiting; the message names the versions; its lastTransitionTime is when the
+//!   change started or ended);
+//! - annotations on the ManagedClusterAddOn (`migration.open-cluster-management.io/agent-*`:
+//!   version, desired, last-good, previous, failed, rollout-started, rollout-completed);
+//! - `status.configReferences[].desiredConfig` / `lastAppliedConfig` spec hashes;
+//! - the agent's own `AgentRunning` condition (the version it runs);
+//! - the ClusterManagementAddOn's `status.installProgressions[].conditions` per placement.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Client, ResourceExt};
+use migration_api::common::{Condition, condition_is_true, find_condition, set_condition};
+use migration_api::names::annotations as ann;
+use migration_api::names::conditions::{
+    AVAILABLE, CONFIGURED, DEGRADED, MANIFEST_APPLIED, PROGRESSING, REGISTRATION_APPLIED,
+};
+use migration_api::names::reasons::{
+    ADDON_MANIFEST_APPLIED, COMPLETED, FAILED, MANIFEST_WORK_APPLY_FAILED,
+};
+use migration_api::names::{self, KUBE_APISERVER_CLIENT_SIGNER, finalizers, labels};
+use migration_api::ocm::addon::{
+    AddOnDeploymentConfig, AddOnDeploymentConfigSpec, ClusterManagementAddOn, ManagedClusterAddOn,
+};
+use migration_api::ocm::cluster::{ManagedCluster, PlacementDecision};
+use migration_api::ocm::work::{FeedbackValue, FieldValue, ManifestWork};
+use serde_json::{Value, json};
+
+use migration_api::runtime::ignore_not_found;
+
+mod deploy;
+mod hub;
+mod remove;
+mod status;
+
+use deploy::*;
+use hub::*;
+use remove::*;
+use status::*;
+
+use crate::addon_version;
+use crate::render::{self, AgentValues, Defaults};
+use crate::rollout::{self, HubPhase, HubRollout};
+
+/// Field manager of everything the manager writes.
+pub const FIELD_MANAGER: &str = "cluster-migration-addon-manager";
+/// Agent identity name in the registration subject.
+pub const AGENT_IDENTITY: &str = "agent";
+const ADC_GROUP: &str = "addon.open-cluster-management.io";
+const ADC_RESOURCE: &str = "addondeploymentconfigs";
+const MCA_API_VERSION: &str = "addon.open-cluster-management.io/v1alpha1";
+
+/// Errors of the addon controller.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {source}")]
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("rendering: {0}")]
+    Render(#[from] render::RenderError),
+}
+
+trait Context<T> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, Error>;
+}
+
+impl<T> Context<T> for Result<T, kube::Error> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, Error> {
+        self.map_err(|source| Error::Kube {
+            what: what(),
+            source,
+        })
+    }
+}
+
+/// Settings of the addon controller.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub defaults: Defaults,
+    /// Agent versions this manager can deploy.
+    pub supported_versions: Vec<String>,
+    /// How long a new agent version may take to become Available when the rollout strategy
+    /// sets no progressDeadline.
+    pub progress_deadline: Duration,
+    pub work_size_limit: usize,
+}
+
+struct Ctx {
+    client: Client,
+    cfg: Config,
+}
+
+/// The ClusterManagementAddOn this manager owns, as applied at start-up.
+pub fn cluster_management_addon(addon: &str) -> Value {
+    json!({
+        "apiVersion": MCA_API_VERSION,
+        "kind": "ClusterManagementAddOn",
+        "metadata": {
+            "name": addon,
+            "annotations": {ann::ADDON_LIFECYCLE: ann::ADDON_LIFECYCLE_SELF},
+            "labels": {labels::MANAGED_BY: labels::MANAGED_BY_VALUE},
+        },
+        "spec": {
+            "addOnMeta": {"displayName": render::ADDON_DISPLAY_NAME, "description": render::ADDON_DESCRIPTION},
+            "supportedConfigs": [{"group": ADC_GROUP, "resource": ADC_RESOURCE}],
+        }
+    })
+}
+
+/// Applies the ClusterManagementAddOn; its install strategy is Manual unless somebody set
+/// another one (a user's Placements strategy is kept).
+pub async fn ensure_cluster_management_addon(client: &Client, addon: &str) -> Result<(), Error> {
+    let api: Api<ClusterManagementAddOn> = Api::all(client.clone());
+    let current = api
+        .get_opt(addon)
+        .await
+        .ctx(|| format!("reading ClusterManagementAddOn {addon}"))?;
+    // The install strategy is ours to default (Manual) until somebody sets another one.
+    let manual = current.as_ref().is_none_or(|c| {
+        c.spec
+            .install_strategy
+            .as_ref()
+            .is_none_or(|s| s.type_.as_deref().unwrap_or("Manual") == "Manual")
+    });
+    let mut desired = cluster_management_addon(addon);
+    // Installed by the Helm chart: Helm's ownership labels stay as they are (a later
+    // `helm upgrade` checks them).
+    let helm_owned = current
+        .as_ref()
+        .is_some_and(|c| c.annotations().contains_key("meta.helm.sh/release-name"));
+    if helm_owned && let Some(m) = desired["metadata"].as_object_mut() {
+        m.remove("labels");
+    }
+    if manual {
+        desired["spec"]["installStrategy"] = json!({"type": "Manual"});
+    }
+    api.patch(
+        addon,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(desired),
+    )
+    .await
+    .ctx(|| format!("applying ClusterManagementAddOn {addon}"))?;
+    Ok(())
+}
+
+/// Runs the controller until `stop` resolves.
+pub async fn run(
+    client: Client,
+    cfg: Config,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), Error> {
+    let addon = cfg.defaults.addon_name.clone();
+    // The OCM CRDs may arrive after the manager: keep trying, saying why.
+    let mut stop = Box::pin(stop);
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        match ensure_cluster_management_addon(&client, &addon).await {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "cannot apply the ClusterManagementAddOn (are OCM's addon CRDs installed?)")
+            }
+        }
+        // A retry backoff, not a wait for a result: what failed is our own write, and there is
+        // nothing to watch until the ClusterManagementAddOn CRD exists (a missing CRD cannot be
+        // watched by kind).
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            // Retry back-off of our own failed write (justified above), not a wait for a result.
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+    let cmas: Api<ClusterManagementAddOn> = Api::all(client.clone());
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={addon}"));
+    let ours = watcher::Config::default().labels(&format!("{}={addon}", labels::ADDON_NAME));
+    let key = ObjectRef::<ClusterManagementAddOn>::new(&addon);
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        cfg,
+    });
+    let (k1, k2, k3, k4) = (key.clone(), key.clone(), key.clone(), key);
+    Controller::new(cmas, by_name.clone())
+        .watches(
+            Api::<ManagedClusterAddOn>::all(client.clone()),
+            by_name,
+            move |_| Some(k1.clone()),
+        )
+        .watches(Api::<ManifestWork>::all(client.clone()), ours, move |_| {
+            Some(k2.clone())
+        })
+        .watches(
+            Api::<AddOnDeploymentConfig>::all(client.clone()),
+            watcher::Config::default(),
+            move |_| Some(k3.clone()),
+        )
+        .watches(
+            Api::<PlacementDecision>::all(client.clone()),
+            watcher::Config::default(),
+            move |_| Some(k4.clone()),
+        )
+        .graceful_shutdown_on(stop)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "addon reconcile");
+            }
+        })
+        .await;
+    Ok(())
+}
+
+fn error_policy(_: Arc<ClusterManagementAddOn>, e: &Error, _: Arc<Ctx>) -> Action {
+    tracing::warn!(error = %e, "addon reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Where a hub's config comes from.
+#[derive(Clone, Debug, PartialEq)]
+struct ConfigRef {
+    namespace: String,
+    name: String,
+}
+
+/// An install placement of the ClusterManagementAddOn and the hubs it decided.
+struct InstallPlacement {
+    key: String,
+    /// Its rolloutStrategy, parsed (an error says what is wrong with it).
+    params: Result<rollout::Params, String>,
+    config: Option<ConfigRef>,
+    /// Decided hubs with their decision group index.
+    hubs: BTreeMap<String, i32>,
+}
+
+fn adc_ref(configs: Option<&Vec<migration_api::common::AddOnConfig>>) -> Option<ConfigRef> {
+    configs?
+        .iter()
+        .find(|c| c.resource == ADC_RESOURCE && (c.group.is_empty() || c.group == ADC_GROUP))
+        .map(|c| ConfigRef {
+            namespace: c.namespace.clone().unwrap_or_default(),
+            name: c.name.clone(),
+        })
+}
+
+fn annotation<'a>(o: &'a ManagedClusterAddOn, key: &str) -> Option<&'a str> {
+    o.annotations()
+        .get(key)
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+}
+
+/// Keeps the earlier of two requeue times.
+fn sooner(requeue: &mut Option<Duration>, after: Duration) {
+    *requeue = Some(requeue.map_or(after, |r| r.min(after)));
+}
+
+fn since(o: &ManagedClusterAddOn, key: &str) -> Option<Duration> {
+    let t: jiff::Timestamp = annotation(o, key)?.parse().ok()?;
+    let d = jiff::Timestamp::now().duration_since(t);
+    Some(Duration::from_secs_f64(d.as_secs_f64().max(0.0)))
+}
+
+/// One install placement's rollout, decided across its hubs.
+struct PlacementRollout {
+    /// Each of its hubs, and whether it may start on the desired version.
+    allowed: Vec<(String, bool)>,
+    /// The placement's install progression: status, reason, message.
+    status: &'static str,
+    reason: &'static str,
+    message: String,
+    /// When a recent success stops holding the next hubs back.
+    requeue: Option<Duration>,
+}
+
+/// The rollout of placement `i` over the hubs it selects (`mcas` with what each is asked to
+/// run): which hubs may start, and what the placement's progression says.
+fn placement_rollout(
+    i: usize,
+    p: &InstallPlacement,
+    mcas: &[ManagedClusterAddOn],
+    desired: &HashMap<String, Desired>,
+) -> PlacementRollout {
+    let mut requeue = None;
+    let mut allowed = Vec::new();
+    let params = &p.params;
+    let hubs: Vec<HubRollout> = mcas
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .filter_map(|m| {
+            let hub = m.namespace()?;
+            let d = desired.get(&hub)?;
+            if d.placement != Some(i) || d.problem.is_some() {
+                return None;
+            }
+            Some(HubRollout {
+                group: p.hubs.get(&hub).copied().unwrap_or(0),
+                phase: phase_of(m, &d.version),
+                name: hub,
+            })
+        })
+        .collect();
+    let (plan, message) = match params {
+        Ok(params) => {
+            let plan = rollout::plan(params, &hubs);
+            // Look again when a recent success stops holding the next hubs back.
+            for h in &hubs {
+                if let HubPhase::Succeeded(ago) = h.phase
+                    && let Some(left) = params
+                        .min_success_time
+                        .checked_sub(ago)
+                        .filter(|l| !l.is_zero())
+                {
+                    sooner(&mut requeue, left);
+                }
+            }
+            let msg = format!(
+                "{} succeeded, {} in progress, {} failed, {} waiting{}",
+                plan.succeeded,
+                plan.in_progress,
+                plan.failed,
+                plan.waiting,
+                plan.halted
+                    .as_ref()
+                    .map(|h| format!("; {h}"))
+                    .unwrap_or_default()
+            );
+            (plan, msg)
+        }
+        Err(e) => (
+            rollout::Plan {
+                halted: Some(e.clone()),
+                ..Default::default()
+            },
+            format!("invalid rolloutStrategy: {e}"),
+        ),
+    };
+    for h in &hubs {
+        allowed.push((h.name.clone(), plan.start.contains(&h.name)));
+    }
+    let (status, reason) = if plan.halted.is_some() {
+        ("False", FAILED)
+    } else if plan.in_progress + plan.waiting > 0 {
+        ("True", migration_api::names::reasons::PROGRESSING)
+    } else {
+        ("False", COMPLETED)
+    };
+    PlacementRollout {
+        allowed,
+        status,
+        reason,
+        message,
+        requeue,
+    }
+}
+
+/// What a hub is asked to run, before rollout gating.
+struct Desired {
+    config: Option<ConfigRef>,
+    spec: Option<AddOnDeploymentConfigSpec>,
+    /// Hash of the config's spec (empty when there is no config).
+    hash: String,
+    version: String,
+    /// Why the config cannot be used (the hub keeps what it runs).
+    problem: Option<(&'static str, String)>,
+    placement: Option<usize>,
+}
+
+async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let c = &ctx.client;
+    let addon = &ctx.cfg.defaults.addon_name;
+    let placements = install_placements(c, &cma).await?;
+    let mcas: Vec<ManagedClusterAddOn> = Api::<ManagedClusterAddOn>::all(c.clone())
+        .list(&ListParams::default().fields(&format!("metadata.name={addon}")))
+        .await
+        .ctx(|| "listing ManagedClusterAddOns".into())?
+        .items;
+    // Addons it creates or deletes here come back as watch events and the next reconcile.
+    sync_placement_addons(c, addon, &placements, &mcas).await?;
+    let default_config = cma
+        .spec
+        .supported_configs
+        .iter()
+        .flatten()
+        .find(|s| s.resource == ADC_RESOURCE)
+        .and_then(|s| s.default_config.as_ref())
+        .map(|d| ConfigRef {
+            namespace: d.namespace.clone().unwrap_or_default(),
+            name: d.name.clone(),
+        });
+    // Pass 1: what each hub is asked to run.
+    let mut desired: HashMap<String, Desired> = HashMap::new();
+    for mca in &mcas {
+        let hub = mca.namespace().unwrap_or_default();
+        let placement = placements.iter().position(|p| p.hubs.contains_key(&hub));
+        let config = adc_ref(mca.spec.configs.as_ref())
+            .or_else(|| placement.and_then(|i| placements[i].config.clone()))
+            .or_else(|| default_config.clone());
+        desired.insert(hub, resolve(&ctx, config, placement).await?);
+    }
+    // Rollout decisions per placement.
+    let mut allowed: HashMap<String, bool> = HashMap::new();
+    let mut requeue: Option<Duration> = None;
+    let mut progressions = Vec::new();
+    for (i, p) in placements.iter().enumerate() {
+        let r = placement_rollout(i, p, &mcas, &desired);
+        allowed.extend(r.allowed);
+        if let Some(after) = r.requeue {
+            sooner(&mut requeue, after);
+        }
+        progressions.push((p, r.status, r.reason, r.message));
+    }
+    // Pass 2: each hub.
+    let deadline_of = |d: &Desired| {
+        d.placement
+            .and_then(|i| placements[i].params.as_ref().ok())
+            .and_then(|p| p.progress_deadline)
+            .unwrap_or(ctx.cfg.progress_deadline)
+    };
+    for mca in &mcas {
+        let hub = mca.namespace().unwrap_or_default();
+        let Some(d) = desired.get(&hub) else { continue };
+        let result = if mca.metadata.deletion_timestamp.is_some() {
+            remove(&ctx, mca, d).await
+        } else {
+            let may_start = allowed.get(&hub).copied().unwrap_or(true);
+            let deadline = deadline_of(d);
+            reconcile_hub(&ctx, mca, d, may_start, deadline).await
+        };
+        match result {
+            Ok(Some(after)) => sooner(&mut requeue, after),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(hub = %hub, error = %e, "reconciling the addon on a hub");
+                requeue = Some(Duration::from_secs(2));
+            }
+        }
+    }
+    write_progressions(&ctx, &cma, &progressions).await?;
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Reads the config a hub points at and the version it asks for.
+async fn resolve(
+    ctx: &Ctx,
+    config: Option<ConfigRef>,
+    placement: Option<usize>,
+) -> Result<Desired, Error> {
+    let defaults = &ctx.cfg.defaults;
+    let mut d = Desired {
+        config: config.clone(),
+        spec: None,
+        hash: String::new(),
+        version: defaults.version.clone(),
+        problem: None,
+        placement,
+    };
+    if let Some(r) = &config {
+        let api: Api<AddOnDeploymentConfig> = Api::namespaced(ctx.client.clone(), &r.namespace);
+        match api
+            .get_opt(&r.name)
+            .await
+            .ctx(|| format!("reading AddOnDeploymentConfig {}/{}", r.namespace, r.name))?
+        {
+            None => {
+                d.problem = Some((
+                    "ConfigurationNotFound",
+                    format!("AddOnDeploymentConfig {}/{} not found", r.namespace, r.name),
+                ));
+                return Ok(d);
+            }
+            Some(adc) => {
+                d.hash = render::spec_hash(&adc.spec);
+                d.version = render::desired_version(defaults, Some(&adc.spec));
+                d.spec = Some(adc.spec);
+            }
+        }
+    }
+    if !ctx.cfg.supported_versions.contains(&d.version) {
+        d.problem = Some((
+            "UnsupportedVersion",
+            format!(
+                "agent version {} is not supported by this manager (supported: {}); the running version is kept",
+                d.version,
+                ctx.cfg.supported_versions.join(", ")
+            ),
+        ));
+    } else if let Err(e) = AgentValues::new(defaults, "check", d.spec.as_ref(), &d.version) {
+        d.problem = Some(("InvalidConfiguration", e.to_string()));
+    }
+    Ok(d)
+}
+
+/// Where a hub stands with respect to version `v`.
+fn phase_of(m: &ManagedClusterAddOn, v: &str) -> HubPhase {
+    if annotation(m, ann::AGENT_FAILED_VERSION) == Some(v) {
+        HubPhase::Failed
+    } else if annotation(m, ann::AGENT_VERSION) == Some(v) {
+        if annotation(m, ann::AGENT_LAST_GOOD_VERSION) == Some(v) {
+            HubPhase::Succeeded(since(m, ann::AGENT_ROLLOUT_COMPLETED).unwrap_or(Duration::MAX))
+        } else {
+            HubPhase::InProgress
+        }
+    } else {
+        HubPhase::ToUpdate
+    }
+}
+
+async fn install_placements(
+    c: &Client,
+    cma: &ClusterManagementAddOn,
+) -> Result<Vec<InstallPlacement>, Error> {
+    let Some(strategy) = cma.spec.install_strategy.as_ref() else {
+        return Ok(vec![]);
+    };
+    if strategy.type_.as_deref() != Some("Placements") {
+        return Ok(vec![]);
+    }
+    let mut out = Vec::new();
+    for p in strategy.placements.iter().flatten() {
+        let api: Api<PlacementDecision> = Api::namespaced(c.clone(), &p.namespace);
+        let decisions = api
+            .list(&ListParams::default().labels(&format!("{}={}", labels::PLACEMENT, p.name)))
+            .await
+            .ctx(|| format!("listing decisions of Placement {}/{}", p.namespace, p.name))?;
+        let mut hubs = BTreeMap::new();
+        for d in decisions.items {
+            let group = d
+                .labels()
+                .get(labels::DECISION_GROUP_INDEX)
+                .and_then(|g| g.parse().ok())
+                .unwrap_or(0);
+            for c in d.status.map(|s| s.decisions).unwrap_or_default() {
+                hubs.insert(c.cluster_name, group);
+            }
+        }
+        out.push(InstallPlacement {
+            key: format!("{}/{}", p.namespace, p.name),
+            params: rollout::Params::parse(p.rollout_strategy.as_ref()),
+            config: adc_ref(p.configs.as_ref()),
+            hubs,
+        });
+    }
+    Ok(out)
+}
+
+/// Creates ManagedClusterAddOns on hubs the install placements decided, and deletes those this
+/// manager created on hubs no placement decides any more (never ones a user created).
+async fn sync_placement_addons(
+    c: &Client,
+    addon: &str,
+    placements: &[InstallPlacement],
+    existing: &[ManagedClusterAddOn],
+) -> Result<(), Error> {
+    let have: BTreeMap<String, &ManagedClusterAddOn> = existing
+        .iter()
+        .filter_map(|m| Some((m.namespace()?, m)))
+        .collect();
+    for p in placements {
+        for hub in p.hubs.keys() {
+            if have.contains_key(hub) {
+                continue;
+            }
+            let mca: ManagedClusterAddOn = serde_json::from_value(json!({
+                "metadata": {"name": addon, "namespace": hub,
+                    "labels": {labels::MANAGED_BY: labels::MANAGED_BY_VALUE},
+                    "annotations": {ann::INSTALL_PLACEMENT: p.key}},
+                "spec": {}
+            }))
+            .map_err(|e| Error::Kube {
+                what: "building a ManagedClusterAddOn".into(),
+                source: kube::Error::SerdeError(e),
+            })?;
+            match Api::<ManagedClusterAddOn>::namespaced(c.clone(), hub)
+                .create(&PostParams::default(), &mca)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(hub = %hub, placement = %p.key, "addon enabled by placement")
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => {
+                    return Err(e).ctx(|| format!("creating ManagedClusterAddOn {hub}/{addon}"));
+                }
+            }
+        }
+    }
+    for (hub, m) in &have {
+        let ours = m.labels().get(labels::MANAGED_BY).map(String::as_str)
+            == Some(labels::MANAGED_BY_VALUE)
+            && annotation(m, ann::INSTALL_PLACEMENT).is_some();
+        if ours
+            && m.metadata.deletion_timestamp.is_none()
+            && !placements.iter().any(|p| p.hubs.contains_key(hub))
+        {
+            tracing::info!(hub = %hub, "hub left the install placements; removing the addon");
+            Api::<ManagedClusterAddOn>::namespaced(c.clone(), hub)
+                .delete(addon, &DeleteParams::default())
+                .await
+                .ctx(|| format!("deleting ManagedClusterAddOn {hub}/{addon}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn owner_of(mca: &ManagedClusterAddOn) -> Value {
+    json!({
+        "apiVersion": MCA_API_VERSION, "kind": "ManagedClusterAddOn",
+        "name": mca.name_any(), "uid": mca.uid().unwrap_or_default(),
+        "controller": true, "blockOwnerDeletion": true,
+    })
+}
+
+async fn apply_dynamic(c: &Client, obj: &Value) -> Result<(), Error> {
+    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let ns = obj["metadata"]["namespace"].as_str();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    let plural = format!("{}s", kind.to_lowercase());
+    let ar = kube::api::ApiResource::from_gvk_with_plural(&gvk, &plural);
+    let api: Api<kube::api::DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(c.clone(), ns, &ar),
+        None => Api::all_with(c.clone(), &ar),
+    };
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .ctx(|| {
+        format!(
+            "applying {kind} {}{name}",
+            ns.map(|n| format!("{n}/")).unwrap_or_default()
+        )
+    })?;
+    Ok(())
+}

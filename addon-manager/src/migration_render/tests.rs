@@ -1,0 +1,427 @@
+use migration_api::migration::{CarriedCluster, TaskStage};
+
+use super::*;
+
+fn m() -> Migration {
+    Migration {
+        name: "move".into(),
+        namespace: "default".into(),
+        key: "move-0a1b2c3d".into(),
+        token_validity: std::time::Duration::from_secs(1620),
+        from: "hub1".into(),
+        to: "hub2".into(),
+    }
+}
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn parse(text: &str) -> kube::config::Kubeconfig {
+    kube::config::Kubeconfig::from_yaml(text).unwrap()
+}
+
+#[test]
+fn the_token_is_not_rotated_and_lives_as_the_spec_allows() {
+    let msa = m().service_account();
+    assert_eq!(
+        msa["spec"]["rotation"],
+        json!({"enabled": false, "validity": "1620s"})
+    );
+    assert_eq!(msa["metadata"]["name"], "migration-move-0a1b2c3d");
+}
+
+#[test]
+fn the_connection_keeps_server_ca_and_proxy_but_no_credentials() {
+    let proxy = ProxyConfig {
+        https_proxy: Some("https://proxy:3128".into()),
+        ..Default::default()
+    };
+    let full = bootstrap_kubeconfig(
+        "https://hub2:6443",
+        Some(&b64("-----BEGIN CERTIFICATE-----\nx\n")),
+        "secret-token",
+        Some(&proxy),
+    )
+    .unwrap();
+    let conn = without_credentials(&full).unwrap();
+    assert!(!conn.contains("secret-token"), "{conn}");
+    let kc = kube::config::Kubeconfig::from_yaml(&conn).unwrap();
+    let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+    assert_eq!(cluster.server.as_deref(), Some("https://hub2:6443"));
+    assert_eq!(cluster.proxy_url.as_deref(), Some("https://proxy:3128"));
+    assert!(cluster.certificate_authority_data.is_some());
+    assert!(
+        kc.auth_infos[0]
+            .auth_info
+            .as_ref()
+            .is_none_or(|a| a.token.is_none())
+    );
+    assert!(without_credentials("not: [yaml").is_err());
+}
+
+fn grants() -> AgentGrants {
+    AgentGrants {
+        addon: "cluster-migration".into(),
+        agent_namespace: "agent-ns".into(),
+        clusters: vec!["c1".into(), "c2".into()],
+        sets: vec!["east".into()],
+        addons: vec!["search-collector".into()],
+        klusterlet_configs: vec!["migration-move-0a1b2c3d-own".into()],
+        release: vec!["c2".into()],
+    }
+}
+
+fn rules_of(objs: &[Value]) -> Vec<Value> {
+    objs[0]["rules"].as_array().unwrap().clone()
+}
+
+#[test]
+fn a_source_agent_may_write_only_the_migrations_clusters_and_klusterlet_work() {
+    let objs = agent_grants(&m(), MigrationRole::Source, &grants()).unwrap();
+    let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding", "RoleBinding"]);
+    assert_eq!(
+        objs[0]["metadata"]["name"],
+        "open-cluster-management:cluster-migration:agent:move-0a1b2c3d:source"
+    );
+    for r in rules_of(&objs) {
+        // Every write is limited to names (none may be empty: that would be every name).
+        let names = r["resourceNames"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{r}"));
+        assert!(!names.is_empty(), "{r}");
+        assert!(!r["verbs"].as_array().unwrap().contains(&json!("*")), "{r}");
+    }
+    let resources: Vec<Value> = rules_of(&objs)
+        .iter()
+        .map(|r| r["resources"].clone())
+        .collect();
+    assert!(!resources.contains(&json!(["managedclustersets/join"])));
+    assert!(!resources.contains(&json!(["managedclusteraddons"])));
+    assert!(!resources.contains(&json!(["klusterletaddonconfigs"])));
+    let works = rules_of(&objs)
+        .into_iter()
+        .find(|r| r["resources"] == json!(["manifestworks"]))
+        .unwrap();
+    assert_eq!(
+        works["resourceNames"],
+        json!(["migration-move-0a1b2c3d-klusterlet"])
+    );
+    // The KlusterletConfigs it derives, by name (never `global`, never the clusters' own).
+    let configs = rules_of(&objs)
+        .into_iter()
+        .find(|r| r["resources"] == json!(["klusterletconfigs"]))
+        .unwrap();
+    assert_eq!(
+        configs["resourceNames"],
+        json!(["migration-move-0a1b2c3d-own"])
+    );
+    assert_eq!(
+        objs[1]["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "cluster-migration-agent", "namespace": "agent-ns"}])
+    );
+    // The works of a cluster the hub lets go of: released in its namespace only.
+    assert_eq!(objs[2]["metadata"]["namespace"], "c2");
+    assert_eq!(
+        objs[2]["roleRef"]["name"],
+        "open-cluster-management:cluster-migration:release-works"
+    );
+}
+
+#[test]
+fn a_target_agent_may_also_create_clusters_and_carry_what_they_carry() {
+    let objs = agent_grants(&m(), MigrationRole::Target, &grants()).unwrap();
+    let rules = rules_of(&objs);
+    let unnamed: Vec<&Value> = rules
+        .iter()
+        .filter(|r| r.get("resourceNames").is_none())
+        .collect();
+    // A POST cannot be limited by name: creating ManagedClusters is the one unnamed right.
+    assert_eq!(
+        unnamed,
+        [
+            &json!({"apiGroups": ["cluster.open-cluster-management.io"], "resources": ["managedclusters"], "verbs": ["create"]})
+        ]
+    );
+    let by = |res: &str| {
+        rules
+            .iter()
+            .find(|r| r["resources"] == json!([res]))
+            .map(|r| r["resourceNames"].clone())
+    };
+    assert_eq!(by("managedclustersets/join"), Some(json!(["east"])));
+    assert_eq!(
+        by("managedclusteraddons"),
+        Some(json!(["search-collector"]))
+    );
+    assert_eq!(by("klusterletaddonconfigs"), Some(json!(["c1", "c2"])));
+    // Nothing carried: no rule for it (an empty resourceNames would allow every name).
+    let bare = AgentGrants {
+        sets: vec![],
+        addons: vec![],
+        release: vec![],
+        ..grants()
+    };
+    let objs = agent_grants(&m(), MigrationRole::Target, &bare).unwrap();
+    assert_eq!(objs.len(), 2);
+    assert!(
+        rules_of(&objs)
+            .iter()
+            .all(|r| r["resources"] != json!(["managedclustersets/join"])
+                && r["resources"] != json!(["managedclusteraddons"]))
+    );
+    // No clusters, no grants at all.
+    let none = AgentGrants {
+        clusters: vec![],
+        ..grants()
+    };
+    assert!(
+        agent_grants(&m(), MigrationRole::Target, &none)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn kubeconfig_from_client_config_without_proxy() {
+    let text = bootstrap_kubeconfig(
+        "https://hub2:6443",
+        Some(&b64(
+            "-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n",
+        )),
+        "tok",
+        None,
+    )
+    .unwrap();
+    let kc = parse(&text);
+    let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+    assert_eq!(cluster.server.as_deref(), Some("https://hub2:6443"));
+    assert!(cluster.proxy_url.is_none());
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(cluster.certificate_authority_data.as_ref().unwrap())
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(ca).unwrap(),
+        "-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n"
+    );
+    let user = kc.auth_infos[0].auth_info.as_ref().unwrap();
+    assert!(user.token.is_some());
+}
+
+#[test]
+fn kubeconfig_behind_an_https_proxy_carries_its_url_and_ca() {
+    let proxy = ProxyConfig {
+        http_proxy: Some("http://plain:3128".into()),
+        https_proxy: Some("https://proxy:3129".into()),
+        ca_bundle: Some(b64("PROXY-CA\n")),
+        no_proxy: None,
+    };
+    let text =
+        bootstrap_kubeconfig("https://hub2", Some(&b64("HUB-CA")), "t", Some(&proxy)).unwrap();
+    let kc = parse(&text);
+    let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+    assert_eq!(cluster.proxy_url.as_deref(), Some("https://proxy:3129"));
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(cluster.certificate_authority_data.as_ref().unwrap())
+        .unwrap();
+    assert_eq!(String::from_utf8(ca).unwrap(), "HUB-CA\nPROXY-CA\n");
+    // An HTTP proxy has no CA to append.
+    let plain = ProxyConfig {
+        https_proxy: None,
+        ..proxy
+    };
+    let text =
+        bootstrap_kubeconfig("https://hub2", Some(&b64("HUB-CA")), "t", Some(&plain)).unwrap();
+    let cluster = parse(&text).clusters[0].cluster.clone().unwrap();
+    assert_eq!(cluster.proxy_url.as_deref(), Some("http://plain:3128"));
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(cluster.certificate_authority_data.unwrap())
+        .unwrap();
+    assert_eq!(ca, b"HUB-CA");
+}
+
+#[test]
+fn bad_ca_bundle_is_a_clear_error() {
+    let err = bootstrap_kubeconfig("https://hub2", Some("%%%"), "t", None).unwrap_err();
+    assert!(err.to_string().contains("caBundle is not base64"), "{err}");
+}
+
+#[test]
+fn plain_ocm_hubs_get_the_bootstrap_secret_next_to_the_task_and_no_klusterlet_config() {
+    assert_eq!(Shape::from_report("None"), Some(Shape::ManifestWork));
+    assert_eq!(Shape::from_report("something else"), None);
+    for shape in [
+        Shape::ManifestWork,
+        Shape::MultipleHubsConfig,
+        Shape::BootstrapKubeConfigs,
+    ] {
+        assert_eq!(Shape::from_delivery(shape.delivery()), shape);
+    }
+    let objs = source_manifests(
+        &m(),
+        "agent-ns",
+        MigrationTaskSpec::default(),
+        Some(("kc", Shape::ManifestWork)),
+    )
+    .unwrap();
+    let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["Secret", "MigrationTask"]);
+    assert_eq!(objs[0]["metadata"]["namespace"], "agent-ns");
+    assert_eq!(objs[0]["data"]["kubeconfig"], b64("kc"));
+    // The token never goes to the target (it gets the connection without credentials).
+    let target = target_manifests(&m(), "t-ns", MigrationTaskSpec::default(), Some("msa")).unwrap();
+    assert!(target.iter().all(|o| o["kind"] != "Secret"));
+}
+
+#[test]
+fn klusterlet_config_in_both_shapes() {
+    for (shape, path) in [
+        (
+            Shape::MultipleHubsConfig,
+            "/spec/multipleHubsConfig/bootstrapKubeConfigs",
+        ),
+        (Shape::BootstrapKubeConfigs, "/spec/bootstrapKubeConfigs"),
+    ] {
+        let objs = source_manifests(
+            &m(),
+            "ns",
+            MigrationTaskSpec::default(),
+            Some(("kc", shape)),
+        )
+        .unwrap();
+        assert_eq!(objs.len(), 3);
+        assert_eq!(objs[0]["kind"], "Secret");
+        assert_eq!(objs[0]["metadata"]["name"], "bootstrap-move-0a1b2c3d");
+        assert_eq!(
+            objs[0]["metadata"]["namespace"],
+            BOOTSTRAP_SECRETS_NAMESPACE
+        );
+        assert_eq!(objs[0]["data"]["kubeconfig"], b64("kc"));
+        let kc = &objs[1];
+        assert_eq!(kc["kind"], "KlusterletConfig");
+        assert_eq!(kc["metadata"]["name"], "migration-move-0a1b2c3d");
+        let boot = kc
+            .pointer(path)
+            .unwrap_or_else(|| panic!("{shape:?}: {kc}"));
+        assert_eq!(boot["type"], "LocalSecrets");
+        assert_eq!(
+            boot["localSecretsConfig"]["kubeConfigSecrets"],
+            json!([{"name": "bootstrap-move-0a1b2c3d"}])
+        );
+        assert_eq!(objs[2]["kind"], "MigrationTask");
+    }
+    let shapes = |o: &Value| {
+        (
+            o.pointer("/spec/multipleHubsConfig").is_some(),
+            o.pointer("/spec/bootstrapKubeConfigs").is_some(),
+        )
+    };
+    let new = source_manifests(
+        &m(),
+        "ns",
+        MigrationTaskSpec::default(),
+        Some(("kc", Shape::MultipleHubsConfig)),
+    )
+    .unwrap();
+    assert_eq!(shapes(&new[1]), (true, false));
+    assert_eq!(
+        new[1]["spec"]["multipleHubsConfig"]["genBootstrapKubeConfigStrategy"],
+        "IncludeCurrentHub"
+    );
+}
+
+#[test]
+fn validating_source_carries_only_the_task_with_its_revision() {
+    let spec = MigrationTaskSpec {
+        migration: "move".into(),
+        clusters: vec!["c1".into()],
+        stage: TaskStage::Validating,
+        ..Default::default()
+    };
+    let objs = source_manifests(&m(), "agent-ns", spec.clone(), None).unwrap();
+    assert_eq!(objs.len(), 1);
+    assert_eq!(objs[0]["metadata"]["namespace"], "agent-ns");
+    assert_eq!(objs[0]["spec"]["revision"], revision(&spec));
+    let mut other = spec.clone();
+    other.stage = TaskStage::Deploying;
+    assert_ne!(revision(&spec), revision(&other));
+}
+
+#[test]
+fn target_rbac_binds_only_the_migration_service_account() {
+    let objs = target_manifests(&m(), "ns", MigrationTaskSpec::default(), Some("msa-ns")).unwrap();
+    assert_eq!(objs[0]["kind"], "ClusterRole");
+    let verbs: Vec<&str> = objs[0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+        })
+        .collect();
+    assert!(
+        !verbs.contains(&"delete") && !verbs.contains(&"*"),
+        "{verbs:?}"
+    );
+    // ManagedClusters: get and create only (no list, no update), as ACM's bootstrap role.
+    let clusters = objs[0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resources"] == json!(["managedclusters"]))
+        .unwrap();
+    assert_eq!(clusters["verbs"], json!(["get", "create"]));
+    assert_eq!(
+        objs[1]["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "migration-move-0a1b2c3d", "namespace": "msa-ns"}])
+    );
+    assert_eq!(
+        bootstrap_user(&m(), "msa-ns"),
+        "system:serviceaccount:msa-ns:migration-move-0a1b2c3d"
+    );
+    let without = target_manifests(&m(), "ns", MigrationTaskSpec::default(), None).unwrap();
+    assert_eq!(without.len(), 1);
+}
+
+#[test]
+fn works_and_feedback() {
+    let w = work(
+        &m(),
+        MigrationRole::Target,
+        vec![],
+        task_feedback(&m(), "ns"),
+    );
+    assert_eq!(w["metadata"]["name"], "migration-move-0a1b2c3d-target");
+    assert_eq!(w["metadata"]["namespace"], "hub2");
+    let paths = &w["spec"]["manifestConfigs"][0]["feedbackRules"][0]["jsonPaths"];
+    assert_eq!(paths.as_array().unwrap().len(), 7);
+    assert_eq!(paths[6]["path"], ".status.carryOverJson");
+    let carried = CarriedCluster {
+        name: "c1".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        serde_json::to_value(&carried).unwrap(),
+        json!({"name": "c1"})
+    );
+}
+
+#[test]
+fn plans_never_show_secret_data() {
+    let objs = source_manifests(
+        &m(),
+        "ns",
+        MigrationTaskSpec::default(),
+        Some(("token: abc", Shape::MultipleHubsConfig)),
+    )
+    .unwrap();
+    let shown = redact(&objs[0]);
+    assert_eq!(shown["data"]["kubeconfig"], REDACTED);
+    assert!(!shown.to_string().contains(&b64("token: abc")));
+    assert_eq!(redact(&objs[1]), objs[1]);
+}
