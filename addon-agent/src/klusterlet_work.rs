@@ -23,7 +23,7 @@ use migration_api::names::{
     BOOTSTRAP_HUB_KUBECONFIG, HUB_CONNECTION_TIMEOUT_SECONDS, KLUSTERLET, KLUSTERLET_NAMESPACE,
     annotations::KLUSTERLET_ORIGINAL, labels,
 };
-use migration_api::ocm::work::ManifestWork;
+use migration_api::ocm::work::{ManifestWork, feedback_value};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -291,15 +291,6 @@ pub fn step_of(work: &ManifestWork) -> Option<Step> {
     })
 }
 
-/// Whether the work is applied at its latest generation.
-pub fn applied(work: &ManifestWork) -> bool {
-    work.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Applied"))
-        .is_some_and(|c| c.status == "True" && c.observed_generation == work.metadata.generation)
-}
-
 /// How many feature gates and bootstrap kubeconfig secrets a probe reads, one value each.
 pub const PROBED_GATES: usize = 32;
 pub const PROBED_SECRETS: usize = 8;
@@ -334,30 +325,12 @@ fn probe_paths() -> Vec<Value> {
 /// original)))`: its settings now, and those recorded before a migration changed them (if one
 /// did); `Some(Err(why))` when the Klusterlet holds more than a probe can read.
 pub fn probed(work: &ManifestWork) -> Option<Result<(Registration, Option<Registration>), String>> {
-    if !applied(work) {
+    if !work.applied() {
         return None;
     }
-    let values = work
-        .status
-        .as_ref()?
-        .resource_status
-        .as_ref()?
-        .manifests
-        .as_ref()?
-        .iter()
-        .find(|m| m.resource_meta.kind.as_deref() == Some("Klusterlet"))?
-        .status_feedback
-        .as_ref()?
-        .values
-        .clone()
-        .unwrap_or_default();
-    let text = |name: &str| -> Option<String> {
-        values
-            .iter()
-            .find(|v| v.name == name)
-            .and_then(|v| v.field_value.string.clone())
-    };
-    let number = |name: &str| values.iter().find(|v| v.name == name)?.field_value.integer;
+    let values = work.feedback("Klusterlet");
+    let text = |name: &str| -> Option<String> { feedback_value(values, name)?.string.clone() };
+    let number = |name: &str| feedback_value(values, name)?.integer;
     text("klusterlet")?;
     let gates: Vec<Value> = (0..PROBED_GATES)
         .map_while(|i| {

@@ -23,23 +23,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use migration_api::runtime::ctx_err;
 use tokio::sync::watch;
 
-/// Errors of the election.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{what}: {source}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-}
-
-fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Api { what, source }
-}
+/// Errors of the election: an API call that failed, and what it was for.
+pub use migration_api::runtime::ApiError as Error;
 
 /// Settings of the election.
 #[derive(Clone, Debug)]
@@ -122,7 +110,7 @@ async fn try_acquire(
     cfg: &Config,
     observed: &mut Observed,
 ) -> Result<Outcome, Error> {
-    let current = api.get_opt(&cfg.name).await.map_err(api_err(format!(
+    let current = api.get_opt(&cfg.name).await.map_err(ctx_err(format!(
         "reading Lease {}/{}",
         cfg.namespace, cfg.name
     )))?;
@@ -147,7 +135,7 @@ async fn try_acquire(
                 holder: String::new(),
                 expires_in: Duration::ZERO,
             }),
-            Err(e) => Err(api_err(format!(
+            Err(e) => Err(ctx_err(format!(
                 "creating Lease {}/{}",
                 cfg.namespace, cfg.name
             ))(e)),
@@ -179,7 +167,7 @@ async fn try_acquire(
             holder,
             expires_in: Duration::ZERO,
         }),
-        Err(e) => Err(api_err(format!(
+        Err(e) => Err(ctx_err(format!(
             "writing Lease {}/{}",
             cfg.namespace, cfg.name
         ))(e)),

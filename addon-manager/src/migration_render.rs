@@ -356,19 +356,9 @@ pub fn agent_grants(
 /// Feedback rules reading a task's status back: scalars only (the carry-over is one JSON
 /// string), so nothing depends on the work agent's `RawFeedbackJsonString` gate.
 pub fn task_feedback(m: &Migration, task_namespace: &str) -> Value {
-    let paths = [
-        ("revision", ".status.observedRevision"),
-        ("state", ".status.stageState"),
-        ("message", ".status.message"),
-        ("clusters", ".status.clusterStates"),
-        ("total", ".status.clusters.total"),
-        ("shape", ".status.klusterletConfigShape"),
-        ("carry", ".status.carryOverJson"),
-    ]
-    .map(|(name, path)| json!({"name": name, "path": path}));
     json!({
         "resourceIdentifier": {"group": names::GROUP, "resource": "migrationtasks", "name": m.key, "namespace": task_namespace},
-        "feedbackRules": [{"type": "JSONPaths", "jsonPaths": paths}]
+        "feedbackRules": [migration_api::task_report::feedback_rule()]
     })
 }
 

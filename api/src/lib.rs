@@ -12,6 +12,7 @@ pub mod names;
 pub mod ocm;
 #[cfg(feature = "runtime")]
 pub mod runtime;
+pub mod task_report;
 pub mod tenancy;
 #[cfg(feature = "test-util")]
 pub mod testing;

@@ -380,12 +380,6 @@ pub struct MigrationTaskSpec {
     pub bootstrap_secret_name: Option<String>,
     /// KlusterletConfig selected by the migrating clusters (source only).
     pub klusterlet_config_name: Option<String>,
-    /// How many clusters switch at once (source only).
-    #[schemars(range(min = 1))]
-    pub max_concurrency: Option<i32>,
-    /// How many failures stop new waves (source only).
-    #[schemars(range(min = 0))]
-    pub max_failures: Option<i32>,
     /// Clusters selected by labels on the source hub, when the migration names none.
     pub cluster_selector: Option<LabelSelector>,
     /// Changes whenever the manager changes this spec; the agent echoes it in status so the
@@ -679,13 +673,10 @@ impl ClusterState {
 pub struct MigrationTaskStatus {
     /// The stage the agent last acted on.
     pub observed_stage: Option<TaskStage>,
-    /// `Running`, `Succeeded` or `Failed` for the observed stage.
-    pub stage_state: Option<String>,
+    /// How far the agent got with the observed stage.
+    pub stage_state: Option<crate::task_report::StageState>,
     pub message: Option<String>,
     pub observed_generation: Option<i64>,
-    #[serde(default)]
-    #[schemars(schema_with = "crate::common::conditions")]
-    pub conditions: Option<Vec<Condition>>,
     pub clusters: Option<ClusterCounts>,
     /// Failed clusters, with reasons (at most 100 kept).
     #[serde(default)]

@@ -134,11 +134,6 @@ pub const KLUSTERLET: &str = "klusterlet";
 /// How long a klusterlet keeps trying an unreachable hub before it selects again, in the
 /// bootstrap kubeconfig lists a migration gives it (the CRDs' minimum).
 pub const HUB_CONNECTION_TIMEOUT_SECONDS: i64 = 180;
-/// ClusterRole OCM grants to bootstrap identities.
-pub const OCM_BOOTSTRAP_CLUSTERROLE: &str = "open-cluster-management:bootstrap";
-/// ClusterRole ACM grants to bootstrap identities.
-pub const ACM_BOOTSTRAP_CLUSTERROLE: &str =
-    "system:open-cluster-management:managedcluster:bootstrap:agent-registration";
 
 /// Labels.
 pub mod labels {
@@ -255,12 +250,8 @@ pub mod finalizers {
         "cluster.open-cluster-management.io/manifest-work-cleanup";
     /// Addon framework's pre-delete hook finalizer on ManagedClusterAddOn.
     pub const ADDON_PRE_DELETE: &str = "addon.open-cluster-management.io/addon-pre-delete";
-    /// Our finalizer on ManagedClusterAddOn: remove the deploy work and hub RBAC.
-    pub const ADDON_CLEANUP: &str = "migration.open-cluster-management.io/addon-cleanup";
     /// Our finalizer on ManagedClusterMigration: roll an in-flight migration back first.
     pub const MIGRATION_CLEANUP: &str = "migration.open-cluster-management.io/migration-cleanup";
-    /// Our finalizer on MigrationTask: the agent undoes its part first.
-    pub const TASK_CLEANUP: &str = "migration.open-cluster-management.io/task-cleanup";
 }
 
 /// Condition types.

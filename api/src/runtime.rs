@@ -430,6 +430,94 @@ pub async fn bound_cluster_sets(
         .collect())
 }
 
+/// A merge patch turning `current` into `new`: what `new` holds, and null for each top-level
+/// field only `current` holds (a merge patch leaves a field it does not name as it was).
+pub fn replacing_patch<S: serde::Serialize>(current: Option<&S>, new: &S) -> serde_json::Value {
+    let mut patch = serde_json::to_value(new).unwrap_or_default();
+    if let (Some(p), Some(Ok(serde_json::Value::Object(c)))) =
+        (patch.as_object_mut(), current.map(serde_json::to_value))
+    {
+        for k in c.keys() {
+            p.entry(k.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    patch
+}
+
+/// Writes `new` as the status of object `name` when it differs from `current`, with a merge
+/// patch that also clears what `new` no longer holds, guarded by `resource_version` when given:
+/// the one "patch status if changed" of both binaries. `Ok(false)` when nothing changed, or
+/// when the object changed since it was read (409) or is gone (404): its next event brings the
+/// caller back with fresh state.
+pub async fn write_status_if_changed<K, S>(
+    api: &kube::Api<K>,
+    name: &str,
+    resource_version: Option<String>,
+    current: Option<&S>,
+    new: &S,
+) -> Result<bool, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: serde::Serialize + PartialEq,
+{
+    if current == Some(new) {
+        return Ok(false);
+    }
+    let mut patch = serde_json::json!({"status": replacing_patch(current, new)});
+    if let Some(rv) = resource_version {
+        patch["metadata"] = serde_json::json!({"resourceVersion": rv});
+    }
+    match api
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// A failed API call, with what was being done: the one error with context both binaries'
+/// controllers return for what the API server refused or could not answer.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct ApiError {
+    pub what: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+impl ApiError {
+    pub fn new(what: impl Into<String>, source: kube::Error) -> Self {
+        ApiError {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+/// `map_err(ctx_err("reading X"))`: the call's error, saying what it was doing.
+pub fn ctx_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ApiError {
+    let what = what.into();
+    move |e| ApiError::new(what, e)
+}
+
+/// `.ctx(|| format!("reading {name}"))`: the call's error, saying what it was doing (the text
+/// is built only on failure).
+pub trait Context<T> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, ApiError>;
+}
+
+impl<T> Context<T> for Result<T, kube::Error> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, ApiError> {
+        self.map_err(|source| ApiError::new(what(), source))
+    }
+}
+
 /// Treats "not found" as done: `Ok(None)` for a 404, the value or other errors as they are
 /// (for deletes and reads where absence is a valid outcome).
 pub fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<Option<T>, kube::Error> {

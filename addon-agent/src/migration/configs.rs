@@ -77,7 +77,12 @@ pub(super) async fn remove_derived_configs(ctx: &Ctx, task: &MigrationTask) -> R
         Ok(l) => l.items,
         // A plain OCM hub has no KlusterletConfig API at all.
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-        Err(e) => return Err(Error::Kube("listing derived KlusterletConfigs".into(), e)),
+        Err(e) => {
+            return Err(Error::Kube(ApiError::new(
+                "listing derived KlusterletConfigs",
+                e,
+            )));
+        }
     };
     for kc in list {
         let name = kc.name_any();

@@ -101,10 +101,10 @@ pub(super) async fn hub_bootstrap_token(client: &Client) -> Result<String, Error
             }
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => {
-                return Err(Error::Kube(
+                return Err(Error::Kube(ApiError::new(
                     format!("issuing a bootstrap token of ServiceAccount {ns}/{name}"),
                     e,
-                ));
+                )));
             }
         }
     }
@@ -286,7 +286,7 @@ pub(super) async fn klusterlet_switch(
 ) -> Result<bool, Error> {
     drive_klusterlet_work(ctx, task, cluster, |work| {
         match work.map(|w| (w, kw::step_of(w))) {
-            Some((w, Some(Step::Switch(_)))) => Next::Done(kw::applied(w)),
+            Some((w, Some(Step::Switch(_)))) => Next::Done(w.applied()),
             Some((w, Some(Step::Probe))) => match kw::probed(w) {
                 // A Klusterlet a migration changed before keeps the settings it had then.
                 Some(Ok((now, recorded))) => Next::Put(Step::Switch(recorded.unwrap_or(now))),
@@ -316,7 +316,7 @@ pub(super) async fn klusterlet_restore(
         };
         match kw::step_of(work) {
             Some(Step::Switch(o)) => Next::Put(Step::Restore(o)),
-            Some(Step::Restore(_)) if !kw::applied(work) => Next::Done(false),
+            Some(Step::Restore(_)) if !work.applied() => Next::Done(false),
             // Restored, or never changed (a probe): the work can go.
             _ => Next::Delete,
         }
@@ -334,7 +334,7 @@ pub(super) async fn klusterlet_settle(
 ) -> Result<bool, Error> {
     drive_klusterlet_work(ctx, task, cluster, |work| {
         match work.map(|w| (w, kw::step_of(w))) {
-            Some((w, Some(Step::Settle(_)))) => Next::Done(kw::applied(w)),
+            Some((w, Some(Step::Settle(_)))) => Next::Done(w.applied()),
             Some((w, Some(Step::Probe))) => match kw::probed(w) {
                 Some(Ok((_, Some(recorded)))) => Next::Put(Step::Settle(recorded)),
                 // No record (an ACM source's import configured the Klusterlet, or it was

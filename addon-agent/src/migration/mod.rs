@@ -38,7 +38,7 @@ use kube::{Client, ResourceExt};
 use migration_api::common::{condition_is_true, selector_matches};
 use migration_api::migration::{
     BootstrapDelivery, CarriedAddOn, CarriedCluster, ClusterState, MAX_CARRY_OVER_PER_CLUSTER,
-    MAX_CARRY_OVER_TOTAL, MigrationRole, MigrationTask, TaskStage,
+    MAX_CARRY_OVER_TOTAL, MigrationRole, MigrationTask, MigrationTaskStatus, TaskStage,
 };
 use migration_api::names;
 use migration_api::names::annotations::{
@@ -51,7 +51,10 @@ use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::agent::KlusterletAddonConfig;
 use migration_api::ocm::cluster::{ManagedCluster, ManagedClusterSet};
 use migration_api::ocm::work::ManifestWork;
-use migration_api::runtime::{csr_decided, ignore_not_found, requested_identity};
+use migration_api::runtime::{
+    ApiError, csr_decided, ctx_err, ignore_not_found, requested_identity, write_status_if_changed,
+};
+use migration_api::task_report::StageState;
 use migration_api::tenancy;
 use serde_json::{Value, json};
 
@@ -60,6 +63,7 @@ use crate::report::FIELD_MANAGER;
 use crate::{admission, flight};
 
 mod configs;
+mod effects;
 mod klusterlets;
 mod source;
 mod target;
@@ -68,6 +72,7 @@ mod tests;
 mod validate;
 
 use configs::*;
+use effects::*;
 use klusterlets::*;
 use source::*;
 use target::*;
@@ -102,16 +107,11 @@ struct Ctx {
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{0}: {1}")]
-    Kube(String, #[source] kube::Error),
+    #[error(transparent)]
+    Kube(#[from] ApiError),
     /// The hub or the task lacks something the handler needs.
     #[error("{0}")]
     Config(String),
-}
-
-fn ctx_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |e| Error::Kube(what, e)
 }
 
 /// Runs the handler until aborted.
@@ -307,8 +307,7 @@ fn cluster_list(task: &MigrationTask, clusters: &Store<ManagedCluster>) -> Vec<S
 #[derive(Debug, Default)]
 struct Report {
     states: Vec<ClusterState>,
-    /// Succeeded / Running / Failed.
-    state: &'static str,
+    state: StageState,
     message: String,
     /// The carry-over records, as one JSON array.
     carry_over: Option<String>,
@@ -377,9 +376,9 @@ fn verdict(names: &[String], states: Vec<ClusterState>) -> Report {
     let message = summary(names, &states);
     Report {
         state: if message.is_empty() {
-            "Succeeded"
+            StageState::Succeeded
         } else {
-            "Failed"
+            StageState::Failed
         },
         message: if message.is_empty() {
             format!("{} clusters checked", names.len())
@@ -475,44 +474,26 @@ async fn write_status(
     names: &[String],
     report: Report,
 ) -> Result<(), Error> {
-    let counts = ClusterState::counts(&report.states);
     let failures = ClusterState::failures(names, &report.states);
-    let status = json!({
-        "observedStage": task.spec.stage,
-        "observedRevision": task.spec.revision,
-        "observedGeneration": task.metadata.generation,
-        "stageState": report.state,
-        "message": report.message,
-        "clusterStates": ClusterState::encode(&report.states),
-        "clusters": counts,
-        "failures": failures,
-        "carryOverJson": report.carry_over,
-        "klusterletConfigShape": report.shape,
-    });
-    let current = task
-        .status
-        .as_ref()
-        .map(|s| serde_json::to_value(s).unwrap_or_default())
-        .unwrap_or_default();
-    let unchanged = status.as_object().is_some_and(|m| {
-        m.iter().all(|(k, v)| {
-            current.get(k).unwrap_or(&Value::Null) == v || (v.is_null() && current.get(k).is_none())
-        })
-    });
-    if unchanged {
-        return Ok(());
-    }
+    let status = MigrationTaskStatus {
+        observed_stage: Some(task.spec.stage),
+        observed_revision: task.spec.revision.clone(),
+        observed_generation: task.metadata.generation,
+        stage_state: Some(report.state),
+        message: Some(report.message),
+        cluster_states: Some(ClusterState::encode(&report.states)),
+        clusters: Some(ClusterState::counts(&report.states)),
+        failures: Some(failures),
+        carry_over_json: report.carry_over,
+        klusterlet_config_shape: report.shape,
+    };
     let api: Api<MigrationTask> =
         Api::namespaced(ctx.client.clone(), &task.namespace().unwrap_or_default());
-    api.patch_status(
-        &task.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": status})),
-    )
-    .await
-    .map_err(ctx_err(format!(
-        "writing the status of MigrationTask {}",
-        task.name_any()
-    )))?;
+    write_status_if_changed(&api, &task.name_any(), None, task.status.as_ref(), &status)
+        .await
+        .map_err(ctx_err(format!(
+            "writing the status of MigrationTask {}",
+            task.name_any()
+        )))?;
     Ok(())
 }

@@ -26,7 +26,11 @@ pub(super) async fn source_deploy(
     let annotated = source_register(ctx, task, names).await?;
     Ok(Report {
         states: annotated.states,
-        state: if present { "Succeeded" } else { "Running" },
+        state: if present {
+            StageState::Succeeded
+        } else {
+            StageState::Running
+        },
         message: if present {
             format!("{name} in place")
         } else {
@@ -126,7 +130,7 @@ pub(super) async fn source_register(
         .count();
     Ok(Report {
         message: format!("{switching} of {} clusters released", names.len()),
-        state: "Running",
+        state: StageState::Running,
         states,
         ..Default::default()
     })
@@ -177,45 +181,18 @@ pub(super) async fn source_rollback(
         // Plain OCM: the Klusterlet's own settings go back too (its work applies them once
         // the cluster is connected here again).
         let settings_back = !plain(task) || klusterlet_restore(ctx, task, name).await?;
-        let restored_at = mc.annotations().get(RESTORED_AT).cloned();
-        if (restored_at.is_none() && !finish)
-            || !mc.spec.hub_accepts_client
-            || restore_needed(&mc, task)
-        {
-            let now = restored_at
-                .clone()
-                .unwrap_or_else(|| jiff::Timestamp::now().to_string());
-            let mut patch = flight::patch(&flight::restored(mc.annotations(), &|k| ours(task, k)));
-            patch["metadata"]["annotations"][RESTORED_AT] = json!(now);
-            patch["spec"] = json!({"hubAcceptsClient": true});
-            patch_cluster(ctx, name, patch).await?;
-            await_return(ctx, name, true);
-            states.push(ClusterState::RollingBack);
-            continue;
-        }
-        let Some(restored_at) = restored_at else {
-            states.push(if settings_back {
-                ClusterState::RolledBack
-            } else {
-                ClusterState::RollingBack
-            });
-            continue;
+        let seen = Returning {
+            mc: &mc,
+            settings_back,
+            renewed_since_restore: mc
+                .annotations()
+                .get(RESTORED_AT)
+                .is_some_and(|at| lease_renewed_since(ctx, name, at)),
+            finish,
         };
-        let back = settings_back && available(&mc) && lease_renewed_since(ctx, name, &restored_at);
-        await_return(ctx, name, !back);
-        if back && finish {
-            patch_cluster(
-                ctx,
-                name,
-                json!({"metadata": {"annotations": {RESTORED_AT: Value::Null}}}),
-            )
-            .await?;
-        }
-        states.push(if back {
-            ClusterState::RolledBack
-        } else {
-            ClusterState::RollingBack
-        });
+        let (state, effects) = take_back(task, &seen, &jiff::Timestamp::now().to_string());
+        apply(ctx, name, effects).await?;
+        states.push(state);
     }
     Ok(rollback_report(
         names,
@@ -232,7 +209,6 @@ pub(super) async fn source_clean(
 ) -> Result<Report, Error> {
     let detach: BTreeSet<&String> = task.spec.detach.iter().flatten().collect();
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
-    let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
     // The clusters that stay are taken back (again, or for the first time when the rollback
     // ran out of time) before their marks go: none is left refused by both hubs.
     let rolled = source_rollback(ctx, task, names, true).await?;
@@ -243,25 +219,9 @@ pub(super) async fn source_clean(
             continue;
         }
         let mc = get(&ctx.clusters, None, name);
-        if detach.contains(name) {
-            match mc {
-                None => states.push(ClusterState::Detached),
-                Some(m) => {
-                    if m.metadata.deletion_timestamp.is_none() {
-                        ignore_not_found(api.delete(name, &DeleteParams::default()).await)
-                            .map_err(ctx_err(format!("detaching ManagedCluster {name}")))?;
-                        tracing::info!(cluster = %name, "detached the moved cluster from this hub");
-                    }
-                    release_works(ctx, name).await?;
-                    states.push(ClusterState::Switching);
-                }
-            }
-            continue;
-        }
-        // Neither: it arrived, and the manager waits for the target to say again that it
-        // has it before this hub lets go of it (or takes it back). Left exactly as it is: its
-        // marks keep auto-import and its own KlusterletConfig from pulling it back meanwhile.
-        states.push(ClusterState::Switching);
+        let (state, effects) = let_go(detach.contains(name), mc.as_deref());
+        apply(ctx, name, effects).await?;
+        states.push(state);
     }
     let left = states
         .iter()
@@ -279,7 +239,11 @@ pub(super) async fn source_clean(
                 .filter(|s| **s == ClusterState::Detached)
                 .count()
         ),
-        state: if left == 0 { "Succeeded" } else { "Running" },
+        state: if left == 0 {
+            StageState::Succeeded
+        } else {
+            StageState::Running
+        },
         states,
         ..Default::default()
     })

@@ -159,10 +159,10 @@ pub(super) async fn precreate(ctx: &Ctx, task: &MigrationTask, name: &str) -> Re
         "spec": spec
     });
     let mc: ManagedCluster = serde_json::from_value(mc).map_err(|e| {
-        Error::Kube(
+        Error::Kube(ApiError::new(
             format!("building ManagedCluster {name}"),
             kube::Error::SerdeError(e),
-        )
+        ))
     })?;
     let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
     match api
@@ -178,10 +178,10 @@ pub(super) async fn precreate(ctx: &Ctx, task: &MigrationTask, name: &str) -> Re
         Ok(_) => tracing::info!(cluster = %name, "pre-created ManagedCluster"),
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => {
-            return Err(Error::Kube(
+            return Err(Error::Kube(ApiError::new(
                 format!("pre-creating ManagedCluster {name}"),
                 e,
-            ));
+            )));
         }
     }
     Ok(())
@@ -209,10 +209,10 @@ pub(super) async fn carry_addons(ctx: &Ctx, task: &MigrationTask, name: &str) ->
             // The namespace is not there yet: the next event (the cluster joining) retries.
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
             Err(e) => {
-                return Err(Error::Kube(
+                return Err(Error::Kube(ApiError::new(
                     format!("carrying addon {} of {name}", a.name),
                     e,
-                ));
+                )));
             }
         }
     }
@@ -224,10 +224,10 @@ pub(super) async fn carry_addons(ctx: &Ctx, task: &MigrationTask, name: &str) ->
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => {
-                return Err(Error::Kube(
+                return Err(Error::Kube(ApiError::new(
                     format!("carrying the KlusterletAddonConfig of {name}"),
                     e,
-                ));
+                )));
             }
         }
     }
@@ -348,7 +348,11 @@ pub(super) async fn target_register(
             "{registered} of {} clusters registered, {refused} refused",
             names.len()
         ),
-        state: if registering { "Running" } else { "Succeeded" },
+        state: if registering {
+            StageState::Running
+        } else {
+            StageState::Succeeded
+        },
         states,
         ..Default::default()
     })
@@ -449,7 +453,11 @@ pub(super) fn rollback_report(
         .count();
     Report {
         message: format!("{back} {what}"),
-        state: if done { "Succeeded" } else { "Running" },
+        state: if done {
+            StageState::Succeeded
+        } else {
+            StageState::Running
+        },
         states,
         ..Default::default()
     }
@@ -511,7 +519,11 @@ pub(super) async fn target_clean(
         } else {
             rolled.message
         },
-        state: if done { "Succeeded" } else { "Running" },
+        state: if done {
+            StageState::Succeeded
+        } else {
+            StageState::Running
+        },
         states,
         ..Default::default()
     })
@@ -528,7 +540,7 @@ pub(super) async fn target_work_removed(
     let Some(work) = klusterlet_work(ctx, task, cluster) else {
         return Ok(true);
     };
-    let settled = matches!(kw::step_of(&work), Some(Step::Settle(_))) && kw::applied(&work);
+    let settled = matches!(kw::step_of(&work), Some(Step::Settle(_))) && work.applied();
     let arrived = target_state(mc) == ClusterState::Available;
     if arrived && !settled && work.metadata.deletion_timestamp.is_none() {
         if task.spec.bootstrap_connection.is_some() {

@@ -28,7 +28,7 @@ pub(super) async fn bound_sets(
     migration_api::runtime::bound_cluster_sets(&ctx.client, ns)
         .await
         .map(Some)
-        .map_err(|(what, e)| Error::Kube(what, e))
+        .map_err(|(what, e)| Error::Kube(ApiError::new(what, e)))
 }
 
 pub(super) async fn source_validate(
@@ -49,7 +49,12 @@ pub(super) async fn source_validate(
         {
             Ok(l) => l.items,
             Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
-            Err(e) => return Err(Error::Kube("listing KlusterletAddonConfigs".into(), e)),
+            Err(e) => {
+                return Err(Error::Kube(ApiError::new(
+                    "listing KlusterletAddonConfigs",
+                    e,
+                )));
+            }
         };
     let shape = klusterlet_config_shape(&ctx.client).await?;
     let bound = bound_sets(ctx, task).await?;
@@ -126,10 +131,12 @@ pub(super) async fn source_validate(
         .collect();
     apply_carry_over_limits(&mut states, &sizes);
     let mut report = verdict(names, states);
-    report.carry_over =
-        Some(serde_json::to_string(&carry).map_err(|e| {
-            Error::Kube("encoding the carry-over".into(), kube::Error::SerdeError(e))
-        })?);
+    report.carry_over = Some(serde_json::to_string(&carry).map_err(|e| {
+        Error::Kube(ApiError::new(
+            "encoding the carry-over",
+            kube::Error::SerdeError(e),
+        ))
+    })?);
     report.shape = Some(shape);
     Ok(report)
 }
@@ -182,11 +189,11 @@ pub(super) async fn target_validate(
     let mut report = verdict(names, states);
     // A plain OCM hub gives the clusters that arrive a bootstrap kubeconfig of its own
     // bootstrap identity ([`settle_data`]): without one they could never count as moved.
-    if report.state == "Succeeded"
+    if report.state == StageState::Succeeded
         && klusterlet_config_shape(&ctx.client).await? == "None"
         && !hub_bootstrap_identity_exists(&ctx.client).await?
     {
-        report.state = "Failed";
+        report.state = StageState::Failed;
         report.message = format!(
             "this plain OCM hub has none of the ServiceAccounts its clusters bootstrap with ({}; `clusteradm init` creates the first), so the clusters that arrive could not be given a bootstrap kubeconfig of this hub",
             hub_bootstrap_names()

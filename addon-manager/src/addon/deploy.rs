@@ -119,9 +119,7 @@ fn manifest_applied(
     deploy_work: Option<&ManifestWork>,
 ) -> (&'static str, &'static str, String) {
     let not_applied = deploy_work
-        .and_then(|w| w.status.as_ref())
-        .and_then(|s| s.conditions.as_deref())
-        .and_then(|wc| find_condition(wc, "Applied"))
+        .and_then(ManifestWork::applied_condition)
         .filter(|c| c.status == "False")
         .map(|c| c.message.clone());
     match apply_error.or(not_applied) {

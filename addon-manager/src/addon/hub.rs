@@ -2,36 +2,11 @@
 
 use super::*;
 
-/// The status feedback values reported for the work's manifest of `kind`.
-pub(super) fn feedback_of<'a>(work: &'a ManifestWork, kind: &str) -> &'a [FeedbackValue] {
-    work.status
-        .as_ref()
-        .and_then(|s| s.resource_status.as_ref())
-        .and_then(|r| r.manifests.as_ref())
-        .and_then(|m| {
-            m.iter()
-                .find(|m| m.resource_meta.kind.as_deref() == Some(kind))
-        })
-        .and_then(|m| m.status_feedback.as_ref())
-        .and_then(|f| f.values.as_deref())
-        .unwrap_or(&[])
-}
-
-pub(super) fn feedback_field<'a>(
-    values: &'a [FeedbackValue],
-    name: &str,
-) -> Option<&'a FieldValue> {
-    values
-        .iter()
-        .find(|v| v.name == name)
-        .map(|v| &v.field_value)
-}
-
 /// The agent's Deployment as the work agent reports it: (image, available and current).
 pub(super) fn deployment_feedback(work: &ManifestWork) -> Option<(String, bool)> {
-    let values = feedback_of(work, "Deployment");
-    let image = feedback_field(values, "image")?.string.clone()?;
-    let int = |n: &str| feedback_field(values, n).and_then(|v| v.integer);
+    let values = work.feedback("Deployment");
+    let image = feedback_value(values, "image")?.string.clone()?;
+    let int = |n: &str| feedback_value(values, n).and_then(|v| v.integer);
     let current = int("generation").is_some() && int("generation") == int("observedGeneration");
     Some((image, current && int("availableReplicas").unwrap_or(0) >= 1))
 }

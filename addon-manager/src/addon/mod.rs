@@ -24,7 +24,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
-use migration_api::common::{Condition, condition_is_true, find_condition, set_condition};
+use migration_api::common::{Condition, condition_is_true, set_condition};
 use migration_api::names::annotations as ann;
 use migration_api::names::conditions::{
     AVAILABLE, CONFIGURED, DEGRADED, MANIFEST_APPLIED, PROGRESSING, REGISTRATION_APPLIED,
@@ -37,10 +37,10 @@ use migration_api::ocm::addon::{
     AddOnDeploymentConfig, AddOnDeploymentConfigSpec, ClusterManagementAddOn, ManagedClusterAddOn,
 };
 use migration_api::ocm::cluster::{ManagedCluster, PlacementDecision};
-use migration_api::ocm::work::{FeedbackValue, FieldValue, ManifestWork};
+use migration_api::ocm::work::{ManifestWork, feedback_value};
 use serde_json::{Value, json};
 
-use migration_api::runtime::ignore_not_found;
+use migration_api::runtime::{ApiError, Context, ignore_not_found};
 
 mod deploy;
 mod hub;
@@ -67,27 +67,10 @@ const MCA_API_VERSION: &str = "addon.open-cluster-management.io/v1alpha1";
 /// Errors of the addon controller.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{what}: {source}")]
-    Kube {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Kube(#[from] ApiError),
     #[error("rendering: {0}")]
     Render(#[from] render::RenderError),
-}
-
-trait Context<T> {
-    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, Error>;
-}
-
-impl<T> Context<T> for Result<T, kube::Error> {
-    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, Error> {
-        self.map_err(|source| Error::Kube {
-            what: what(),
-            source,
-        })
-    }
 }
 
 /// Settings of the addon controller.
@@ -583,9 +566,8 @@ async fn sync_placement_addons(
                     "annotations": {ann::INSTALL_PLACEMENT: p.key}},
                 "spec": {}
             }))
-            .map_err(|e| Error::Kube {
-                what: "building a ManagedClusterAddOn".into(),
-                source: kube::Error::SerdeError(e),
+            .map_err(|e| {
+                ApiError::new("building a ManagedClusterAddOn", kube::Error::SerdeError(e))
             })?;
             match Api::<ManagedClusterAddOn>::namespaced(c.clone(), hub)
                 .create(&PostParams::default(), &mca)
@@ -596,7 +578,11 @@ async fn sync_placement_addons(
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => {
-                    return Err(e).ctx(|| format!("creating ManagedClusterAddOn {hub}/{addon}"));
+                    return Err(ApiError::new(
+                        format!("creating ManagedClusterAddOn {hub}/{addon}"),
+                        e,
+                    )
+                    .into());
                 }
             }
         }

@@ -4,9 +4,9 @@ use super::*;
 
 /// The cleanup Job's outcome as fed back: (succeeded, failed).
 pub(super) fn job_feedback(work: &ManifestWork) -> (i64, i64) {
-    let values = feedback_of(work, "Job");
+    let values = work.feedback("Job");
     let get = |n: &str| {
-        feedback_field(values, n)
+        feedback_value(values, n)
             .and_then(|v| v.integer)
             .unwrap_or(0)
     };

@@ -38,8 +38,6 @@ pub(super) fn base_task(
         },
         clusters,
         stage,
-        max_concurrency: mcm.spec.max_concurrency,
-        max_failures: mcm.spec.max_failures,
         lift_disable_auto_import: (role == MigrationRole::Source)
             .then_some(mcm.spec.lift_disable_auto_import)
             .flatten(),
@@ -279,19 +277,24 @@ pub(super) fn err_suffix(e: Option<String>) -> String {
 /// managed-serviceaccount addon re-creating or rotating it) is waited for, woken by the
 /// ManagedServiceAccount's status; only when it stays missing past the stage's timeout does
 /// the migration roll back.
-pub(super) fn token_missing(step: &mut Step, timeout: Duration, condition: &str) -> Action {
-    if remaining(step, timeout).is_none() {
-        step.rollback(
+pub(super) fn token_missing(
+    timed_out: bool,
+    timeout: Duration,
+    condition: &'static str,
+) -> Outcome {
+    if timed_out {
+        return Outcome::Rollback(
+            None,
             reasons::TIMEOUT,
-            "the bootstrap token's Secret stayed missing past the stage timeout",
+            "the bootstrap token's Secret stayed missing past the stage timeout".into(),
         );
-        return Action::requeue(Duration::from_millis(10));
     }
-    step.condition(
-        condition,
-        "False",
-        reasons::WAITING,
-        "waiting for the bootstrap token's Secret (the managed-serviceaccount addon re-creates it)",
-    );
-    until(step, timeout)
+    Outcome::Wait(
+        Said::no(
+            condition,
+            reasons::WAITING,
+            "waiting for the bootstrap token's Secret (the managed-serviceaccount addon re-creates it)",
+        ),
+        Wake::Deadline(timeout),
+    )
 }

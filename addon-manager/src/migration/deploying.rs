@@ -20,44 +20,78 @@ pub(super) async fn deploying(
     )
     .await?
     else {
-        return Ok(token_missing(step, stage_timeout(mcm), RESOURCE_DEPLOYED));
+        let timed_out = remaining(step, stage_timeout(mcm)).is_none();
+        return Ok(step.settle(token_missing(
+            timed_out,
+            stage_timeout(mcm),
+            RESOURCE_DEPLOYED,
+        )));
     };
     let (source, source_err) = report(ctx, m, MigrationRole::Source, &src_rev).await?;
     let (target, target_err) = report(ctx, m, MigrationRole::Target, &tgt_rev).await?;
-    let ready = source.as_ref().is_some_and(Feedback::succeeded)
-        && target.as_ref().is_some_and(Feedback::succeeded);
-    if !ready {
-        if remaining(step, stage_timeout(mcm)).is_none() {
-            let msg = format!(
-                "the hubs did not confirm the delivery in time{}",
-                err_suffix(source_err.or(target_err))
+    let seen = Deployed {
+        ready: source.as_ref().is_some_and(Feedback::succeeded)
+            && target.as_ref().is_some_and(Feedback::succeeded),
+        work_error: source_err.or(target_err),
+        timed_out: remaining(step, stage_timeout(mcm)).is_none(),
+        what: delivered_what(step),
+        clusters: step.status.resolved_clusters.as_ref().map_or(0, Vec::len),
+        timeout: stage_timeout(mcm),
+    };
+    Ok(step.settle(seen.outcome(&m.from, &m.to)))
+}
+
+/// What Deploying saw of the hubs' reports.
+#[derive(Clone, Debug)]
+pub(super) struct Deployed {
+    /// Both hubs confirmed their part.
+    pub(super) ready: bool,
+    /// Why a work could not apply, if one could not.
+    pub(super) work_error: Option<String>,
+    pub(super) timed_out: bool,
+    /// What the source was given ([`delivered_what`]).
+    pub(super) what: &'static str,
+    pub(super) clusters: usize,
+    pub(super) timeout: Duration,
+}
+
+impl Deployed {
+    /// Deploying's decision: on to Registering once both hubs confirmed; a rollback at the
+    /// timeout; otherwise wait.
+    pub(super) fn outcome(&self, from: &str, to: &str) -> Outcome {
+        let suffix = err_suffix(self.work_error.clone());
+        if self.ready {
+            return Outcome::Enter(
+                Said::yes(
+                    RESOURCE_DEPLOYED,
+                    reasons::DONE,
+                    format!(
+                        "{} on {from}; {} clusters pre-created on {to}",
+                        self.what, self.clusters
+                    ),
+                ),
+                MigrationPhase::Registering,
+                "switching clusters".into(),
             );
-            step.condition(RESOURCE_DEPLOYED, "False", reasons::TIMEOUT, &msg);
-            step.rollback(reasons::TIMEOUT, &msg);
-            return Ok(Action::requeue(Duration::from_millis(10)));
         }
-        let msg = format!(
-            "waiting for {} to confirm the {} and {} to pre-create the clusters{}",
-            m.from,
-            delivered_what(step),
-            m.to,
-            err_suffix(source_err.or(target_err))
-        );
-        step.condition(RESOURCE_DEPLOYED, "False", reasons::WAITING, &msg);
-        return Ok(until(step, stage_timeout(mcm)));
+        if self.timed_out {
+            let msg = format!("the hubs did not confirm the delivery in time{suffix}");
+            return Outcome::Rollback(
+                Some(Said::no(RESOURCE_DEPLOYED, reasons::TIMEOUT, &msg)),
+                reasons::TIMEOUT,
+                msg,
+            );
+        }
+        Outcome::Wait(
+            Said::no(
+                RESOURCE_DEPLOYED,
+                reasons::WAITING,
+                format!(
+                    "waiting for {from} to confirm the {} and {to} to pre-create the clusters{suffix}",
+                    self.what
+                ),
+            ),
+            Wake::Deadline(self.timeout),
+        )
     }
-    step.condition(
-        RESOURCE_DEPLOYED,
-        "True",
-        reasons::DONE,
-        &format!(
-            "{} on {}; {} clusters pre-created on {}",
-            delivered_what(step),
-            m.from,
-            step.status.resolved_clusters.as_ref().map_or(0, Vec::len),
-            m.to
-        ),
-    );
-    step.enter(MigrationPhase::Registering, "switching clusters");
-    Ok(Action::requeue(Duration::from_millis(10)))
 }

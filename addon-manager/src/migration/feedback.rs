@@ -2,15 +2,11 @@
 
 use super::*;
 
-/// One task's report as its work's status feedback shows it.
+/// One task's report as its work's status feedback shows it ([`TaskReport`], the wire
+/// contract), with its carry-over decoded and why the work could not apply, if it could not.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Feedback {
-    pub(super) revision: Option<String>,
-    pub(super) state: Option<String>,
-    pub(super) message: Option<String>,
-    pub(super) clusters: Option<String>,
-    pub(super) total: Option<i64>,
-    pub(super) shape: Option<String>,
+    pub(super) report: TaskReport,
     /// The source's carry-over records (validation); `Err` when they do not decode.
     pub(super) carry: Option<Result<Vec<CarriedCluster>, String>>,
     /// Why the work could not apply (a manifest's Applied condition), if it could not.
@@ -19,64 +15,28 @@ pub(super) struct Feedback {
 
 impl Feedback {
     pub(super) fn of(work: &ManifestWork) -> Self {
-        let mut fb = Feedback::default();
-        let manifests = work
-            .status
-            .as_ref()
-            .and_then(|s| s.resource_status.as_ref())
-            .and_then(|r| r.manifests.as_ref());
-        for m in manifests.into_iter().flatten() {
-            if let Some(c) = m
-                .conditions
-                .iter()
-                .find(|c| c.type_ == "Applied" && c.status == "False")
-            {
-                fb.apply_error = Some(format!(
-                    "{} {}: {}",
-                    m.resource_meta.kind.clone().unwrap_or_default(),
-                    m.resource_meta.name.clone().unwrap_or_default(),
-                    c.message
-                ));
-            }
-            if m.resource_meta.kind.as_deref() != Some("MigrationTask") {
-                continue;
-            }
-            for v in m
-                .status_feedback
-                .iter()
-                .flat_map(|f| f.values.iter().flatten())
-            {
-                let text = v.field_value.string.clone();
-                match v.name.as_str() {
-                    "revision" => fb.revision = text,
-                    "state" => fb.state = text,
-                    "message" => fb.message = text,
-                    "clusters" => fb.clusters = text,
-                    "shape" => fb.shape = text,
-                    "total" => fb.total = v.field_value.integer,
-                    "carry" => {
-                        fb.carry = text.map(|t| {
-                            migration_api::migration::decode_carry_over(&t)
-                                .map_err(|e| e.to_string())
-                        });
-                    }
-                    _ => {}
-                }
-            }
+        let report = TaskReport::from_feedback(work.feedback("MigrationTask"));
+        let carry = report
+            .carry
+            .as_deref()
+            .map(|t| migration_api::migration::decode_carry_over(t).map_err(|e| e.to_string()));
+        Feedback {
+            report,
+            carry,
+            apply_error: work.manifest_not_applied(),
         }
-        fb
     }
 
     pub(super) fn states(&self, n: usize) -> Vec<ClusterState> {
-        ClusterState::decode(self.clusters.as_deref().unwrap_or(""), n)
+        self.report.states(n)
     }
 
     pub(super) fn succeeded(&self) -> bool {
-        self.state.as_deref() == Some("Succeeded")
+        self.report.succeeded()
     }
 
     pub(super) fn failed(&self) -> bool {
-        self.state.as_deref() == Some("Failed")
+        self.report.failed()
     }
 }
 
@@ -93,7 +53,7 @@ pub(super) async fn report(
     let fb = Feedback::of(&work);
     let err = fb.apply_error.clone();
     Ok((
-        (fb.revision.as_deref() == Some(revision)).then_some(fb),
+        (fb.report.revision.as_deref() == Some(revision)).then_some(fb),
         err,
     ))
 }
@@ -104,8 +64,10 @@ pub(super) async fn existing_work(
     role: MigrationRole,
 ) -> Result<Option<ManifestWork>, Error> {
     let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), m.hub(role));
-    ignore_not_found(works.get(&names::migration_work(&m.key, role)).await)
-        .map_err(ctx_err(format!("reading the {} work", role.as_str())))
+    Ok(
+        ignore_not_found(works.get(&names::migration_work(&m.key, role)).await)
+            .map_err(ctx_err(format!("reading the {} work", role.as_str())))?,
+    )
 }
 
 /// The task spec inside an existing work (to read back what was delivered).

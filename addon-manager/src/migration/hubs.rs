@@ -8,9 +8,11 @@ pub(super) async fn hub_addon(
     addon: &str,
 ) -> Result<Option<ManagedClusterAddOn>, Error> {
     let api: Api<ManagedClusterAddOn> = Api::namespaced(ctx.client.clone(), hub);
-    ignore_not_found(api.get(addon).await).map_err(ctx_err(format!(
-        "reading ManagedClusterAddOn {hub}/{addon}"
-    )))
+    Ok(
+        ignore_not_found(api.get(addon).await).map_err(ctx_err(format!(
+            "reading ManagedClusterAddOn {hub}/{addon}"
+        )))?,
+    )
 }
 
 /// Namespace an addon's agent runs in on its hub.
@@ -101,7 +103,7 @@ pub(super) async fn hubs_forbidden(
     let ns = mcm.namespace().unwrap_or_default();
     let bound = migration_api::runtime::bound_cluster_sets(&ctx.client, &ns)
         .await
-        .map_err(|(what, e)| Error::Kube(what, e))?;
+        .map_err(|(what, e)| Error::Kube(ApiError::new(what, e)))?;
     let spec = mcm.effective_spec();
     let clusters: Api<ManagedCluster> = Api::all(ctx.client.clone());
     let mut outside = Vec::new();

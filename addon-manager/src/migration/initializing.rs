@@ -16,62 +16,90 @@ pub(super) async fn initializing(
     )
     .await
     .map_err(ctx_err("applying the ManagedServiceAccount"))?;
-    match bootstrap(ctx, m).await {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            if remaining(step, stage_timeout(mcm)).is_none() {
-                step.condition(RESOURCE_INITIALIZED, "False", reasons::TIMEOUT, &format!(
-                    "the ManagedServiceAccount on {} got no token in time; is the managed-serviceaccount addon running there?", m.to));
-                step.rollback(reasons::TIMEOUT, "initializing timed out");
-                return Ok(Action::requeue(Duration::from_millis(10)));
-            }
-            step.condition(
-                RESOURCE_INITIALIZED,
-                "False",
-                reasons::WAITING,
-                &format!(
-                    "waiting for the bootstrap token of ManagedServiceAccount {}/{}",
-                    m.to,
-                    names::migration_service_account(&m.key)
-                ),
-            );
-            return Ok(until(step, stage_timeout(mcm)));
-        }
-        Err(Error::Render(e)) => {
-            step.condition(
-                RESOURCE_INITIALIZED,
-                "False",
-                reasons::ERROR,
-                &e.to_string(),
-            );
-            step.rollback(reasons::ERROR, &e.to_string());
-            return Ok(Action::requeue(Duration::from_millis(10)));
-        }
+    let token = match bootstrap(ctx, m).await {
+        Ok(t) => Ok(t.is_some()),
+        Err(Error::Render(e)) => Err(e.to_string()),
         Err(e) => return Err(e),
-    }
-    let rendered = match shape_of(step) {
-        Shape::ManifestWork => format!(
-            "bootstrap secret {} rendered for each cluster's klusterlet work",
-            names::migration_bootstrap_secret(&m.key)
-        ),
-        _ => format!(
-            "KlusterletConfig {} rendered",
-            names::migration_klusterlet_config(&m.key)
-        ),
     };
-    step.condition(
-        RESOURCE_INITIALIZED,
-        "True",
-        reasons::DONE,
-        &format!(
-            "bootstrap identity ready on {} (token valid {} s, not rotated), {rendered}",
-            m.to,
-            m.token_validity.as_secs(),
-        ),
-    );
-    step.enter(
-        MigrationPhase::Deploying,
-        "delivering the tasks to both hubs",
-    );
-    Ok(Action::requeue(Duration::from_millis(10)))
+    let seen = Initialized {
+        token,
+        timed_out: remaining(step, stage_timeout(mcm)).is_none(),
+        shape: shape_of(step),
+        timeout: stage_timeout(mcm),
+    };
+    Ok(step.settle(seen.outcome(m)))
+}
+
+/// What Initializing saw of the bootstrap identity.
+#[derive(Clone, Debug)]
+pub(super) struct Initialized {
+    /// Whether the ManagedServiceAccount's token is there; `Err` when the bootstrap
+    /// kubeconfig cannot be rendered from it.
+    pub(super) token: Result<bool, String>,
+    pub(super) timed_out: bool,
+    pub(super) shape: Shape,
+    pub(super) timeout: Duration,
+}
+
+impl Initialized {
+    /// Initializing's decision: on to Deploying once the token is there; a rollback when it
+    /// cannot be used or does not come in time; otherwise wait for it.
+    pub(super) fn outcome(&self, m: &Migration) -> Outcome {
+        match &self.token {
+            Err(e) => Outcome::Rollback(
+                Some(Said::no(RESOURCE_INITIALIZED, reasons::ERROR, e)),
+                reasons::ERROR,
+                e.clone(),
+            ),
+            Ok(false) if self.timed_out => Outcome::Rollback(
+                Some(Said::no(
+                    RESOURCE_INITIALIZED,
+                    reasons::TIMEOUT,
+                    format!(
+                        "the ManagedServiceAccount on {} got no token in time; is the managed-serviceaccount addon running there?",
+                        m.to
+                    ),
+                )),
+                reasons::TIMEOUT,
+                "initializing timed out".into(),
+            ),
+            Ok(false) => Outcome::Wait(
+                Said::no(
+                    RESOURCE_INITIALIZED,
+                    reasons::WAITING,
+                    format!(
+                        "waiting for the bootstrap token of ManagedServiceAccount {}/{}",
+                        m.to,
+                        names::migration_service_account(&m.key)
+                    ),
+                ),
+                Wake::Deadline(self.timeout),
+            ),
+            Ok(true) => {
+                let rendered = match self.shape {
+                    Shape::ManifestWork => format!(
+                        "bootstrap secret {} rendered for each cluster's klusterlet work",
+                        names::migration_bootstrap_secret(&m.key)
+                    ),
+                    _ => format!(
+                        "KlusterletConfig {} rendered",
+                        names::migration_klusterlet_config(&m.key)
+                    ),
+                };
+                Outcome::Enter(
+                    Said::yes(
+                        RESOURCE_INITIALIZED,
+                        reasons::DONE,
+                        format!(
+                            "bootstrap identity ready on {} (token valid {} s, not rotated), {rendered}",
+                            m.to,
+                            m.token_validity.as_secs(),
+                        ),
+                    ),
+                    MigrationPhase::Deploying,
+                    "delivering the tasks to both hubs".into(),
+                )
+            }
+        }
+    }
 }

@@ -42,7 +42,8 @@ use migration_api::ocm::addon::{AddOnDeploymentConfig, ManagedClusterAddOn, Prox
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::msa::ManagedServiceAccount;
 use migration_api::ocm::work::ManifestWork;
-use migration_api::runtime::ignore_not_found;
+use migration_api::runtime::{ApiError, ctx_err, ignore_not_found, write_status_if_changed};
+use migration_api::task_report::TaskReport;
 use serde_json::{Value, json};
 
 use crate::migration_render::{self as mr, Migration, Shape};
@@ -103,15 +104,10 @@ struct Ctx {
 /// Why a reconcile failed (it is retried).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{0}: {1}")]
-    Kube(String, #[source] kube::Error),
+    #[error(transparent)]
+    Kube(#[from] ApiError),
     #[error(transparent)]
     Render(#[from] RenderError),
-}
-
-fn ctx_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |e| Error::Kube(what, e)
 }
 
 /// Runs the controller until `stop` resolves.
@@ -313,21 +309,8 @@ async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<A
     };
     step.status.observed_generation = mcm.metadata.generation;
     let mcm = hold_spec(mcm, current, &mut step);
-    if deleting {
-        match current {
-            MigrationPhase::Pending | MigrationPhase::Validating => {
-                step.fail_validation(reasons::ERROR, "deleted before any cluster was touched");
-            }
-            MigrationPhase::Initializing
-            | MigrationPhase::Deploying
-            | MigrationPhase::Registering => {
-                step.rollback(
-                    "Deleted",
-                    "the migration was deleted in flight; rolling back first",
-                );
-            }
-            _ => {}
-        }
+    if deleting && let Some(deleted) = on_delete(current) {
+        step.settle(deleted);
     }
     let m = migration_of(&mcm);
     let action = match step.status.phase.unwrap_or_default() {
@@ -455,31 +438,30 @@ async fn set_finalizer(
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(e) => Err(Error::Kube("updating the migration's finalizers".into(), e)),
+        Err(e) => Err(Error::Kube(ApiError::new(
+            "updating the migration's finalizers",
+            e,
+        ))),
     }
 }
 
 async fn write_status(ctx: &Ctx, mcm: &ManagedClusterMigration, step: Step) -> Result<(), Error> {
     let reference = mcm.object_ref(&());
-    if Some(&step.status) != mcm.status.as_ref() {
-        let api: Api<ManagedClusterMigration> =
-            Api::namespaced(ctx.client.clone(), &mcm.namespace().unwrap_or_default());
-        let patch =
-            json!({"metadata": {"resourceVersion": mcm.resource_version()}, "status": step.status});
-        match api
-            .patch_status(
-                &mcm.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            // A newer version exists: its event brings us back with fresh state, and what
-            // this step decided is decided again.
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => return Ok(()),
-            Err(e) => return Err(Error::Kube("writing the migration's status".into(), e)),
-        }
+    let api: Api<ManagedClusterMigration> =
+        Api::namespaced(ctx.client.clone(), &mcm.namespace().unwrap_or_default());
+    // A newer version (409) brings us back with fresh state, and what this step decided is
+    // decided again; its events are published then.
+    let written = write_status_if_changed(
+        &api,
+        &mcm.name_any(),
+        mcm.resource_version(),
+        mcm.status.as_ref(),
+        &step.status,
+    )
+    .await
+    .map_err(ctx_err("writing the migration's status"))?;
+    if !written && Some(&step.status) != mcm.status.as_ref() {
+        return Ok(());
     }
     for (type_, reason, note) in step.events.iter().take(25) {
         let ev = Event {

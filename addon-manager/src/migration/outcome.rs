@@ -43,6 +43,8 @@ pub(super) enum Wake {
     After(Duration),
     /// At the current phase's deadline for this timeout.
     Deadline(Duration),
+    /// Only when something watched changes.
+    Change,
 }
 
 /// A phase's decision.
@@ -98,6 +100,26 @@ impl Step {
             Wake::Soon => Action::requeue(Duration::from_millis(10)),
             Wake::After(d) => Action::requeue(d),
             Wake::Deadline(timeout) => until(self, timeout),
+            Wake::Change => Action::await_change(),
         }
+    }
+}
+
+/// What deleting a migration in `phase` does: nothing was touched before Initializing (it
+/// fails at once); in flight, it rolls back first; past that, it finishes what it does.
+pub(super) fn on_delete(phase: MigrationPhase) -> Option<Outcome> {
+    match phase {
+        MigrationPhase::Pending | MigrationPhase::Validating => Some(Outcome::invalid(
+            reasons::ERROR,
+            "deleted before any cluster was touched",
+        )),
+        MigrationPhase::Initializing | MigrationPhase::Deploying | MigrationPhase::Registering => {
+            Some(Outcome::Rollback(
+                None,
+                "Deleted",
+                "the migration was deleted in flight; rolling back first".into(),
+            ))
+        }
+        _ => None,
     }
 }

@@ -1,6 +1,7 @@
 //! Table tests of each phase's pure decision ([`Outcome`]) and of how a step applies one.
 
 use super::*;
+use migration_api::task_report::StageState;
 
 const T: Duration = Duration::from_secs(300);
 
@@ -335,11 +336,14 @@ fn carried(names: &[&str]) -> Vec<CarriedCluster> {
         .collect()
 }
 
-fn finished_report(state: &str, clusters: &str, carry: &[&str]) -> Feedback {
+fn finished_report(state: StageState, clusters: &str, carry: &[&str]) -> Feedback {
     Feedback {
-        state: Some(state.into()),
-        clusters: Some(clusters.into()),
-        shape: Some("multipleHubsConfig".into()),
+        report: TaskReport {
+            state: Some(state),
+            clusters: Some(clusters.into()),
+            shape: Some("multipleHubsConfig".into()),
+            ..Default::default()
+        },
         carry: Some(Ok(carried(carry))),
         ..Default::default()
     }
@@ -352,7 +356,7 @@ fn names_of(v: &[&str]) -> Vec<String> {
 #[test]
 fn the_sources_report_is_judged_whole() {
     let ab = names_of(&["a", "b"]);
-    let ok = finished_report("Succeeded", "vv", &["a", "b"]);
+    let ok = finished_report(StageState::Succeeded, "vv", &["a", "b"]);
     assert_eq!(
         judge_source(Some(&ab), &ok, "hub1"),
         Ok(SourceChecked {
@@ -379,26 +383,24 @@ fn the_sources_report_is_judged_whole() {
         ..ok.clone()
     };
     assert_eq!(reason(Some(&ab), without_carry), Err(reasons::HUB_INVALID));
-    let none_matched = finished_report("Succeeded", "", &[]);
+    let none_matched = finished_report(StageState::Succeeded, "", &[]);
     assert_eq!(reason(None, none_matched), Err(reasons::CLUSTER_NOT_FOUND));
-    let one_record_short = finished_report("Succeeded", "vv", &["a"]);
+    let one_record_short = finished_report(StageState::Succeeded, "vv", &["a"]);
     assert_eq!(
         reason(Some(&ab), one_record_short),
         Err(reasons::HUB_INVALID)
     );
-    let out_of_order = finished_report("Succeeded", "vv", &["b", "a"]);
+    let out_of_order = finished_report(StageState::Succeeded, "vv", &["b", "a"]);
     assert_eq!(reason(Some(&ab), out_of_order), Err(reasons::HUB_INVALID));
-    let no_shape = Feedback {
-        shape: None,
-        ..ok.clone()
-    };
+    let mut no_shape = ok.clone();
+    no_shape.report.shape = None;
     assert_eq!(reason(Some(&ab), no_shape), Err(reasons::HUB_INVALID));
 }
 
 #[test]
 fn a_source_that_failed_clusters_names_them_and_keeps_their_states() {
     let ab = names_of(&["a", "b"]);
-    let failed = finished_report("Failed", "vN", &["a", "b"]);
+    let failed = finished_report(StageState::Failed, "vN", &["a", "b"]);
     let r = judge_source(Some(&ab), &failed, "hub1").unwrap_err();
     assert_eq!(r.reason, "ClusterNotFound");
     assert_eq!(
@@ -414,9 +416,9 @@ fn a_source_that_failed_clusters_names_them_and_keeps_their_states() {
 #[test]
 fn the_targets_report_refuses_clusters_or_the_hub_itself() {
     let ab = names_of(&["a", "b"]);
-    let ok = finished_report("Succeeded", "vv", &[]);
+    let ok = finished_report(StageState::Succeeded, "vv", &[]);
     assert_eq!(judge_target(&ab, &ok, "hub2"), Ok(()));
-    let exists = finished_report("Failed", "Ev", &[]);
+    let exists = finished_report(StageState::Failed, "Ev", &[]);
     let r = judge_target(&ab, &exists, "hub2").unwrap_err();
     assert_eq!(r.reason, reasons::CLUSTER_CONFLICT);
     assert!(
@@ -425,14 +427,12 @@ fn the_targets_report_refuses_clusters_or_the_hub_itself() {
         r.message
     );
     // No cluster failed: the hub cannot take any, in its agent's words.
-    let hub = Feedback {
-        message: Some("no bootstrap ServiceAccount".into()),
-        ..finished_report("Failed", "vv", &[])
-    };
+    let mut hub = finished_report(StageState::Failed, "vv", &[]);
+    hub.report.message = Some("no bootstrap ServiceAccount".into());
     let r = judge_target(&ab, &hub, "hub2").unwrap_err();
     assert_eq!(r.reason, reasons::HUB_INVALID);
     assert_eq!(r.message, "target hub hub2: no bootstrap ServiceAccount");
-    let silent_failure = finished_report("Failed", "vv", &[]);
+    let silent_failure = finished_report(StageState::Failed, "vv", &[]);
     let r = judge_target(&ab, &silent_failure, "hub2").unwrap_err();
     assert_eq!(r.reason, reasons::ERROR);
 }
@@ -491,5 +491,229 @@ fn settling_applies_the_condition_the_phase_and_the_first_rollback_cause() {
         step.events
             .iter()
             .any(|(k, r, _)| *k == EventType::Warning && r == "Failed")
+    );
+}
+
+#[test]
+fn deleting_fails_before_anything_was_touched_and_rolls_back_in_flight() {
+    use MigrationPhase::*;
+    let cases = [
+        (Pending, Some("invalid Error")),
+        (Validating, Some("invalid Error")),
+        (Initializing, Some("rollback Deleted")),
+        (Deploying, Some("rollback Deleted")),
+        (Registering, Some("rollback Deleted")),
+        (Rollbacking, None),
+        (Cleaning, None),
+        (Completed, None),
+        (Failed, None),
+    ];
+    for (phase, want) in cases {
+        assert_eq!(
+            on_delete(phase).as_ref().map(goes).as_deref(),
+            want,
+            "{phase:?}"
+        );
+    }
+}
+
+fn pending_mcm(
+    name: &str,
+    from: &str,
+    to: &str,
+    created: &str,
+    phase: MigrationPhase,
+) -> ManagedClusterMigration {
+    let mut m = ManagedClusterMigration::new(
+        name,
+        ManagedClusterMigrationSpec {
+            from: from.into(),
+            to: to.into(),
+            included_managed_clusters: Some(vec!["c1".into()]),
+            ..Default::default()
+        },
+    );
+    m.metadata.namespace = Some("ns".into());
+    m.metadata.uid = Some(format!("uid-{name}"));
+    m.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        created.parse().unwrap(),
+    ));
+    m.status = Some(ManagedClusterMigrationStatus {
+        phase: Some(phase),
+        ..Default::default()
+    });
+    m
+}
+
+#[test]
+fn one_migration_per_pair_of_hubs_starts_at_a_time() {
+    use MigrationPhase::*;
+    let me = pending_mcm("me", "hub1", "hub2", "2026-01-01T00:01:00Z", Pending);
+    let started_ok = "enter Validating MigrationStarted/true/Started";
+    let waits = "wait MigrationStarted/Waiting Change";
+    let cases = [
+        ("alone", vec![], started_ok),
+        (
+            "another on the pair in flight",
+            vec![pending_mcm(
+                "a",
+                "hub1",
+                "hub2",
+                "2026-01-01T00:02:00Z",
+                Registering,
+            )],
+            waits,
+        ),
+        (
+            "another on the pair, older and pending too",
+            vec![pending_mcm(
+                "a",
+                "hub1",
+                "hub2",
+                "2026-01-01T00:00:00Z",
+                Pending,
+            )],
+            waits,
+        ),
+        (
+            "another on the pair, younger and pending",
+            vec![pending_mcm(
+                "a",
+                "hub1",
+                "hub2",
+                "2026-01-01T00:02:00Z",
+                Pending,
+            )],
+            started_ok,
+        ),
+        (
+            "another on the pair, ended",
+            vec![pending_mcm(
+                "a",
+                "hub1",
+                "hub2",
+                "2026-01-01T00:00:00Z",
+                Completed,
+            )],
+            started_ok,
+        ),
+        (
+            "another on another pair",
+            vec![pending_mcm(
+                "a",
+                "hub1",
+                "hub3",
+                "2026-01-01T00:00:00Z",
+                Registering,
+            )],
+            started_ok,
+        ),
+    ];
+    for (what, mut others, want) in cases {
+        others.push(me.clone());
+        assert_eq!(goes(&started(&me, &others)), want, "{what}");
+    }
+    let blocked = started(
+        &me,
+        &[pending_mcm(
+            "a",
+            "hub1",
+            "hub2",
+            "2026-01-01T00:02:00Z",
+            Registering,
+        )],
+    );
+    assert_eq!(
+        message(&blocked),
+        "waiting for migration ns/a (hub1 -> hub2) to finish: one migration per pair of hubs at a time"
+    );
+}
+
+#[test]
+fn initializing_waits_for_the_token_and_rolls_back_without_one() {
+    let seen = |token: Result<bool, String>, timed_out: bool| Initialized {
+        token,
+        timed_out,
+        shape: Shape::MultipleHubsConfig,
+        timeout: T,
+    };
+    let m = migration();
+    let cases = [
+        (
+            seen(Ok(true), false),
+            "enter Deploying ResourceInitialized/true/Done",
+        ),
+        (
+            seen(Ok(true), true),
+            "enter Deploying ResourceInitialized/true/Done",
+        ),
+        (
+            seen(Ok(false), false),
+            "wait ResourceInitialized/Waiting Deadline(300s)",
+        ),
+        (seen(Ok(false), true), "rollback Timeout"),
+        (seen(Err("no CA".into()), false), "rollback Error"),
+    ];
+    for (s, want) in cases {
+        assert_eq!(goes(&s.outcome(&m)), want, "{s:?}");
+    }
+    let plain = Initialized {
+        shape: Shape::ManifestWork,
+        ..seen(Ok(true), false)
+    };
+    assert!(
+        message(&plain.outcome(&m)).contains("rendered for each cluster's klusterlet work"),
+        "{}",
+        message(&plain.outcome(&m))
+    );
+}
+
+#[test]
+fn deploying_waits_for_both_hubs_until_its_deadline() {
+    let seen = |ready: bool, timed_out: bool| Deployed {
+        ready,
+        work_error: None,
+        timed_out,
+        what: "KlusterletConfig and bootstrap kubeconfig",
+        clusters: 4,
+        timeout: T,
+    };
+    let cases = [
+        (
+            seen(true, false),
+            "enter Registering ResourceDeployed/true/Done",
+        ),
+        (
+            seen(true, true),
+            "enter Registering ResourceDeployed/true/Done",
+        ),
+        (
+            seen(false, false),
+            "wait ResourceDeployed/Waiting Deadline(300s)",
+        ),
+        (seen(false, true), "rollback Timeout"),
+    ];
+    for (s, want) in cases {
+        assert_eq!(goes(&s.outcome("hub1", "hub2")), want, "{s:?}");
+    }
+    let refused = Deployed {
+        work_error: Some("MigrationTask t: forbidden".into()),
+        ..seen(false, false)
+    };
+    assert!(
+        message(&refused.outcome("hub1", "hub2"))
+            .ends_with(" (a work reports: MigrationTask t: forbidden)")
+    );
+}
+
+#[test]
+fn a_missing_token_secret_is_waited_for_until_the_stage_times_out() {
+    assert_eq!(
+        goes(&token_missing(false, T, CLUSTER_REGISTERED)),
+        "wait ClusterRegistered/Waiting Deadline(300s)"
+    );
+    assert_eq!(
+        goes(&token_missing(true, T, CLUSTER_REGISTERED)),
+        "rollback Timeout"
     );
 }

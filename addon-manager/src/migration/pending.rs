@@ -30,7 +30,20 @@ pub(super) async fn pending(
         .list(&ListParams::default())
         .await
         .map_err(ctx_err("listing migrations"))?;
-    let blocker = all.items.iter().find(|o| {
+    let outcome = started(mcm, &all.items);
+    if matches!(outcome, Outcome::Enter(..)) {
+        step.status.start_time = Some(now());
+        // From here on the migration works from this copy: an edit of the spec changes nothing.
+        step.status.accepted_spec = Some(mcm.spec.clone());
+    }
+    Ok(step.settle(outcome))
+}
+
+/// Whether `mcm` may start, given every migration (`all`): not while another active one on
+/// the same pair of hubs started before it or is older and pending too (one migration per pair
+/// of hubs at a time; the waiting one is woken when that one changes).
+pub(super) fn started(mcm: &ManagedClusterMigration, all: &[ManagedClusterMigration]) -> Outcome {
+    let blocker = all.iter().find(|o| {
         o.uid() != mcm.uid()
             && active(o)
             && same_pair(o, mcm)
@@ -44,18 +57,14 @@ pub(super) async fn pending(
             b.effective_spec().from,
             b.effective_spec().to
         );
-        step.condition(MIGRATION_STARTED, "False", reasons::WAITING, &message);
-        return Ok(Action::await_change());
+        return Outcome::Wait(
+            Said::no(MIGRATION_STARTED, reasons::WAITING, message),
+            Wake::Change,
+        );
     }
-    step.status.start_time = Some(now());
-    // From here on the migration works from this copy: an edit of the spec changes nothing.
-    step.status.accepted_spec = Some(mcm.spec.clone());
-    step.condition(
-        MIGRATION_STARTED,
-        "True",
-        reasons::STARTED,
-        "the migration started",
-    );
-    step.enter(MigrationPhase::Validating, "checking hubs and clusters");
-    Ok(Action::requeue(Duration::from_millis(10)))
+    Outcome::Enter(
+        Said::yes(MIGRATION_STARTED, reasons::STARTED, "the migration started"),
+        MigrationPhase::Validating,
+        "checking hubs and clusters".into(),
+    )
 }

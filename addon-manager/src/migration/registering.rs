@@ -169,7 +169,8 @@ pub(super) async fn registering(
             .spec
             .registering_timeout()
             .unwrap_or(migration_api::migration::DEFAULT_REGISTERING_TIMEOUT);
-        return Ok(token_missing(step, timeout, CLUSTER_REGISTERED));
+        let timed_out = remaining(step, timeout).is_none();
+        return Ok(step.settle(token_missing(timed_out, timeout, CLUSTER_REGISTERED)));
     };
     let (source, _) = report(ctx, m, MigrationRole::Source, &src_rev).await?;
     let before = states.clone();

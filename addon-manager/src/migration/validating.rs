@@ -247,7 +247,7 @@ pub(super) fn judge_source(
             states: Some((resolved, states)),
         });
     }
-    let Some(shape) = source.shape.as_deref().and_then(Shape::from_report) else {
+    let Some(shape) = source.report.shape.as_deref().and_then(Shape::from_report) else {
         return Err(Refusal::hub(format!(
             "source hub {from}'s agent did not say whether the hub serves a KlusterletConfig API (an agent older than this manager?); upgrade the addon on that hub"
         )));
@@ -272,13 +272,21 @@ pub(super) fn judge_target(
     let states = target.states(resolved.len());
     let (reason, message) = match failure_summary(resolved, &states, &format!("on target hub {to}"))
     {
-        (reasons::ERROR, _) if target.message.as_deref().is_some_and(|m| !m.is_empty()) => (
-            reasons::HUB_INVALID,
-            format!(
-                "target hub {to}: {}",
-                target.message.clone().unwrap_or_default()
-            ),
-        ),
+        (reasons::ERROR, _)
+            if target
+                .report
+                .message
+                .as_deref()
+                .is_some_and(|m| !m.is_empty()) =>
+        {
+            (
+                reasons::HUB_INVALID,
+                format!(
+                    "target hub {to}: {}",
+                    target.report.message.clone().unwrap_or_default()
+                ),
+            )
+        }
         other => other,
     };
     Err(Refusal {

@@ -285,3 +285,65 @@ pub struct AppliedManifestResourceMeta {
     pub name: String,
     pub uid: Option<String>,
 }
+
+/// Reading what a work agent reported: one set of accessors for every controller.
+impl ManifestWork {
+    /// The status of each manifest the work agent reported on.
+    pub fn manifest_statuses(&self) -> &[ManifestCondition] {
+        self.status
+            .as_ref()
+            .and_then(|s| s.resource_status.as_ref())
+            .and_then(|r| r.manifests.as_deref())
+            .unwrap_or(&[])
+    }
+
+    /// The status feedback values of the work's (first) manifest of `kind`.
+    pub fn feedback(&self, kind: &str) -> &[FeedbackValue] {
+        self.manifest_statuses()
+            .iter()
+            .find(|m| m.resource_meta.kind.as_deref() == Some(kind))
+            .and_then(|m| m.status_feedback.as_ref())
+            .and_then(|f| f.values.as_deref())
+            .unwrap_or(&[])
+    }
+
+    /// The work's `Applied` condition, if reported.
+    pub fn applied_condition(&self) -> Option<&Condition> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Applied"))
+    }
+
+    /// Whether the work is applied at its latest generation.
+    pub fn applied(&self) -> bool {
+        self.applied_condition().is_some_and(|c| {
+            c.status == "True" && c.observed_generation == self.metadata.generation
+        })
+    }
+
+    /// Why a manifest of the work could not be applied (`Kind name: message` of the last one
+    /// whose `Applied` condition is False), if one could not.
+    pub fn manifest_not_applied(&self) -> Option<String> {
+        self.manifest_statuses().iter().rev().find_map(|m| {
+            let c = m
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Applied" && c.status == "False")?;
+            Some(format!(
+                "{} {}: {}",
+                m.resource_meta.kind.as_deref().unwrap_or_default(),
+                m.resource_meta.name.as_deref().unwrap_or_default(),
+                c.message
+            ))
+        })
+    }
+}
+
+/// The value named `name` among feedback `values`.
+pub fn feedback_value<'a>(values: &'a [FeedbackValue], name: &str) -> Option<&'a FieldValue> {
+    values
+        .iter()
+        .find(|v| v.name == name)
+        .map(|v| &v.field_value)
+}
