@@ -55,8 +55,7 @@ async fn hubs_clean(
     m: &Migration,
     step: &mut Step,
 ) -> Result<Action, Error> {
-    let names = step.status.resolved_clusters.clone().unwrap_or_default();
-    let mut states = step.states();
+    let (names, mut states) = step.clusters();
     // Whatever did not arrive goes back, and so does a cluster the target lost since.
     let rollback: Vec<String> = names
         .iter()

@@ -109,7 +109,7 @@ pub(super) async fn deliver_target(
     rollback: Vec<String>,
     rbac: bool,
 ) -> Result<String, Error> {
-    let names = step.status.resolved_clusters.clone().unwrap_or_default();
+    let names = step.names();
     let target_ns = addon_namespace(
         hub_addon(ctx, &m.to, &ctx.config.addon_name)
             .await?
@@ -223,7 +223,7 @@ pub(super) async fn deliver_source(
     part: SourcePart,
     need_bootstrap: bool,
 ) -> Result<Option<String>, Error> {
-    let names = step.status.resolved_clusters.clone().unwrap_or_default();
+    let names = step.names();
     let source_ns = addon_namespace(
         hub_addon(ctx, &m.from, &ctx.config.addon_name)
             .await?

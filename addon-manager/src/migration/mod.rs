@@ -277,6 +277,16 @@ impl Step {
         self.enter(MigrationPhase::Rollbacking, message);
     }
 
+    /// The clusters the migration resolved.
+    fn names(&self) -> Vec<String> {
+        self.status.resolved_clusters.clone().unwrap_or_default()
+    }
+
+    /// The clusters the migration resolved, and the state of each.
+    fn clusters(&self) -> (Vec<String>, Vec<ClusterState>) {
+        (self.names(), self.states())
+    }
+
     fn states(&self) -> Vec<ClusterState> {
         let n = self.status.resolved_clusters.as_ref().map_or(0, Vec::len);
         ClusterState::decode(self.status.cluster_states.as_deref().unwrap_or(""), n)
@@ -284,7 +294,7 @@ impl Step {
 
     fn set_states(&mut self, states: &[ClusterState]) {
         self.status.cluster_states = Some(ClusterState::encode(states));
-        let names = self.status.resolved_clusters.clone().unwrap_or_default();
+        let names = self.names();
         self.status.clusters = Some(ClusterState::counts(states));
         let failures = ClusterState::failures(&names, states);
         self.status.failures = (!failures.is_empty()).then_some(failures);

@@ -130,8 +130,7 @@ pub(super) async fn registering(
     m: &Migration,
     step: &mut Step,
 ) -> Result<Action, Error> {
-    let names = step.status.resolved_clusters.clone().unwrap_or_default();
-    let mut states = step.states();
+    let (names, mut states) = step.clusters();
     // Deliver what the status says (the release list), then read the reports on it. The
     // target hears of a release first: the source lets a cluster go only once the target has
     // reported on a revision that lists it (and so has recorded when it was released, the

@@ -8,8 +8,7 @@ pub(super) async fn rollbacking(
     m: &Migration,
     step: &mut Step,
 ) -> Result<Action, Error> {
-    let names = step.status.resolved_clusters.clone().unwrap_or_default();
-    let mut states = step.states();
+    let (names, mut states) = step.clusters();
     let to_roll: Vec<String> = names
         .iter()
         .zip(&states)

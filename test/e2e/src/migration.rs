@@ -186,14 +186,63 @@ impl Setup {
                 || (now.is_some_and(MigrationPhase::is_terminal) && phase.is_terminal())
             {
                 panic!(
-                    "migration {namespace}/{name} not {phase:?} after {limit:?}: {:#?}\n--- manager log (tail) ---\n{}\n{}",
+                    "migration {namespace}/{name} not {phase:?} after {limit:?}: {:#?}\n--- manager log (tail) ---\n{}\n{}\n{}",
                     m.and_then(|m| m.status),
                     tail(&self.logs(), 60),
-                    self.agent_logs(30)
+                    self.agent_logs(30),
+                    self.fleet_view().await
                 );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// Each hub's clusters as they stand (accepted, Joined, Available) and their klusterlet
+    /// works (generation, Applied and its observed generation), for a failure's message.
+    pub async fn fleet_view(&self) -> String {
+        use migration_api::ocm::cluster::ManagedCluster;
+        use migration_api::ocm::work::ManifestWork;
+        let mut out = String::from("--- fleet ---\n");
+        for (i, hub) in self.fleet.hubs.iter().enumerate() {
+            let client = hub.cluster.admin.clone();
+            let clusters = Api::<ManagedCluster>::all(client.clone())
+                .list(&Default::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default();
+            for mc in clusters {
+                let cond = |t: &str| {
+                    mc.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.iter().flatten().find(|c| c.type_ == t))
+                        .map_or("-".to_owned(), |c| c.status.clone())
+                };
+                let work = Api::<ManifestWork>::namespaced(client.clone(), &mc.name_any())
+                    .get_opt(&format!("{}-klusterlet", mc.name_any()))
+                    .await
+                    .ok()
+                    .flatten();
+                let work = work.map_or("no klusterlet work".to_owned(), |w| {
+                    let applied = w
+                        .applied_condition()
+                        .map(|c| (c.status.clone(), c.observed_generation));
+                    format!(
+                        "klusterlet work gen {:?} applied {applied:?} not-applied {:?}",
+                        w.metadata.generation,
+                        w.manifest_not_applied()
+                    )
+                });
+                out.push_str(&format!(
+                    "hub{} {} accepted={} joined={} available={} {work}\n",
+                    i + 1,
+                    mc.name_any(),
+                    mc.spec.hub_accepts_client,
+                    cond("ManagedClusterJoined"),
+                    cond("ManagedClusterConditionAvailable"),
+                ));
+            }
+        }
+        out
     }
 
     /// Every cluster is accepted and Available on exactly one hub: `expected[cluster]`.

@@ -24,6 +24,10 @@ use tower::{BoxError, ServiceBuilder};
 
 type Transport = HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Body>;
 
+/// client-go's HTTP/2 health check: a ping after this long, failed after [`HTTP2_PING_TIMEOUT`].
+const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(30);
+const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// How long an unused connection stays open (client-go's idle connection timeout).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -104,6 +108,11 @@ fn transport(config: &kube::Config) -> Result<Transport, kube::Error> {
         .http2_only(true)
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(IDLE_TIMEOUT)
+        // client-go's HTTP/2 health check (`transport.HTTP2ReadIdleTimeout` 30 s, ping timeout
+        // 15 s): a connection that stops answering fails its requests instead of holding them.
+        .timer(TokioTimer::new())
+        .http2_keep_alive_interval(Some(HTTP2_PING_INTERVAL))
+        .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
         .build(connector))
 }
 

@@ -105,8 +105,10 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
         let mut changes = connection.clone();
         let restarted = {
             let seen = seen.clone();
+            let cluster = opts.cluster_name.clone();
             async move {
                 let _ = changes.wait_for(|c| c.as_ref() != Some(&seen)).await;
+                tracing::debug!(cluster = %cluster, "the agent process is restarting; the work agent finishes what it does");
             }
         };
         let evicting = {
@@ -132,7 +134,23 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
                 ctx,
             )
             .for_each(|_| async {});
-        futures::join!(serving, evicting);
+        // The kubelet kills a container that has not stopped within its termination grace
+        // period (`terminationGracePeriodSeconds`, 30 s by default): a reconcile stuck on a
+        // request to a hub that went away does not keep the old process alive.
+        let killed = {
+            let mut changes = connection.clone();
+            let seen = seen.clone();
+            async move {
+                let _ = changes.wait_for(|c| c.as_ref() != Some(&seen)).await;
+                tokio::time::sleep(TERMINATION_GRACE).await;
+            }
+        };
+        tokio::select! {
+            _ = async { futures::join!(serving, evicting) } => {}
+            () = killed => {
+                tracing::info!(cluster = %opts.cluster_name, "the work agent did not stop within the termination grace period; killed");
+            }
+        }
         tracing::info!(cluster = %opts.cluster_name, "the agent process restarted; so does the work agent");
     }
 }
@@ -220,13 +238,17 @@ async fn reconcile(
 ) -> Result<Action, kube::runtime::finalizer::Error<WorkError>> {
     let api: Api<ManifestWork> = Api::namespaced(ctx.hub.clone(), &ctx.cluster);
     let c = ctx.clone();
-    finalizer(&api, MANIFEST_WORK_CLEANUP, work, |ev| async move {
+    let name = work.name_any();
+    tracing::debug!(cluster = %ctx.cluster, work = %name, "work reconcile starts");
+    let r = finalizer(&api, MANIFEST_WORK_CLEANUP, work, |ev| async move {
         match ev {
             Finalize::Apply(w) => apply_work(&c, &w).await,
             Finalize::Cleanup(w) => cleanup_work(&c, &w).await,
         }
     })
-    .await
+    .await;
+    tracing::debug!(cluster = %ctx.cluster, work = %name, ok = r.is_ok(), "work reconcile ends");
+    r
 }
 
 fn applied_name(ctx: &Ctx, work: &ManifestWork) -> String {
@@ -764,6 +786,10 @@ fn updated(existing: &Value, mut required: Value, disown: Option<&str>) -> Optio
 
 /// Largest raw JSON value the work agent returns (its `--max-json-raw-length`, default 1024).
 pub const MAX_JSON_RAW_LENGTH: usize = 1024;
+
+/// How long a restarting agent process may take to stop before it is killed (the kubelet's
+/// default `terminationGracePeriodSeconds`).
+pub const TERMINATION_GRACE: Duration = Duration::from_secs(30);
 
 /// The paths of a WellKnownStatus rule, by kind (upstream
 /// `pkg/work/spoke/statusfeedback/rules/rule.go`).
