@@ -63,6 +63,8 @@ mod plan;
 mod registering;
 mod rollbacking;
 #[cfg(test)]
+mod start_tests;
+#[cfg(test)]
 mod tests;
 mod validating;
 

@@ -1,0 +1,361 @@
+//! Table tests of the decisions that start a migration: Pending, validation, Initializing,
+//! Deploying, and what deletion does in each phase.
+
+use super::outcome_tests::{T, goes, message, migration};
+use super::*;
+use migration_api::task_report::StageState;
+
+fn carried(names: &[&str]) -> Vec<CarriedCluster> {
+    names
+        .iter()
+        .map(|n| CarriedCluster {
+            name: (*n).into(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn finished_report(state: StageState, clusters: &str, carry: &[&str]) -> Feedback {
+    Feedback {
+        report: TaskReport {
+            state: Some(state),
+            clusters: Some(clusters.into()),
+            shape: Some("multipleHubsConfig".into()),
+            ..Default::default()
+        },
+        carry: Some(Ok(carried(carry))),
+        ..Default::default()
+    }
+}
+
+fn names_of(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| (*s).to_string()).collect()
+}
+
+#[test]
+fn the_sources_report_is_judged_whole() {
+    let ab = names_of(&["a", "b"]);
+    let ok = finished_report(StageState::Succeeded, "vv", &["a", "b"]);
+    assert_eq!(
+        judge_source(Some(&ab), &ok, "hub1"),
+        Ok(SourceChecked {
+            resolved: ab.clone(),
+            carry: carried(&["a", "b"]),
+            shape: Shape::MultipleHubsConfig,
+        })
+    );
+    // A selector resolves to what the source reported.
+    assert_eq!(
+        judge_source(None, &ok, "hub1").map(|c| c.resolved),
+        Ok(ab.clone())
+    );
+    let reason = |named: Option<&[String]>, f: Feedback| {
+        judge_source(named, &f, "hub1").map_err(|r| r.reason)
+    };
+    let undecodable = Feedback {
+        carry: Some(Err("expected value".into())),
+        ..ok.clone()
+    };
+    assert_eq!(reason(Some(&ab), undecodable), Err(reasons::HUB_INVALID));
+    let without_carry = Feedback {
+        carry: None,
+        ..ok.clone()
+    };
+    assert_eq!(reason(Some(&ab), without_carry), Err(reasons::HUB_INVALID));
+    let none_matched = finished_report(StageState::Succeeded, "", &[]);
+    assert_eq!(reason(None, none_matched), Err(reasons::CLUSTER_NOT_FOUND));
+    let one_record_short = finished_report(StageState::Succeeded, "vv", &["a"]);
+    assert_eq!(
+        reason(Some(&ab), one_record_short),
+        Err(reasons::HUB_INVALID)
+    );
+    let out_of_order = finished_report(StageState::Succeeded, "vv", &["b", "a"]);
+    assert_eq!(reason(Some(&ab), out_of_order), Err(reasons::HUB_INVALID));
+    let mut no_shape = ok.clone();
+    no_shape.report.shape = None;
+    assert_eq!(reason(Some(&ab), no_shape), Err(reasons::HUB_INVALID));
+}
+
+#[test]
+fn a_source_that_failed_clusters_names_them_and_keeps_their_states() {
+    let ab = names_of(&["a", "b"]);
+    let failed = finished_report(StageState::Failed, "vN", &["a", "b"]);
+    let r = judge_source(Some(&ab), &failed, "hub1").unwrap_err();
+    assert_eq!(r.reason, "ClusterNotFound");
+    assert_eq!(
+        r.message,
+        "1 of 2 clusters cannot move on source hub hub1: b not found on the source hub"
+    );
+    assert_eq!(
+        r.states,
+        Some((ab, vec![ClusterState::Valid, ClusterState::NotFound]))
+    );
+}
+
+#[test]
+fn the_targets_report_refuses_clusters_or_the_hub_itself() {
+    let ab = names_of(&["a", "b"]);
+    let ok = finished_report(StageState::Succeeded, "vv", &[]);
+    assert_eq!(judge_target(&ab, &ok, "hub2"), Ok(()));
+    let exists = finished_report(StageState::Failed, "Ev", &[]);
+    let r = judge_target(&ab, &exists, "hub2").unwrap_err();
+    assert_eq!(r.reason, reasons::CLUSTER_CONFLICT);
+    assert!(
+        r.message.contains("a already exists on the target hub"),
+        "{}",
+        r.message
+    );
+    // No cluster failed: the hub cannot take any, in its agent's words.
+    let mut hub = finished_report(StageState::Failed, "vv", &[]);
+    hub.report.message = Some("no bootstrap ServiceAccount".into());
+    let r = judge_target(&ab, &hub, "hub2").unwrap_err();
+    assert_eq!(r.reason, reasons::HUB_INVALID);
+    assert_eq!(r.message, "target hub hub2: no bootstrap ServiceAccount");
+    let silent_failure = finished_report(StageState::Failed, "vv", &[]);
+    let r = judge_target(&ab, &silent_failure, "hub2").unwrap_err();
+    assert_eq!(r.reason, reasons::ERROR);
+}
+
+#[test]
+fn validation_passes_to_initializing_or_ends_a_dry_run() {
+    let checked = SourceChecked {
+        resolved: names_of(&["a"]),
+        carry: carried(&["a"]),
+        shape: Shape::ManifestWork,
+    };
+    let o = validated(&checked, false, &migration());
+    assert_eq!(goes(&o), "enter Initializing ResourceValidated/true/Done");
+    assert_eq!(
+        message(&o),
+        format!(
+            "1 clusters can move from hub1 to hub2 ({})",
+            Shape::ManifestWork.delivery()
+        )
+    );
+    let o = validated(&checked, true, &migration());
+    assert_eq!(goes(&o), "enter Completed ResourceValidated/true/Done");
+}
+
+#[test]
+fn deleting_fails_before_anything_was_touched_and_rolls_back_in_flight() {
+    use MigrationPhase::*;
+    let cases = [
+        (Pending, Some("invalid Error")),
+        (Validating, Some("invalid Error")),
+        (Initializing, Some("rollback Deleted")),
+        (Deploying, Some("rollback Deleted")),
+        (Registering, Some("rollback Deleted")),
+        (Rollbacking, None),
+        (Cleaning, None),
+        (Completed, None),
+        (Failed, None),
+    ];
+    for (phase, want) in cases {
+        assert_eq!(
+            on_delete(phase).as_ref().map(goes).as_deref(),
+            want,
+            "{phase:?}"
+        );
+    }
+}
+
+fn pending_mcm(
+    name: &str,
+    from: &str,
+    to: &str,
+    created: &str,
+    phase: MigrationPhase,
+) -> ManagedClusterMigration {
+    let mut m = ManagedClusterMigration::new(
+        name,
+        ManagedClusterMigrationSpec {
+            from: from.into(),
+            to: to.into(),
+            included_managed_clusters: Some(vec!["c1".into()]),
+            ..Default::default()
+        },
+    );
+    m.metadata.namespace = Some("ns".into());
+    m.metadata.uid = Some(format!("uid-{name}"));
+    m.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        created.parse().unwrap(),
+    ));
+    m.status = Some(ManagedClusterMigrationStatus {
+        phase: Some(phase),
+        ..Default::default()
+    });
+    m
+}
+
+#[test]
+fn one_migration_per_pair_of_hubs_starts_at_a_time() {
+    use MigrationPhase::*;
+    let me = pending_mcm("me", "hub1", "hub2", "2026-01-01T00:01:00Z", Pending);
+    let started_ok = "enter Validating MigrationStarted/true/Started";
+    let waits = "wait MigrationStarted/Waiting Change";
+    let cases = [
+        ("alone", vec![], started_ok),
+        (
+            "another on the pair in flight",
+            vec![pending_mcm(
+                "a",
+                "hub1",
+                "hub2",
+                "2026-01-01T00:02:00Z",
+                Registering,
+            )],
+            waits,
+        ),
+        (
+            "another on the pair, older and pending too",
+            vec![pending_mcm(
+                "a",
+                "hub1",
+                "hub2",
+                "2026-01-01T00:00:00Z",
+                Pending,
+            )],
+            waits,
+        ),
+        (
+            "another on the pair, younger and pending",
+            vec![pending_mcm(
+                "a",
+                "hub1",
+                "hub2",
+                "2026-01-01T00:02:00Z",
+                Pending,
+            )],
+            started_ok,
+        ),
+        (
+            "another on the pair, ended",
+            vec![pending_mcm(
+                "a",
+                "hub1",
+                "hub2",
+                "2026-01-01T00:00:00Z",
+                Completed,
+            )],
+            started_ok,
+        ),
+        (
+            "another on another pair",
+            vec![pending_mcm(
+                "a",
+                "hub1",
+                "hub3",
+                "2026-01-01T00:00:00Z",
+                Registering,
+            )],
+            started_ok,
+        ),
+    ];
+    for (what, mut others, want) in cases {
+        others.push(me.clone());
+        assert_eq!(goes(&started(&me, &others)), want, "{what}");
+    }
+    let blocked = started(
+        &me,
+        &[pending_mcm(
+            "a",
+            "hub1",
+            "hub2",
+            "2026-01-01T00:02:00Z",
+            Registering,
+        )],
+    );
+    assert_eq!(
+        message(&blocked),
+        "waiting for migration ns/a (hub1 -> hub2) to finish: one migration per pair of hubs at a time"
+    );
+}
+
+#[test]
+fn initializing_waits_for_the_token_and_rolls_back_without_one() {
+    let seen = |token: Result<bool, String>, timed_out: bool| Initialized {
+        token,
+        timed_out,
+        shape: Shape::MultipleHubsConfig,
+        timeout: T,
+    };
+    let m = migration();
+    let cases = [
+        (
+            seen(Ok(true), false),
+            "enter Deploying ResourceInitialized/true/Done",
+        ),
+        (
+            seen(Ok(true), true),
+            "enter Deploying ResourceInitialized/true/Done",
+        ),
+        (
+            seen(Ok(false), false),
+            "wait ResourceInitialized/Waiting Deadline(300s)",
+        ),
+        (seen(Ok(false), true), "rollback Timeout"),
+        (seen(Err("no CA".into()), false), "rollback Error"),
+    ];
+    for (s, want) in cases {
+        assert_eq!(goes(&s.outcome(&m)), want, "{s:?}");
+    }
+    let plain = Initialized {
+        shape: Shape::ManifestWork,
+        ..seen(Ok(true), false)
+    };
+    assert!(
+        message(&plain.outcome(&m)).contains("rendered for each cluster's klusterlet work"),
+        "{}",
+        message(&plain.outcome(&m))
+    );
+}
+
+#[test]
+fn deploying_waits_for_both_hubs_until_its_deadline() {
+    let seen = |ready: bool, timed_out: bool| Deployed {
+        ready,
+        work_error: None,
+        timed_out,
+        what: "KlusterletConfig and bootstrap kubeconfig",
+        clusters: 4,
+        timeout: T,
+    };
+    let cases = [
+        (
+            seen(true, false),
+            "enter Registering ResourceDeployed/true/Done",
+        ),
+        (
+            seen(true, true),
+            "enter Registering ResourceDeployed/true/Done",
+        ),
+        (
+            seen(false, false),
+            "wait ResourceDeployed/Waiting Deadline(300s)",
+        ),
+        (seen(false, true), "rollback Timeout"),
+    ];
+    for (s, want) in cases {
+        assert_eq!(goes(&s.outcome("hub1", "hub2")), want, "{s:?}");
+    }
+    let refused = Deployed {
+        work_error: Some("MigrationTask t: forbidden".into()),
+        ..seen(false, false)
+    };
+    assert!(
+        message(&refused.outcome("hub1", "hub2"))
+            .ends_with(" (a work reports: MigrationTask t: forbidden)")
+    );
+}
+
+#[test]
+fn a_missing_token_secret_is_waited_for_until_the_stage_times_out() {
+    assert_eq!(
+        goes(&token_missing(false, T, CLUSTER_REGISTERED)),
+        "wait ClusterRegistered/Waiting Deadline(300s)"
+    );
+    assert_eq!(
+        goes(&token_missing(true, T, CLUSTER_REGISTERED)),
+        "rollback Timeout"
+    );
+}
