@@ -96,12 +96,7 @@ fn count(store: &reflector::Store<ManagedCluster>) -> (usize, usize) {
             continue;
         }
         total += 1;
-        let conds = mc
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_deref())
-            .unwrap_or(&[]);
-        if condition_is_true(conds, CLUSTER_AVAILABLE) {
+        if condition_is_true(mc.conditions(), CLUSTER_AVAILABLE) {
             available += 1;
         }
     }

@@ -444,24 +444,33 @@ pub fn replacing_patch<S: serde::Serialize>(current: Option<&S>, new: &S) -> ser
     patch
 }
 
+/// What [`write_status_if_changed`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusWrite {
+    /// The status was already `new`.
+    Unchanged,
+    Written,
+    /// The object changed since it was read (409) or is gone (404): its next event brings the
+    /// caller back with fresh state.
+    Stale,
+}
+
 /// Writes `new` as the status of object `name` when it differs from `current`, with a merge
 /// patch that also clears what `new` no longer holds, guarded by `resource_version` when given:
-/// the one "patch status if changed" of both binaries. `Ok(false)` when nothing changed, or
-/// when the object changed since it was read (409) or is gone (404): its next event brings the
-/// caller back with fresh state.
+/// the one "patch status if changed" of both binaries.
 pub async fn write_status_if_changed<K, S>(
     api: &kube::Api<K>,
     name: &str,
     resource_version: Option<String>,
     current: Option<&S>,
     new: &S,
-) -> Result<bool, kube::Error>
+) -> Result<StatusWrite, kube::Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     S: serde::Serialize + PartialEq,
 {
     if current == Some(new) {
-        return Ok(false);
+        return Ok(StatusWrite::Unchanged);
     }
     let mut patch = serde_json::json!({"status": replacing_patch(current, new)});
     if let Some(rv) = resource_version {
@@ -475,8 +484,8 @@ where
         )
         .await
     {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(false),
+        Ok(_) => Ok(StatusWrite::Written),
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(StatusWrite::Stale),
         Err(e) => Err(e),
     }
 }

@@ -33,6 +33,11 @@ impl StageState {
         }
     }
 
+    /// `Succeeded` when the stage is done, else `Running`.
+    pub fn done_if(done: bool) -> Self {
+        if done { Self::Succeeded } else { Self::Running }
+    }
+
     /// The state a name on the wire stands for.
     pub fn parse(text: &str) -> Option<Self> {
         [Self::Running, Self::Succeeded, Self::Failed]

@@ -21,13 +21,7 @@ pub(super) fn bootstrap_delivered(
             m.get("kind").and_then(Value::as_str) == Some("Secret")
                 && m.pointer("/metadata/name").and_then(Value::as_str) == Some(secret)
         });
-    let applied = work
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == WORK_APPLIED))
-        .is_some_and(|c| c.status == "True" && c.observed_generation == work.metadata.generation);
-    carries && applied
+    carries && work.applied()
 }
 
 /// Whether this hub's import controller has taken over a cluster's klusterlet: its

@@ -45,7 +45,7 @@ use migration_api::names::annotations::{
     BLOCK_MOVE, DISABLE_AUTO_IMPORT, KLUSTERLET_CONFIG, KLUSTERLET_DEPLOY_MODE, MIGRATING,
     ORIGINAL_KLUSTERLET_CONFIG, PRE_CREATED, RELEASED_AT,
 };
-use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED, WORK_APPLIED};
+use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED};
 use migration_api::names::labels::{CLUSTER_NAME, CLUSTER_SET, LOCAL_CLUSTER};
 use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::agent::KlusterletAddonConfig;
@@ -123,7 +123,7 @@ pub async fn run(client: Client, opts: Options) {
         trigger_tx.clone(),
         |mc: &ManagedCluster| {
             Some(
-                serde_json::to_string(&(&mc.metadata.annotations, &mc.spec, conditions(mc)))
+                serde_json::to_string(&(&mc.metadata.annotations, &mc.spec, mc.conditions()))
                     .unwrap_or_default(),
             )
         },
@@ -137,14 +137,8 @@ pub async fn run(client: Client, opts: Options) {
         |w: &ManifestWork| {
             w.name_any().ends_with("-klusterlet").then(|| {
                 let applied = w
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .and_then(|c| {
-                        c.iter()
-                            .find(|c| c.type_ == WORK_APPLIED)
-                            .map(|c| (c.status.clone(), c.observed_generation))
-                    });
+                    .applied_condition()
+                    .map(|c| (c.status.clone(), c.observed_generation));
                 format!(
                     "{:?}/{applied:?}/{}/{}",
                     w.metadata.generation,
@@ -272,15 +266,8 @@ fn get<K: kube::Resource<DynamicType = ()> + Clone>(
     store.get(&r)
 }
 
-fn conditions(mc: &ManagedCluster) -> &[migration_api::common::Condition] {
-    mc.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default()
-}
-
 fn available(mc: &ManagedCluster) -> bool {
-    condition_is_true(conditions(mc), CLUSTER_AVAILABLE)
+    condition_is_true(mc.conditions(), CLUSTER_AVAILABLE)
 }
 
 /// The clusters a task concerns: its list, or (validating a selector) the source's clusters

@@ -26,11 +26,7 @@ pub(super) async fn source_deploy(
     let annotated = source_register(ctx, task, names).await?;
     Ok(Report {
         states: annotated.states,
-        state: if present {
-            StageState::Succeeded
-        } else {
-            StageState::Running
-        },
+        state: StageState::done_if(present),
         message: if present {
             format!("{name} in place")
         } else {
@@ -239,11 +235,7 @@ pub(super) async fn source_clean(
                 .filter(|s| **s == ClusterState::Detached)
                 .count()
         ),
-        state: if left == 0 {
-            StageState::Succeeded
-        } else {
-            StageState::Running
-        },
+        state: StageState::done_if(left == 0),
         states,
         ..Default::default()
     })

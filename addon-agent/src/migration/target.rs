@@ -238,10 +238,10 @@ pub(super) fn target_state(mc: Option<&ManagedCluster>) -> ClusterState {
     match mc {
         None => ClusterState::Pending,
         Some(mc) if !mc.spec.hub_accepts_client => ClusterState::Refused,
-        Some(mc) if available(mc) && condition_is_true(conditions(mc), JOINED) => {
+        Some(mc) if available(mc) && condition_is_true(mc.conditions(), JOINED) => {
             ClusterState::Available
         }
-        Some(mc) if condition_is_true(conditions(mc), JOINED) => ClusterState::Joined,
+        Some(mc) if condition_is_true(mc.conditions(), JOINED) => ClusterState::Joined,
         Some(_) => ClusterState::Created,
     }
 }
@@ -348,11 +348,7 @@ pub(super) async fn target_register(
             "{registered} of {} clusters registered, {refused} refused",
             names.len()
         ),
-        state: if registering {
-            StageState::Running
-        } else {
-            StageState::Succeeded
-        },
+        state: StageState::done_if(!registering),
         states,
         ..Default::default()
     })
@@ -453,11 +449,7 @@ pub(super) fn rollback_report(
         .count();
     Report {
         message: format!("{back} {what}"),
-        state: if done {
-            StageState::Succeeded
-        } else {
-            StageState::Running
-        },
+        state: StageState::done_if(done),
         states,
         ..Default::default()
     }
@@ -519,11 +511,7 @@ pub(super) async fn target_clean(
         } else {
             rolled.message
         },
-        state: if done {
-            StageState::Succeeded
-        } else {
-            StageState::Running
-        },
+        state: StageState::done_if(done),
         states,
         ..Default::default()
     })

@@ -86,11 +86,7 @@ pub(super) async fn reconcile_hub(
     let deploy_work = deploy(ctx, mca, d, &target, &mut conds).await?;
 
     // Version progress.
-    let lease_ok = mca
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .is_some_and(|c| condition_is_true(c, AVAILABLE));
+    let lease_ok = condition_is_true(mca.conditions(), AVAILABLE);
     let running = deploy_work.as_ref().and_then(deployment_feedback);
     let progress = addon_version::rollout(
         &recorded,

@@ -37,7 +37,7 @@ pub(super) async fn cleaning(
         .and_then(|cs| find_condition(cs, RESOURCE_ROLLED_BACK))
         .is_none_or(|c| c.status == "True");
     let counts = ClusterState::counts(&step.states());
-    let max_fail = mcm.spec.max_failures.unwrap_or(0).max(0) as usize;
+    let max_fail = max_failures(mcm);
     let end = verdict(
         step.status.rollback_cause.as_deref(),
         rolled_back_cleanly,

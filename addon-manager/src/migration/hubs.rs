@@ -42,12 +42,7 @@ pub(super) async fn hub_problem(
             "{role} hub {hub:?} is not a managed cluster of the global hub"
         )));
     };
-    let conds = mc
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default();
-    if !condition_is_true(conds, CLUSTER_AVAILABLE) {
+    if !condition_is_true(mc.conditions(), CLUSTER_AVAILABLE) {
         return Ok(Some(format!(
             "{role} hub {hub} is not Available on the global hub"
         )));
@@ -60,12 +55,7 @@ pub(super) async fn hub_problem(
             )));
         }
         Some(a) => {
-            let conds = a
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_deref())
-                .unwrap_or_default();
-            if !condition_is_true(conds, AVAILABLE) {
+            if !condition_is_true(a.conditions(), AVAILABLE) {
                 return Ok(Some(format!(
                     "the {addon} addon on {role} hub {hub} is not Available"
                 )));

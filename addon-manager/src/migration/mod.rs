@@ -42,7 +42,9 @@ use migration_api::ocm::addon::{AddOnDeploymentConfig, ManagedClusterAddOn, Prox
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::msa::ManagedServiceAccount;
 use migration_api::ocm::work::ManifestWork;
-use migration_api::runtime::{ApiError, ctx_err, ignore_not_found, write_status_if_changed};
+use migration_api::runtime::{
+    ApiError, StatusWrite, ctx_err, ignore_not_found, write_status_if_changed,
+};
 use migration_api::task_report::TaskReport;
 use serde_json::{Value, json};
 
@@ -472,7 +474,7 @@ async fn write_status(ctx: &Ctx, mcm: &ManagedClusterMigration, step: Step) -> R
     )
     .await
     .map_err(ctx_err("writing the migration's status"))?;
-    if !written && Some(&step.status) != mcm.status.as_ref() {
+    if written == StatusWrite::Stale {
         return Ok(());
     }
     for (type_, reason, note) in step.events.iter().take(25) {
@@ -504,6 +506,17 @@ fn until(step: &Step, timeout: Duration) -> Action {
     Action::requeue(
         remaining(step, timeout).unwrap_or(Duration::from_secs(1)) + Duration::from_millis(100),
     )
+}
+
+fn registering_timeout(mcm: &ManagedClusterMigration) -> Duration {
+    mcm.spec
+        .registering_timeout()
+        .unwrap_or(migration_api::migration::DEFAULT_REGISTERING_TIMEOUT)
+}
+
+/// How many clusters may fail (`maxFailures`, none below zero).
+fn max_failures(mcm: &ManagedClusterMigration) -> usize {
+    mcm.spec.max_failures.unwrap_or(0).max(0) as usize
 }
 
 fn stage_timeout(mcm: &ManagedClusterMigration) -> Duration {

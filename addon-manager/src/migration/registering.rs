@@ -131,6 +131,7 @@ pub(super) async fn registering(
     step: &mut Step,
 ) -> Result<Action, Error> {
     let (names, mut states) = step.clusters();
+    let timeout = registering_timeout(mcm);
     // Deliver what the status says (the release list), then read the reports on it. The
     // target hears of a release first: the source lets a cluster go only once the target has
     // reported on a revision that lists it (and so has recorded when it was released, the
@@ -164,10 +165,6 @@ pub(super) async fn registering(
     let Some(src_rev) =
         deliver_source(ctx, mcm, m, step, TaskStage::Registering, part, true).await?
     else {
-        let timeout = mcm
-            .spec
-            .registering_timeout()
-            .unwrap_or(migration_api::migration::DEFAULT_REGISTERING_TIMEOUT);
         let timed_out = remaining(step, timeout).is_none();
         return Ok(step.settle(token_missing(timed_out, timeout, CLUSTER_REGISTERED)));
     };
@@ -177,7 +174,7 @@ pub(super) async fn registering(
         .spec
         .max_concurrency
         .map_or(names.len(), |c| c.max(1) as usize);
-    let max_fail = mcm.spec.max_failures.unwrap_or(0).max(0) as usize;
+    let max_fail = max_failures(mcm);
     let progress = advance(
         &mut states,
         source.as_ref().map(|f| f.states(names.len())).as_deref(),
@@ -187,10 +184,6 @@ pub(super) async fn registering(
     );
     warn_new_failures(step, &names, &before, &states, "ClusterFailed");
     step.set_states(&states);
-    let timeout = mcm
-        .spec
-        .registering_timeout()
-        .unwrap_or(migration_api::migration::DEFAULT_REGISTERING_TIMEOUT);
     let seen = Registered {
         progress,
         counts: ClusterState::counts(&states),

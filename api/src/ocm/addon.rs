@@ -391,3 +391,13 @@ pub struct ResourceRequirements {
     pub limits: Option<BTreeMap<String, Quantity>>,
     pub requests: Option<BTreeMap<String, Quantity>>,
 }
+
+impl ManagedClusterAddOn {
+    /// The addon's status conditions (none before any were reported).
+    pub fn conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default()
+    }
+}

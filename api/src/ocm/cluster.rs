@@ -433,3 +433,13 @@ pub struct AddOnPlacementScoreItem {
     #[schemars(range(min = -100, max = 100))]
     pub value: i32,
 }
+
+impl ManagedCluster {
+    /// The cluster's status conditions (none before any were reported).
+    pub fn conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default()
+    }
+}

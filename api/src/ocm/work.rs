@@ -312,7 +312,10 @@ impl ManifestWork {
         self.status
             .as_ref()
             .and_then(|s| s.conditions.as_deref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Applied"))
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c.type_ == crate::names::conditions::WORK_APPLIED)
+            })
     }
 
     /// Whether the work is applied at its latest generation.
@@ -326,10 +329,9 @@ impl ManifestWork {
     /// whose `Applied` condition is False), if one could not.
     pub fn manifest_not_applied(&self) -> Option<String> {
         self.manifest_statuses().iter().rev().find_map(|m| {
-            let c = m
-                .conditions
-                .iter()
-                .find(|c| c.type_ == "Applied" && c.status == "False")?;
+            let c = m.conditions.iter().find(|c| {
+                c.type_ == crate::names::conditions::WORK_APPLIED && c.status == "False"
+            })?;
             Some(format!(
                 "{} {}: {}",
                 m.resource_meta.kind.as_deref().unwrap_or_default(),

@@ -212,9 +212,7 @@ impl Setup {
                 .unwrap_or_default();
             for mc in clusters {
                 let cond = |t: &str| {
-                    mc.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.iter().flatten().find(|c| c.type_ == t))
+                    migration_api::common::find_condition(mc.conditions(), t)
                         .map_or("-".to_owned(), |c| c.status.clone())
                 };
                 let work = Api::<ManifestWork>::namespaced(client.clone(), &mc.name_any())
@@ -237,8 +235,8 @@ impl Setup {
                     i + 1,
                     mc.name_any(),
                     mc.spec.hub_accepts_client,
-                    cond("ManagedClusterJoined"),
-                    cond("ManagedClusterConditionAvailable"),
+                    cond(migration_api::names::conditions::JOINED),
+                    cond(migration_api::names::conditions::CLUSTER_AVAILABLE),
                 ));
             }
         }

@@ -133,11 +133,7 @@ pub async fn ready_clusters(hub: &Hub) -> Result<usize, Error> {
         .items
         .iter()
         .filter(|m| {
-            let c = m
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_deref())
-                .unwrap_or(&[]);
+            let c = m.conditions();
             condition_is_true(c, JOINED) && condition_is_true(c, CLUSTER_AVAILABLE)
         })
         .count())
@@ -310,12 +306,9 @@ impl Fleet {
                 .list(&ListParams::default())
                 .await?
             {
-                let conds = mc
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_deref())
-                    .unwrap_or(&[]);
-                if mc.spec.hub_accepts_client && condition_is_true(conds, CLUSTER_AVAILABLE) {
+                if mc.spec.hub_accepts_client
+                    && condition_is_true(mc.conditions(), CLUSTER_AVAILABLE)
+                {
                     homes
                         .entry(mc.metadata.name.clone().unwrap_or_default())
                         .or_default()

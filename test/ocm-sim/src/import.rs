@@ -653,10 +653,9 @@ async fn clean_up(client: &Client, mc: &ManagedCluster) -> Result<Action, kube::
     let works: Api<ManifestWork> = Api::namespaced(client.clone(), &name);
     let addons: Api<ManagedClusterAddOn> = Api::namespaced(client.clone(), &name);
     let unavailable = mc
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == CLUSTER_AVAILABLE))
+        .conditions()
+        .iter()
+        .find(|c| c.type_ == CLUSTER_AVAILABLE)
         .is_some_and(|c| c.status == "False" || c.status == "Unknown");
     let lp = ListParams::default();
     if !mc.spec.hub_accepts_client || unavailable {

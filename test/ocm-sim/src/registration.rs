@@ -448,7 +448,7 @@ async fn accept(client: &Client, mc: &ManagedCluster) -> Result<(), ReconcileErr
 async fn deny(client: &Client, mc: &ManagedCluster) -> Result<(), ReconcileError> {
     let name = mc.name_any();
     revoke(client, &name).await?;
-    let accepted_before = find_condition(conditions(mc), HUB_ACCEPTED).is_some();
+    let accepted_before = find_condition(mc.conditions(), HUB_ACCEPTED).is_some();
     if accepted_before || !mc.spec.hub_accepts_client {
         apply_condition(
             client,
@@ -507,13 +507,6 @@ async fn cleanup(client: &Client, name: &str) -> Result<bool, ReconcileError> {
     Ok(true)
 }
 
-fn conditions(mc: &ManagedCluster) -> &[Condition] {
-    mc.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or(&[])
-}
-
 /// Applies one condition the registration controller owns (server-side apply keeps the
 /// agent's conditions: the list is keyed by type).
 async fn apply_condition(
@@ -526,7 +519,8 @@ async fn apply_condition(
 ) -> Result<(), ReconcileError> {
     // Server-side apply: every apply carries all the conditions this controller owns, or the
     // ones left out would be removed.
-    let mut current: Vec<Condition> = conditions(mc)
+    let mut current: Vec<Condition> = mc
+        .conditions()
         .iter()
         .filter(|c| [HUB_ACCEPTED, CLUSTER_AVAILABLE, DELETING].contains(&c.type_.as_str()))
         .cloned()
@@ -575,7 +569,7 @@ async fn judge_once(client: &Client) -> Result<(), ReconcileError> {
         .collect();
     let now = jiff::Timestamp::now();
     for mc in clusters.list(&ListParams::default()).await? {
-        let conds = conditions(&mc);
+        let conds = mc.conditions();
         if !mc.spec.hub_accepts_client || !condition_is_true(conds, JOINED) {
             continue;
         }

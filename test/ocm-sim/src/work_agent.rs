@@ -102,24 +102,22 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
         let works: Api<ManifestWork> = Api::namespaced(hub, &opts.cluster_name);
         // When the process restarts (a pod replaced), reconciles under way finish first, as in
         // a graceful shutdown, so no applied object goes unrecorded.
-        let mut changes = connection.clone();
         let restarted = {
-            let seen = seen.clone();
+            let ended = ended(connection.clone(), seen.clone());
             let cluster = opts.cluster_name.clone();
             async move {
-                let _ = changes.wait_for(|c| c.as_ref() != Some(&seen)).await;
+                ended.await;
                 tracing::debug!(cluster = %cluster, "the agent process is restarting; the work agent finishes what it does");
             }
         };
         let evicting = {
-            let mut changes = connection.clone();
-            let seen = seen.clone();
+            let ended = ended(connection.clone(), seen.clone());
             let ctx = ctx.clone();
             let grace = opts.eviction_grace;
             async move {
                 tokio::select! {
                     () = evict_unmanaged(&ctx, grace) => {}
-                    _ = changes.wait_for(|c| c.as_ref() != Some(&seen)) => {}
+                    () = ended => {}
                 }
             }
         };
@@ -138,10 +136,9 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
         // period (`terminationGracePeriodSeconds`, 30 s by default): a reconcile stuck on a
         // request to a hub that went away does not keep the old process alive.
         let killed = {
-            let mut changes = connection.clone();
-            let seen = seen.clone();
+            let ended = ended(connection.clone(), seen.clone());
             async move {
-                let _ = changes.wait_for(|c| c.as_ref() != Some(&seen)).await;
+                ended.await;
                 tokio::time::sleep(TERMINATION_GRACE).await;
             }
         };
@@ -153,6 +150,14 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
         }
         tracing::info!(cluster = %opts.cluster_name, "the agent process restarted; so does the work agent");
     }
+}
+
+/// Resolves when the process's connection is no longer `seen` (it restarted).
+async fn ended(
+    mut connection: tokio::sync::watch::Receiver<Option<crate::klusterlet::Connected>>,
+    seen: crate::klusterlet::Connected,
+) {
+    let _ = connection.wait_for(|c| c.as_ref() != Some(&seen)).await;
 }
 
 /// The unmanaged AppliedManifestWork controller (upstream
