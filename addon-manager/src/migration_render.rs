@@ -86,6 +86,8 @@ pub struct Migration {
     pub token_validity: std::time::Duration,
     pub from: String,
     pub to: String,
+    /// How many clusters it resolved.
+    pub clusters: usize,
 }
 
 impl Migration {
@@ -106,13 +108,26 @@ impl Migration {
         })
     }
 
-    /// The ManagedServiceAccount of the migration's bootstrap identity, in the target hub's
+    /// How many bootstrap identities it issues ([`names::bootstrap_identities`]): one per
+    /// cluster, so that a holder of one cluster's bootstrap token can ask for no other
+    /// cluster's certificate.
+    pub fn identities(&self) -> usize {
+        names::bootstrap_identities(self.clusters)
+    }
+
+    /// The ManagedServiceAccount (and ServiceAccount on the target) of bootstrap identity
+    /// `identity`.
+    pub fn service_account_name(&self, identity: usize) -> String {
+        names::of_identity(&names::migration_service_account(&self.key), identity)
+    }
+
+    /// The ManagedServiceAccount of bootstrap identity `identity`, in the target hub's
     /// namespace on the global hub.
-    pub fn service_account(&self) -> Value {
+    pub fn service_account(&self, identity: usize) -> Value {
         json!({
             "apiVersion": "authentication.open-cluster-management.io/v1beta1",
             "kind": "ManagedServiceAccount",
-            "metadata": {"name": names::migration_service_account(&self.key), "namespace": self.to, "labels": self.labels()},
+            "metadata": {"name": self.service_account_name(identity), "namespace": self.to, "labels": self.labels()},
             // Rotation off: the token is needed only while clusters bootstrap, and its
             // validity covers that. (The managed-serviceaccount agent, upstream
             // `pkg/addon/agent/controller/token.go`, reads only `validity` and refreshes a
@@ -223,55 +238,71 @@ fn task(m: &Migration, namespace: &str, mut spec: MigrationTaskSpec) -> Result<V
 fn bootstrap_secret(
     m: &Migration,
     namespace: &str,
+    identity: usize,
     kubeconfig: &str,
 ) -> Result<Vec<Value>, RenderError> {
     render_template(
         "migration-bootstrap-kubeconfig",
         BOOTSTRAP_SECRET,
         &json!({
-            "secretName": names::migration_bootstrap_secret(&m.key), "secretNamespace": namespace,
+            "secretName": names::of_identity(&names::migration_bootstrap_secret(&m.key), identity),
+            "secretNamespace": namespace,
             "labels": m.labels(),
             "kubeconfigBase64": base64::engine::general_purpose::STANDARD.encode(kubeconfig),
         }),
     )
 }
 
-/// The source hub's objects once there is a bootstrap kubeconfig (`None` while validating):
-/// the bootstrap secret and the KlusterletConfig (a plain OCM hub: the secret alone, in the
-/// task's namespace, for the agent to hand to each cluster); then the task.
-pub fn source_manifests(
+/// The bootstrap objects on the source hub, one set per bootstrap identity (`kubeconfigs`, in
+/// order): its secret and its KlusterletConfig (a plain OCM hub: the secrets alone, in the
+/// task's namespace, for the agent to hand to each cluster). They travel in a ManifestWork of
+/// their own ([`bootstrap_work`]), which does not change as clusters are released and goes as
+/// soon as no cluster may switch any more.
+pub fn bootstrap_manifests(
     m: &Migration,
     task_namespace: &str,
-    spec: MigrationTaskSpec,
-    bootstrap: Option<(&str, Shape)>,
+    kubeconfigs: &[String],
+    shape: Shape,
 ) -> Result<Vec<Value>, RenderError> {
     let mut out = Vec::new();
-    if let Some((kubeconfig, Shape::ManifestWork)) = bootstrap {
-        out.extend(bootstrap_secret(m, task_namespace, kubeconfig)?);
-    } else if let Some((kubeconfig, shape)) = bootstrap {
-        let secret = names::migration_bootstrap_secret(&m.key);
+    for (identity, kubeconfig) in kubeconfigs.iter().enumerate() {
+        if shape == Shape::ManifestWork {
+            out.extend(bootstrap_secret(m, task_namespace, identity, kubeconfig)?);
+            continue;
+        }
         out.extend(bootstrap_secret(
             m,
             BOOTSTRAP_SECRETS_NAMESPACE,
+            identity,
             kubeconfig,
         )?);
         out.extend(render_template(
             "migration-klusterlet-config",
             KLUSTERLET_CONFIG,
             &json!({
-                "name": names::migration_klusterlet_config(&m.key), "labels": m.labels(),
+                "name": names::of_identity(&names::migration_klusterlet_config(&m.key), identity),
+                "labels": m.labels(),
                 "legacyShape": shape == Shape::BootstrapKubeConfigs,
-                "secretName": secret,
+                "secretName": names::of_identity(&names::migration_bootstrap_secret(&m.key), identity),
                 "hubConnectionTimeoutSeconds": names::HUB_CONNECTION_TIMEOUT_SECONDS,
             }),
         )?);
     }
-    out.push(task(m, task_namespace, spec)?);
     Ok(out)
 }
 
-/// The identity the target approves CSRs from: the ServiceAccount behind the migration's
-/// ManagedServiceAccount, in `namespace` on the target hub.
+/// The source hub's task.
+pub fn source_manifests(
+    m: &Migration,
+    task_namespace: &str,
+    spec: MigrationTaskSpec,
+) -> Result<Vec<Value>, RenderError> {
+    Ok(vec![task(m, task_namespace, spec)?])
+}
+
+/// The base of the identities the target approves CSRs from (each cluster's is this with its
+/// identity's suffix, [`MigrationTaskSpec::bootstrap_user_at`]): the ServiceAccounts behind
+/// the migration's ManagedServiceAccounts, in `namespace` on the target hub.
 pub fn bootstrap_user(m: &Migration, namespace: &str) -> String {
     format!(
         "system:serviceaccount:{namespace}:{}",
@@ -296,8 +327,9 @@ pub fn target_manifests(
             BOOTSTRAP_RBAC,
             &json!({
                 "roleName": names::migration_bootstrap_role(&m.key), "labels": m.labels(),
-                "serviceAccount": names::migration_service_account(&m.key),
-                "serviceAccountNamespace": ns,
+                "subjects": (0..m.identities()).map(|i| json!({
+                    "kind": "ServiceAccount", "name": m.service_account_name(i), "namespace": ns,
+                })).collect::<Vec<_>>(),
             }),
         )?);
     }
@@ -372,6 +404,18 @@ pub fn work(m: &Migration, role: MigrationRole, manifests: Vec<Value>, feedback:
             "workload": {"manifests": manifests},
             "deleteOption": {"propagationPolicy": "Foreground"},
             "manifestConfigs": [feedback],
+        }
+    })
+}
+
+/// The ManifestWork carrying the source hub's bootstrap objects ([`bootstrap_manifests`]).
+pub fn bootstrap_work(m: &Migration, manifests: Vec<Value>) -> Value {
+    json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": names::migration_bootstrap_work(&m.key), "namespace": m.from, "labels": m.labels()},
+        "spec": {
+            "workload": {"manifests": manifests},
+            "deleteOption": {"propagationPolicy": "Foreground"},
         }
     })
 }

@@ -385,8 +385,15 @@ pub struct MigrationTaskSpec {
     /// Changes whenever the manager changes this spec; the agent echoes it in status so the
     /// manager never acts on a report about an older spec.
     pub revision: Option<String>,
-    /// Target only: the identity (user name) whose CSRs the agent may approve.
+    /// Target only: the identity (user name) whose CSRs the agent may approve; with
+    /// `clustersPerIdentity`, the base of each cluster's own ([`Self::bootstrap_user_at`]).
     pub bootstrap_user: Option<String>,
+    /// How many consecutive clusters of `clusters` share one bootstrap identity
+    /// ([`crate::names::clusters_per_identity`]): the cluster at index `i` has identity
+    /// `i / clustersPerIdentity`, and its bootstrap secret, KlusterletConfig and bootstrap
+    /// user are the names above suffixed with `-<identity>` ([`crate::names::of_identity`]).
+    /// Unset: one identity under the names above.
+    pub clusters_per_identity: Option<u32>,
     /// The clusters released to switch: the source stops accepting them
     /// (`hubAcceptsClient: false`), the target approves their bootstrap CSRs (and no other).
     pub released: Option<Vec<String>>,
@@ -418,6 +425,44 @@ impl MigrationTaskSpec {
     /// a manager that sent no key).
     pub fn key(&self) -> &str {
         self.key.as_deref().unwrap_or(&self.migration)
+    }
+
+    /// The bootstrap identity of the cluster at `index` of `clusters` (`None`: the task's
+    /// single identity, named by the base names).
+    pub fn identity_at(&self, index: usize) -> Option<usize> {
+        self.clusters_per_identity
+            .map(|per| index / (per.max(1) as usize))
+    }
+
+    fn named_at(&self, base: Option<&String>, index: usize) -> Option<String> {
+        let base = base?;
+        Some(match self.identity_at(index) {
+            Some(identity) => crate::names::of_identity(base, identity),
+            None => base.clone(),
+        })
+    }
+
+    /// The bootstrap secret of the cluster at `index` of `clusters`.
+    pub fn bootstrap_secret_at(&self, index: usize) -> Option<String> {
+        self.named_at(self.bootstrap_secret_name.as_ref(), index)
+    }
+
+    /// The KlusterletConfig the cluster at `index` of `clusters` selects (before any derived
+    /// from its own).
+    pub fn klusterlet_config_at(&self, index: usize) -> Option<String> {
+        self.named_at(self.klusterlet_config_name.as_ref(), index)
+    }
+
+    /// The only identity whose bootstrap CSRs the target approves for the cluster at `index`
+    /// of `clusters`.
+    pub fn bootstrap_user_at(&self, index: usize) -> Option<String> {
+        self.named_at(self.bootstrap_user.as_ref(), index)
+    }
+
+    /// [`Self::bootstrap_secret_at`] for a cluster of the list by name (`None`: not listed).
+    pub fn bootstrap_secret_for(&self, cluster: &str) -> Option<String> {
+        let index = self.clusters.iter().position(|c| c == cluster)?;
+        self.bootstrap_secret_at(index)
     }
 }
 
@@ -977,6 +1022,46 @@ mod tests {
             included_managed_clusters: Some(vec!["c1".into(), "c2".into()]),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn each_cluster_of_a_task_has_the_names_of_its_own_bootstrap_identity() {
+        let mut task = MigrationTaskSpec {
+            clusters: vec!["c0".into(), "c1".into(), "c2".into()],
+            bootstrap_secret_name: Some("bootstrap-k".into()),
+            klusterlet_config_name: Some("migration-k".into()),
+            bootstrap_user: Some("system:serviceaccount:msa:migration-k".into()),
+            clusters_per_identity: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(
+            task.bootstrap_secret_at(2).as_deref(),
+            Some("bootstrap-k-2")
+        );
+        assert_eq!(
+            task.klusterlet_config_at(1).as_deref(),
+            Some("migration-k-1")
+        );
+        assert_eq!(
+            task.bootstrap_user_at(0).as_deref(),
+            Some("system:serviceaccount:msa:migration-k-0")
+        );
+        assert_eq!(
+            task.bootstrap_secret_for("c1").as_deref(),
+            Some("bootstrap-k-1")
+        );
+        assert_eq!(task.bootstrap_secret_for("other"), None);
+        // Two clusters per identity.
+        task.clusters_per_identity = Some(2);
+        assert_eq!(
+            (0..3).map(|i| task.identity_at(i)).collect::<Vec<_>>(),
+            [Some(0), Some(0), Some(1)]
+        );
+        // A task of a manager that issues one identity: the names as they are.
+        task.clusters_per_identity = None;
+        assert_eq!(task.bootstrap_user_at(2), task.bootstrap_user);
+        task.bootstrap_user = None;
+        assert_eq!(task.bootstrap_user_at(0), None);
     }
 
     #[test]

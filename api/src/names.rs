@@ -82,6 +82,31 @@ pub fn derived_klusterlet_config(base: &str, own: Option<&str>) -> String {
 pub fn migration_bootstrap_secret(key: &str) -> String {
     format!("bootstrap-{key}")
 }
+/// At most this many bootstrap identities a migration issues: one per cluster for up to this
+/// many clusters; beyond, consecutive clusters of its list share one
+/// ([`clusters_per_identity`]). Each identity's Secret and KlusterletConfig ride in the source
+/// hub's ManifestWork, which upstream caps at 500 KiB (ocm `pkg/work/webhook/common`,
+/// `ManifestValidator`), and the manager reads each token once per delivery.
+pub const MAX_BOOTSTRAP_IDENTITIES: usize = 64;
+/// How many consecutive clusters of a migration's list of `clusters` share one bootstrap
+/// identity: one each up to [`MAX_BOOTSTRAP_IDENTITIES`] clusters.
+pub fn clusters_per_identity(clusters: usize) -> usize {
+    clusters.div_ceil(MAX_BOOTSTRAP_IDENTITIES).max(1)
+}
+/// How many bootstrap identities a migration of `clusters` clusters issues.
+pub fn bootstrap_identities(clusters: usize) -> usize {
+    clusters.div_ceil(clusters_per_identity(clusters))
+}
+/// The name of bootstrap identity `identity`'s object (ManagedServiceAccount, bootstrap
+/// Secret, KlusterletConfig) of a migration whose single-identity name is `base`.
+pub fn of_identity(base: &str, identity: usize) -> String {
+    format!("{base}-{identity}")
+}
+/// ManifestWork (in the source hub's namespace on the global hub) carrying a migration's
+/// bootstrap secrets and KlusterletConfigs.
+pub fn migration_bootstrap_work(key: &str) -> String {
+    format!("migration-{key}-bootstrap")
+}
 /// ManifestWork (in a cluster's namespace on a plain OCM hub) that configures the cluster's
 /// Klusterlet for a migration.
 pub fn migration_klusterlet_work(key: &str) -> String {
@@ -366,6 +391,25 @@ mod tests {
             name,
             derived_klusterlet_config("migration-k", Some(&"y".repeat(300)))
         );
+    }
+
+    #[test]
+    fn bootstrap_identities_are_one_per_cluster_up_to_the_cap() {
+        // (clusters, clusters per identity, identities)
+        for (n, per, ids) in [
+            (0, 1, 0),
+            (1, 1, 1),
+            (64, 1, 64),
+            (65, 2, 33),
+            (128, 2, 64),
+            (129, 3, 43),
+            (3000, 47, 64),
+        ] {
+            assert_eq!(clusters_per_identity(n), per, "{n} clusters");
+            assert_eq!(bootstrap_identities(n), ids, "{n} clusters");
+            assert!(ids <= MAX_BOOTSTRAP_IDENTITIES);
+        }
+        assert_eq!(of_identity("migration-k", 3), "migration-k-3");
     }
 
     #[test]

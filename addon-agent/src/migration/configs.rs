@@ -2,9 +2,10 @@
 
 use super::*;
 
-/// The KlusterletConfigs derived from clusters' own this reconcile has ensured.
+/// The KlusterletConfigs derived from clusters' own this reconcile has ensured, by the
+/// (bootstrap identity's base, own) they were derived from.
 #[derive(Default)]
-pub(super) struct DerivedConfigs(BTreeMap<String, bool>);
+pub(super) struct DerivedConfigs(BTreeMap<(String, String), bool>);
 
 /// Labels a derived KlusterletConfig with what it was derived from.
 pub(super) const DERIVED_FROM: &str = "migration.open-cluster-management.io/derived-from";
@@ -19,7 +20,8 @@ impl DerivedConfigs {
         base: &str,
         own: &str,
     ) -> Result<bool, Error> {
-        if let Some(ready) = self.0.get(own) {
+        let key = (base.to_owned(), own.to_owned());
+        if let Some(ready) = self.0.get(&key) {
             return Ok(*ready);
         }
         let api: Api<DynamicObject> =
@@ -30,7 +32,7 @@ impl DerivedConfigs {
                 .map_err(ctx_err(format!("reading KlusterletConfig {base}")))?,
         );
         let Some(base_spec) = base_spec else {
-            self.0.insert(own.to_owned(), false);
+            self.0.insert(key, false);
             return Ok(false);
         };
         // A KlusterletConfig the cluster names but the hub lacks counts as empty, as the
@@ -56,7 +58,7 @@ impl DerivedConfigs {
         )
         .await
         .map_err(ctx_err(format!("applying KlusterletConfig {name}")))?;
-        self.0.insert(own.to_owned(), true);
+        self.0.insert(key, true);
         Ok(true)
     }
 }

@@ -31,15 +31,15 @@ pub(super) fn import_took_over(works: &Store<ManifestWork>, cluster: &str) -> bo
     bootstrap_delivered(works, cluster, names::BOOTSTRAP_HUB_KUBECONFIG)
 }
 
-/// The data of the bootstrap secret the manager delivered next to the task (plain OCM).
+/// The data of bootstrap secret `name` the manager delivered next to the task (plain OCM).
 pub(super) async fn bootstrap_secret_data(
     ctx: &Ctx,
     task: &MigrationTask,
+    name: &str,
 ) -> Result<Option<Value>, Error> {
-    let name = task.spec.bootstrap_secret_name.clone().unwrap_or_default();
     let ns = task.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let secret = ignore_not_found(secrets.get(&name).await)
+    let secret = ignore_not_found(secrets.get(name).await)
         .map_err(ctx_err(format!("reading the bootstrap secret {ns}/{name}")))?;
     Ok(secret
         .and_then(|s| s.data)
@@ -131,12 +131,13 @@ pub(super) async fn put_klusterlet_work(
     if current.as_deref().and_then(kw::step_of).as_ref() == Some(step) {
         return Ok(());
     }
-    let secret = task.spec.bootstrap_secret_name.clone().unwrap_or_default();
+    // The cluster's own bootstrap identity's secret.
+    let secret = task.spec.bootstrap_secret_for(cluster).unwrap_or_default();
     let own_bootstrap = task.spec.role == MigrationRole::Target
         && klusterlet_config_shape(&ctx.client).await? == "None";
     let secret_data = match step {
         Step::Settle(_) => settle_data(ctx, task, own_bootstrap).await?,
-        _ => bootstrap_secret_data(ctx, task).await?,
+        _ => bootstrap_secret_data(ctx, task, &secret).await?,
     };
     let wctx = kw::WorkContext {
         migration: task.spec.key(),

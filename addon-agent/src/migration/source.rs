@@ -7,20 +7,7 @@ pub(super) async fn source_deploy(
     task: &MigrationTask,
     names: &[String],
 ) -> Result<Report, Error> {
-    let (present, name) = if plain(task) {
-        let secret = task.spec.bootstrap_secret_name.clone().unwrap_or_default();
-        (
-            bootstrap_secret_data(ctx, task).await?.is_some(),
-            format!("bootstrap secret {secret}"),
-        )
-    } else {
-        let name = task.spec.klusterlet_config_name.clone().unwrap_or_default();
-        let kcs: Api<migration_api::ocm::config::KlusterletConfig> = Api::all(ctx.client.clone());
-        let present = ignore_not_found(kcs.get(&name).await)
-            .map_err(ctx_err(format!("reading KlusterletConfig {name}")))?
-            .is_some();
-        (present, format!("KlusterletConfig {name}"))
-    };
+    let (present, name) = bootstrap_in_place(ctx, task, names).await?;
     // The clusters are annotated now, so their klusterlets have the target's bootstrap
     // kubeconfig by the time Registering starts.
     let annotated = source_register(ctx, task, names).await?;
@@ -36,6 +23,42 @@ pub(super) async fn source_deploy(
     })
 }
 
+/// Whether every bootstrap identity's secret (plain OCM) or KlusterletConfig is on this hub;
+/// the first missing one's description when not.
+async fn bootstrap_in_place(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+) -> Result<(bool, String), Error> {
+    let spec = &task.spec;
+    // One object per identity: the first cluster of each names it.
+    let mut firsts: Vec<usize> = (0..names.len()).collect();
+    firsts.dedup_by_key(|i| spec.identity_at(*i));
+    let kcs: Api<migration_api::ocm::config::KlusterletConfig> = Api::all(ctx.client.clone());
+    for i in firsts {
+        if plain(task) {
+            let secret = spec.bootstrap_secret_at(i).unwrap_or_default();
+            if bootstrap_secret_data(ctx, task, &secret).await?.is_none() {
+                return Ok((false, format!("bootstrap secret {secret}")));
+            }
+        } else {
+            let name = spec.klusterlet_config_at(i).unwrap_or_default();
+            if ignore_not_found(kcs.get(&name).await)
+                .map_err(ctx_err(format!("reading KlusterletConfig {name}")))?
+                .is_none()
+            {
+                return Ok((false, format!("KlusterletConfig {name}")));
+            }
+        }
+    }
+    let what = if plain(task) {
+        "bootstrap secrets"
+    } else {
+        "KlusterletConfigs"
+    };
+    Ok((true, format!("{what} of {} clusters", names.len())))
+}
+
 pub(super) async fn source_register(
     ctx: &Ctx,
     task: &MigrationTask,
@@ -43,11 +66,12 @@ pub(super) async fn source_register(
 ) -> Result<Report, Error> {
     let spec = &task.spec;
     let released: BTreeSet<&String> = spec.released.iter().flatten().collect();
-    let config = spec.klusterlet_config_name.clone();
-    let secret = spec.bootstrap_secret_name.clone().unwrap_or_default();
     let mut derived = DerivedConfigs::default();
     let mut states = Vec::with_capacity(names.len());
-    for name in names {
+    for (index, name) in names.iter().enumerate() {
+        // Each cluster's own bootstrap identity: its KlusterletConfig names its secret alone.
+        let config = spec.klusterlet_config_at(index);
+        let secret = spec.bootstrap_secret_at(index).unwrap_or_default();
         let Some(mc) = get(&ctx.clusters, None, name) else {
             states.push(ClusterState::NotFound);
             continue;
@@ -67,7 +91,7 @@ pub(super) async fn source_register(
         let config = if plain(task) || (legacy(task) && !release) {
             None
         } else {
-            config.clone()
+            config
         };
         // A cluster with a KlusterletConfig of its own selects one derived from it.
         if let (Some(base), Some(own)) = (

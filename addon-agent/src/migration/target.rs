@@ -253,10 +253,11 @@ pub(super) async fn target_register(
 ) -> Result<Report, Error> {
     let registering = task.spec.stage == TaskStage::Registering;
     let released: BTreeSet<&String> = task.spec.released.iter().flatten().collect();
-    let user = task.spec.bootstrap_user.clone().unwrap_or_default();
     let acm_target = klusterlet_config_shape(&ctx.client).await? != "None";
     let mut states = Vec::with_capacity(names.len());
-    for name in names {
+    for (index, name) in names.iter().enumerate() {
+        // Only the cluster's own bootstrap identity may ask for its certificate.
+        let user = task.spec.bootstrap_user_at(index).unwrap_or_default();
         let mut mc = get(&ctx.clusters, None, name);
         if mc.is_none() {
             precreate(ctx, task, name).await?;
@@ -369,10 +370,10 @@ pub(super) async fn target_rollback(
     remove: bool,
 ) -> Result<Report, Error> {
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
-    let user = task.spec.bootstrap_user.clone().unwrap_or_default();
     let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
     let mut states = Vec::with_capacity(names.len());
-    for name in names {
+    for (index, name) in names.iter().enumerate() {
+        let user = task.spec.bootstrap_user_at(index).unwrap_or_default();
         let mc = get(&ctx.clusters, None, name);
         if !rollback.contains(name) {
             states.push(target_state(mc.as_deref()));

@@ -284,15 +284,24 @@ pub(super) fn touched(status: &ManagedClusterMigrationStatus) -> bool {
         .is_some_and(|c| condition_is_true(c, RESOURCE_INITIALIZED))
 }
 
-/// Deletes the works and the ManagedServiceAccount; true once all are gone. The
-/// ManagedServiceAccount goes only after the works, so a klusterlet mid-switch never loses
-/// its bootstrap credentials while the target still expects it.
+/// Deletes the works (the bootstrap work too) and the ManagedServiceAccounts; true once all
+/// are gone. The ManagedServiceAccounts go only after the works, so a klusterlet mid-switch
+/// never loses its bootstrap credentials while the target still expects it.
 pub(super) async fn remove_everything(ctx: &Ctx, m: &Migration) -> Result<bool, Error> {
     let mut gone = true;
-    for role in [MigrationRole::Source, MigrationRole::Target] {
-        let hub = m.hub(role);
+    let works_of = [
+        (m.from.as_str(), names::migration_bootstrap_work(&m.key)),
+        (
+            m.from.as_str(),
+            names::migration_work(&m.key, MigrationRole::Source),
+        ),
+        (
+            m.to.as_str(),
+            names::migration_work(&m.key, MigrationRole::Target),
+        ),
+    ];
+    for (hub, name) in works_of {
         let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
-        let name = names::migration_work(&m.key, role);
         match ignore_not_found(works.get(&name).await).map_err(ctx_err("reading a work"))? {
             None => {}
             Some(w) => {
@@ -307,18 +316,14 @@ pub(super) async fn remove_everything(ctx: &Ctx, m: &Migration) -> Result<bool, 
     if !gone {
         return Ok(false);
     }
+    // Every bootstrap identity the migration has, however many it issued.
     let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
-    let name = names::migration_service_account(&m.key);
-    match ignore_not_found(msas.get(&name).await)
-        .map_err(ctx_err("reading the ManagedServiceAccount"))?
-    {
-        None => Ok(true),
-        Some(msa) => {
-            if msa.metadata.deletion_timestamp.is_none() {
-                ignore_not_found(msas.delete(&name, &DeleteParams::default()).await)
-                    .map_err(ctx_err("revoking the ManagedServiceAccount"))?;
-            }
-            Ok(false)
+    let left = service_accounts(ctx, m).await?;
+    for (name, msa) in &left {
+        if msa.metadata.deletion_timestamp.is_none() {
+            ignore_not_found(msas.delete(name, &DeleteParams::default()).await)
+                .map_err(ctx_err(format!("revoking ManagedServiceAccount {name}")))?;
         }
     }
+    Ok(left.is_empty())
 }

@@ -29,6 +29,7 @@ pub(super) fn base_task(
         migration_namespace: mcm.namespace(),
         bootstrap_secret_name: Some(names::migration_bootstrap_secret(&key)),
         klusterlet_config_name: Some(names::migration_klusterlet_config(&key)),
+        clusters_per_identity: u32::try_from(names::clusters_per_identity(clusters.len())).ok(),
         key: Some(key),
         role,
         peer_hub: if role == MigrationRole::Source {
@@ -142,7 +143,9 @@ pub(super) async fn deliver_target(
     // clusters that arrive a bootstrap kubeconfig of its own from it (cleanup may still have
     // to settle one that arrived as Registering ended). The token never goes to the target.
     if matches!(stage, TaskStage::Registering | TaskStage::Cleaning)
-        && let Some(kubeconfig) = bootstrap(ctx, m).await?
+        && let Some(kubeconfig) = bootstrap(ctx, m, 1)
+            .await?
+            .and_then(|k| k.into_iter().next())
     {
         target.bootstrap_connection = Some(mr::without_credentials(&kubeconfig)?);
     }
@@ -178,14 +181,21 @@ pub(super) fn agent_grants(
     if task.stage == TaskStage::Validating {
         return mr::AgentGrants::default();
     }
-    let derived: BTreeSet<String> = match task.klusterlet_config_name.as_deref() {
-        Some(base) => source_carry
-            .iter()
-            .filter_map(|c| c.own_klusterlet_config.as_deref())
-            .map(|own| names::derived_klusterlet_config(base, Some(own)))
-            .collect(),
-        None => BTreeSet::new(),
-    };
+    // Each cluster's derived KlusterletConfig is made from its own identity's.
+    let index: std::collections::HashMap<&str, usize> = task
+        .clusters
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.as_str(), i))
+        .collect();
+    let derived: BTreeSet<String> = source_carry
+        .iter()
+        .filter_map(|c| {
+            let own = c.own_klusterlet_config.as_deref()?;
+            let base = task.klusterlet_config_at(*index.get(c.name.as_str())?)?;
+            Some(names::derived_klusterlet_config(&base, Some(own)))
+        })
+        .collect();
     let carry = task.carry_over.as_deref().unwrap_or_default();
     let sets: BTreeSet<String> = carry.iter().filter_map(|c| c.cluster_set.clone()).collect();
     let addons: BTreeSet<String> = carry
@@ -230,7 +240,7 @@ pub(super) async fn deliver_source(
             .as_ref(),
     );
     let kubeconfig = if source_carries_token(stage) {
-        bootstrap(ctx, m).await?
+        bootstrap(ctx, m, m.identities()).await?
     } else {
         None
     };
@@ -249,15 +259,52 @@ pub(super) async fn deliver_source(
     let carried = step.status.carry_over.clone().unwrap_or_default();
     let grants = agent_grants(ctx, &source, &carried, &source_ns, release);
     let mut manifests = mr::agent_grants(m, MigrationRole::Source, &grants)?;
-    manifests.extend(mr::source_manifests(
-        m,
-        &source_ns,
-        source,
-        kubeconfig.as_deref().map(|k| (k, shape)),
-    )?);
+    manifests.extend(mr::source_manifests(m, &source_ns, source)?);
+    // The bootstrap objects first, in a work of their own that stays as it is while clusters
+    // are released; it goes once no cluster may switch any more. (A token missing for a
+    // moment leaves it as it was.)
+    if let Some(kubeconfigs) = &kubeconfig {
+        let objects = mr::bootstrap_manifests(m, &source_ns, kubeconfigs, shape)?;
+        put_bootstrap_work(ctx, m, objects).await?;
+    } else if !source_carries_token(stage) {
+        remove_bootstrap_work(ctx, m).await?;
+    }
     Ok(Some(
         deliver(ctx, m, MigrationRole::Source, manifests, &source_ns).await?,
     ))
+}
+
+/// Applies the source's bootstrap work unless it carries `objects` already.
+async fn put_bootstrap_work(ctx: &Ctx, m: &Migration, objects: Vec<Value>) -> Result<(), Error> {
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), &m.from);
+    let name = names::migration_bootstrap_work(&m.key);
+    let current = ignore_not_found(works.get(&name).await)
+        .map_err(ctx_err(format!("reading work {}/{name}", m.from)))?;
+    let carried = current.as_ref().and_then(|w| {
+        w.spec
+            .workload
+            .as_ref()
+            .and_then(|w| w.manifests.as_ref())
+            .map(|ms| {
+                ms.iter()
+                    .map(|o| serde_json::to_value(o).ok())
+                    .collect::<Option<Vec<Value>>>()
+            })
+    });
+    let deleting = current.is_some_and(|w| w.metadata.deletion_timestamp.is_some());
+    if carried.flatten().as_ref() == Some(&objects) || deleting {
+        return Ok(());
+    }
+    apply_work(ctx, &mr::bootstrap_work(m, objects)).await
+}
+
+/// Deletes the source's bootstrap work (the work agent removes what it carries from the hub).
+pub(super) async fn remove_bootstrap_work(ctx: &Ctx, m: &Migration) -> Result<(), Error> {
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), &m.from);
+    let name = names::migration_bootstrap_work(&m.key);
+    ignore_not_found(works.delete(&name, &DeleteParams::default()).await)
+        .map_err(ctx_err(format!("deleting work {}/{name}", m.from)))?;
+    Ok(())
 }
 
 /// Whether the source's work carries the bootstrap token (its Secret, and the

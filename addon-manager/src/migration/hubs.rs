@@ -152,31 +152,72 @@ pub(super) async fn target_proxy(ctx: &Ctx, hub: &str) -> Result<Option<ProxyCon
         .and_then(|c| c.spec.proxy_config))
 }
 
-/// The target's bootstrap kubeconfig, once the ManagedServiceAccount has its token.
-pub(super) async fn bootstrap(ctx: &Ctx, m: &Migration) -> Result<Option<String>, Error> {
+/// The migration's ManagedServiceAccounts on the global hub (in the target hub's namespace),
+/// by name: one list, however many bootstrap identities it has.
+pub(super) async fn service_accounts(
+    ctx: &Ctx,
+    m: &Migration,
+) -> Result<std::collections::BTreeMap<String, ManagedServiceAccount>, Error> {
     let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
-    let msa_name = names::migration_service_account(&m.key);
-    let Some(msa) = ignore_not_found(msas.get(&msa_name).await)
-        .map_err(ctx_err("reading the ManagedServiceAccount"))?
-    else {
+    let selector = format!(
+        "{}={},{}={}",
+        labels::MIGRATION,
+        m.name,
+        labels::MIGRATION_NAMESPACE,
+        m.namespace
+    );
+    let base = names::migration_service_account(&m.key);
+    Ok(msas
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(ctx_err("listing the ManagedServiceAccounts"))?
+        .items
+        .into_iter()
+        .map(|msa| (msa.name_any(), msa))
+        // Another incarnation of a migration of the same name has another key.
+        .filter(|(name, _)| name.starts_with(&format!("{base}-")))
+        .collect())
+}
+
+/// The target's bootstrap kubeconfigs of the migration's first `identities` bootstrap
+/// identities, in order, once each ManagedServiceAccount has its token (`None` until then).
+pub(super) async fn bootstrap(
+    ctx: &Ctx,
+    m: &Migration,
+    identities: usize,
+) -> Result<Option<Vec<String>>, Error> {
+    if identities == 0 {
         return Ok(None);
-    };
-    let Some(secret_name) = msa.status.and_then(|s| s.token_secret_ref).map(|r| r.name) else {
-        return Ok(None);
-    };
+    }
+    let msas = service_accounts(ctx, m).await?;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &m.to);
-    let Some(secret) = ignore_not_found(secrets.get(&secret_name).await)
-        .map_err(ctx_err("reading the token secret"))?
-    else {
-        return Ok(None);
-    };
-    let data = secret.data.unwrap_or_default();
-    let Some(token) = data
-        .get("token")
-        .and_then(|t| String::from_utf8(t.0.clone()).ok())
-    else {
-        return Ok(None);
-    };
+    let mut tokens = Vec::with_capacity(identities);
+    for identity in 0..identities {
+        let Some(secret_name) = msas
+            .get(&m.service_account_name(identity))
+            .and_then(|msa| msa.status.as_ref())
+            .and_then(|s| s.token_secret_ref.as_ref())
+            .map(|r| r.name.clone())
+        else {
+            return Ok(None);
+        };
+        let Some(secret) = ignore_not_found(secrets.get(&secret_name).await)
+            .map_err(ctx_err("reading a bootstrap token's secret"))?
+        else {
+            return Ok(None);
+        };
+        let data = secret.data.unwrap_or_default();
+        let Some(token) = data
+            .get("token")
+            .and_then(|t| String::from_utf8(t.0.clone()).ok())
+        else {
+            return Ok(None);
+        };
+        let ca = data
+            .get("ca.crt")
+            .map(|c| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &c.0));
+        tokens.push((token, ca));
+    }
     let hub = Api::<ManagedCluster>::all(ctx.client.clone())
         .get(&m.to)
         .await
@@ -194,15 +235,16 @@ pub(super) async fn bootstrap(ctx: &Ctx, m: &Migration) -> Result<Option<String>
         ))
         .into());
     };
-    let ca = client_config.ca_bundle.clone().or_else(|| {
-        data.get("ca.crt")
-            .map(|c| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &c.0))
-    });
     let proxy = target_proxy(ctx, &m.to).await?;
-    Ok(Some(mr::bootstrap_kubeconfig(
-        &client_config.url,
-        ca.as_deref(),
-        &token,
-        proxy.as_ref(),
-    )?))
+    let mut kubeconfigs = Vec::with_capacity(identities);
+    for (token, ca) in tokens {
+        let ca = client_config.ca_bundle.clone().or(ca);
+        kubeconfigs.push(mr::bootstrap_kubeconfig(
+            &client_config.url,
+            ca.as_deref(),
+            &token,
+            proxy.as_ref(),
+        )?);
+    }
+    Ok(Some(kubeconfigs))
 }

@@ -8,15 +8,21 @@ pub(super) async fn initializing(
     m: &Migration,
     step: &mut Step,
 ) -> Result<Action, Error> {
+    // One bootstrap identity per cluster (or per group of clusters past
+    // names::MAX_BOOTSTRAP_IDENTITIES): a holder of one cluster's token can ask for no other
+    // cluster's certificate.
     let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
-    msas.patch(
-        &names::migration_service_account(&m.key),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(m.service_account()),
-    )
-    .await
-    .map_err(ctx_err("applying the ManagedServiceAccount"))?;
-    let token = match bootstrap(ctx, m).await {
+    for identity in 0..m.identities() {
+        let name = m.service_account_name(identity);
+        msas.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(m.service_account(identity)),
+        )
+        .await
+        .map_err(ctx_err(format!("applying ManagedServiceAccount {name}")))?;
+    }
+    let token = match bootstrap(ctx, m, m.identities()).await {
         Ok(t) => Ok(t.is_some()),
         Err(Error::Render(e)) => Err(e.to_string()),
         Err(e) => return Err(e),
@@ -68,7 +74,8 @@ impl Initialized {
                     RESOURCE_INITIALIZED,
                     reasons::WAITING,
                     format!(
-                        "waiting for the bootstrap token of ManagedServiceAccount {}/{}",
+                        "waiting for the bootstrap tokens of the {} ManagedServiceAccounts {}/{}-*",
+                        m.identities(),
                         m.to,
                         names::migration_service_account(&m.key)
                     ),
@@ -78,11 +85,11 @@ impl Initialized {
             Ok(true) => {
                 let rendered = match self.shape {
                     Shape::ManifestWork => format!(
-                        "bootstrap secret {} rendered for each cluster's klusterlet work",
+                        "bootstrap secrets {}-* rendered for each cluster's klusterlet work",
                         names::migration_bootstrap_secret(&m.key)
                     ),
                     _ => format!(
-                        "KlusterletConfig {} rendered",
+                        "KlusterletConfigs {}-* rendered",
                         names::migration_klusterlet_config(&m.key)
                     ),
                 };
@@ -91,8 +98,17 @@ impl Initialized {
                         RESOURCE_INITIALIZED,
                         reasons::DONE,
                         format!(
-                            "bootstrap identity ready on {} (token valid {} s, not rotated), {rendered}",
+                            "{} bootstrap identities ready on {} (one per cluster{}; tokens valid {} s, not rotated), {rendered}",
+                            m.identities(),
                             m.to,
+                            if m.identities() < m.clusters {
+                                format!(
+                                    ", shared by at most {} clusters each",
+                                    names::clusters_per_identity(m.clusters)
+                                )
+                            } else {
+                                String::new()
+                            },
                             m.token_validity.as_secs(),
                         ),
                     ),

@@ -193,6 +193,11 @@ fn migration_of(mcm: &ManagedClusterMigration) -> Migration {
         token_validity: mcm.effective_spec().token_validity(),
         from: mcm.spec.from.clone(),
         to: mcm.spec.to.clone(),
+        clusters: mcm
+            .status
+            .as_ref()
+            .and_then(|s| s.resolved_clusters.as_ref())
+            .map_or(0, Vec::len),
     }
 }
 

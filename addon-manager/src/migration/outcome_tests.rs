@@ -307,6 +307,7 @@ pub(super) fn migration() -> Migration {
         token_validity: T,
         from: "hub1".into(),
         to: "hub2".into(),
+        clusters: 2,
     }
 }
 

@@ -13,6 +13,11 @@ pub(super) async fn plan(
     source_ns: &str,
     target_ns: &str,
 ) -> Result<MigrationPlan, Error> {
+    // Validating resolved the clusters just now: the status may not list them yet.
+    let m = &Migration {
+        clusters: clusters.len(),
+        ..m.clone()
+    };
     let wave = mcm
         .spec
         .max_concurrency
@@ -54,8 +59,15 @@ pub(super) async fn plan(
     target.released = Some(clusters.to_vec());
     target.bootstrap_connection = Some(mr::without_credentials(&kubeconfig)?);
     set_delivery(&mut target, shape);
-    let mut objects = vec![planned(GLOBAL_HUB, &m.service_account())];
-    for o in mr::source_manifests(m, source_ns, source, Some((&kubeconfig, shape)))? {
+    let mut objects: Vec<PlannedObject> = (0..m.identities())
+        .map(|i| planned(GLOBAL_HUB, &m.service_account(i)))
+        .collect();
+    let kubeconfigs = vec![kubeconfig.clone(); m.identities()];
+    let bootstrap = mr::bootstrap_manifests(m, source_ns, &kubeconfigs, shape)?;
+    for o in bootstrap
+        .into_iter()
+        .chain(mr::source_manifests(m, source_ns, source)?)
+    {
         objects.push(planned(&m.from, &mr::redact(&o)));
     }
     for o in mr::target_manifests(m, target_ns, target, Some(&msa_ns))? {

@@ -43,7 +43,7 @@ pub(super) async fn validating(
         named.clone().unwrap_or_default(),
     );
     source_task.cluster_selector = mcm.spec.included_managed_clusters_selector.clone();
-    let manifests = mr::source_manifests(m, &source_ns, source_task, None)?;
+    let manifests = mr::source_manifests(m, &source_ns, source_task)?;
     let source = match ask(ctx, mcm, m, MigrationRole::Source, manifests, &source_ns).await? {
         Ok(f) => f,
         Err(wait) => return Ok(step.settle(wait)),

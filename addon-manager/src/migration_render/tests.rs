@@ -10,7 +10,12 @@ fn m() -> Migration {
         token_validity: std::time::Duration::from_secs(1620),
         from: "hub1".into(),
         to: "hub2".into(),
+        clusters: 2,
     }
+}
+
+fn kcs(texts: &[&str]) -> Vec<String> {
+    texts.iter().map(|t| (*t).to_owned()).collect()
 }
 
 fn b64(s: &str) -> String {
@@ -23,12 +28,12 @@ fn parse(text: &str) -> kube::config::Kubeconfig {
 
 #[test]
 fn the_token_is_not_rotated_and_lives_as_the_spec_allows() {
-    let msa = m().service_account();
+    let msa = m().service_account(1);
     assert_eq!(
         msa["spec"]["rotation"],
         json!({"enabled": false, "validity": "1620s"})
     );
-    assert_eq!(msa["metadata"]["name"], "migration-move-0a1b2c3d");
+    assert_eq!(msa["metadata"]["name"], "migration-move-0a1b2c3d-1");
 }
 
 #[test]
@@ -248,7 +253,7 @@ fn bad_ca_bundle_is_a_clear_error() {
 }
 
 #[test]
-fn plain_ocm_hubs_get_the_bootstrap_secret_next_to_the_task_and_no_klusterlet_config() {
+fn plain_ocm_hubs_get_the_bootstrap_secrets_next_to_the_task_and_no_klusterlet_config() {
     assert_eq!(Shape::from_report("None"), Some(Shape::ManifestWork));
     assert_eq!(Shape::from_report("something else"), None);
     for shape in [
@@ -258,17 +263,14 @@ fn plain_ocm_hubs_get_the_bootstrap_secret_next_to_the_task_and_no_klusterlet_co
     ] {
         assert_eq!(Shape::from_delivery(shape.delivery()), shape);
     }
-    let objs = source_manifests(
-        &m(),
-        "agent-ns",
-        MigrationTaskSpec::default(),
-        Some(("kc", Shape::ManifestWork)),
-    )
-    .unwrap();
+    let objs =
+        bootstrap_manifests(&m(), "agent-ns", &kcs(&["kc0", "kc1"]), Shape::ManifestWork).unwrap();
     let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["Secret", "MigrationTask"]);
+    assert_eq!(kinds, ["Secret", "Secret"]);
     assert_eq!(objs[0]["metadata"]["namespace"], "agent-ns");
-    assert_eq!(objs[0]["data"]["kubeconfig"], b64("kc"));
+    // One per bootstrap identity.
+    assert_eq!(objs[1]["metadata"]["name"], "bootstrap-move-0a1b2c3d-1");
+    assert_eq!(objs[1]["data"]["kubeconfig"], b64("kc1"));
     // The token never goes to the target (it gets the connection without credentials).
     let target = target_manifests(&m(), "t-ns", MigrationTaskSpec::default(), Some("msa")).unwrap();
     assert!(target.iter().all(|o| o["kind"] != "Secret"));
@@ -283,16 +285,12 @@ fn klusterlet_config_in_both_shapes() {
         ),
         (Shape::BootstrapKubeConfigs, "/spec/bootstrapKubeConfigs"),
     ] {
-        let objs = source_manifests(
-            &m(),
-            "ns",
-            MigrationTaskSpec::default(),
-            Some(("kc", shape)),
-        )
-        .unwrap();
-        assert_eq!(objs.len(), 3);
+        let objs = bootstrap_manifests(&m(), "ns", &kcs(&["kc0", "kc"]), shape).unwrap();
+        assert_eq!(objs.len(), 4);
+        // Identity 1's secret and KlusterletConfig (identity 0's come first).
+        let objs = &objs[2..];
         assert_eq!(objs[0]["kind"], "Secret");
-        assert_eq!(objs[0]["metadata"]["name"], "bootstrap-move-0a1b2c3d");
+        assert_eq!(objs[0]["metadata"]["name"], "bootstrap-move-0a1b2c3d-1");
         assert_eq!(
             objs[0]["metadata"]["namespace"],
             BOOTSTRAP_SECRETS_NAMESPACE
@@ -300,16 +298,15 @@ fn klusterlet_config_in_both_shapes() {
         assert_eq!(objs[0]["data"]["kubeconfig"], b64("kc"));
         let kc = &objs[1];
         assert_eq!(kc["kind"], "KlusterletConfig");
-        assert_eq!(kc["metadata"]["name"], "migration-move-0a1b2c3d");
+        assert_eq!(kc["metadata"]["name"], "migration-move-0a1b2c3d-1");
         let boot = kc
             .pointer(path)
             .unwrap_or_else(|| panic!("{shape:?}: {kc}"));
         assert_eq!(boot["type"], "LocalSecrets");
         assert_eq!(
             boot["localSecretsConfig"]["kubeConfigSecrets"],
-            json!([{"name": "bootstrap-move-0a1b2c3d"}])
+            json!([{"name": "bootstrap-move-0a1b2c3d-1"}])
         );
-        assert_eq!(objs[2]["kind"], "MigrationTask");
     }
     let shapes = |o: &Value| {
         (
@@ -317,13 +314,7 @@ fn klusterlet_config_in_both_shapes() {
             o.pointer("/spec/bootstrapKubeConfigs").is_some(),
         )
     };
-    let new = source_manifests(
-        &m(),
-        "ns",
-        MigrationTaskSpec::default(),
-        Some(("kc", Shape::MultipleHubsConfig)),
-    )
-    .unwrap();
+    let new = bootstrap_manifests(&m(), "ns", &kcs(&["kc"]), Shape::MultipleHubsConfig).unwrap();
     assert_eq!(shapes(&new[1]), (true, false));
     assert_eq!(
         new[1]["spec"]["multipleHubsConfig"]["genBootstrapKubeConfigStrategy"],
@@ -339,7 +330,7 @@ fn validating_source_carries_only_the_task_with_its_revision() {
         stage: TaskStage::Validating,
         ..Default::default()
     };
-    let objs = source_manifests(&m(), "agent-ns", spec.clone(), None).unwrap();
+    let objs = source_manifests(&m(), "agent-ns", spec.clone()).unwrap();
     assert_eq!(objs.len(), 1);
     assert_eq!(objs[0]["metadata"]["namespace"], "agent-ns");
     assert_eq!(objs[0]["spec"]["revision"], revision(&spec));
@@ -349,7 +340,7 @@ fn validating_source_carries_only_the_task_with_its_revision() {
 }
 
 #[test]
-fn target_rbac_binds_only_the_migration_service_account() {
+fn target_rbac_binds_only_the_migration_service_accounts() {
     let objs = target_manifests(&m(), "ns", MigrationTaskSpec::default(), Some("msa-ns")).unwrap();
     assert_eq!(objs[0]["kind"], "ClusterRole");
     let verbs: Vec<&str> = objs[0]["rules"]
@@ -378,7 +369,10 @@ fn target_rbac_binds_only_the_migration_service_account() {
     assert_eq!(clusters["verbs"], json!(["get", "create"]));
     assert_eq!(
         objs[1]["subjects"],
-        json!([{"kind": "ServiceAccount", "name": "migration-move-0a1b2c3d", "namespace": "msa-ns"}])
+        json!([
+            {"kind": "ServiceAccount", "name": "migration-move-0a1b2c3d-0", "namespace": "msa-ns"},
+            {"kind": "ServiceAccount", "name": "migration-move-0a1b2c3d-1", "namespace": "msa-ns"},
+        ])
     );
     assert_eq!(
         bootstrap_user(&m(), "msa-ns"),
@@ -413,15 +407,23 @@ fn works_and_feedback() {
 
 #[test]
 fn plans_never_show_secret_data() {
-    let objs = source_manifests(
-        &m(),
-        "ns",
-        MigrationTaskSpec::default(),
-        Some(("token: abc", Shape::MultipleHubsConfig)),
-    )
-    .unwrap();
+    let objs =
+        bootstrap_manifests(&m(), "ns", &kcs(&["token: abc"]), Shape::MultipleHubsConfig).unwrap();
     let shown = redact(&objs[0]);
     assert_eq!(shown["data"]["kubeconfig"], REDACTED);
     assert!(!shown.to_string().contains(&b64("token: abc")));
     assert_eq!(redact(&objs[1]), objs[1]);
+}
+
+#[test]
+fn the_bootstrap_objects_travel_in_a_work_of_their_own() {
+    let objs = bootstrap_manifests(&m(), "ns", &kcs(&["kc"]), Shape::MultipleHubsConfig).unwrap();
+    let w = bootstrap_work(&m(), objs.clone());
+    assert_eq!(w["metadata"]["name"], "migration-move-0a1b2c3d-bootstrap");
+    assert_eq!(w["metadata"]["namespace"], "hub1");
+    assert_eq!(w["spec"]["workload"]["manifests"], json!(objs));
+    // The task's work carries the task alone.
+    let task = source_manifests(&m(), "ns", MigrationTaskSpec::default()).unwrap();
+    assert_eq!(task.len(), 1);
+    assert_eq!(task[0]["kind"], "MigrationTask");
 }

@@ -418,11 +418,20 @@ pub async fn bootstrap_of(s: &Setup, cluster: &str, key: &str) -> (String, bool)
         .server
         .clone()
         .unwrap();
+    // Any of the migration's bootstrap identities' secrets.
+    let prefix = format!("{}-", migration_api::names::migration_bootstrap_secret(key));
     let migration_secret = secrets
-        .get_opt(&migration_api::names::migration_bootstrap_secret(key))
+        .list(&Default::default())
         .await
         .unwrap()
-        .is_some();
+        .items
+        .iter()
+        .any(|s| {
+            s.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&prefix))
+        });
     (server, migration_secret)
 }
 

@@ -361,6 +361,7 @@ async fn install_report_upgrade_refuse_roll_back_and_remove() {
             resource: Some("leases".into()),
             rate: 1.0,
             code: 500,
+            user: None,
         });
     eventually(Duration::from_secs(30), "hub1 AVAILABLE False", || async {
         matches!(

@@ -236,9 +236,13 @@ async fn a_clusters_own_klusterlet_config_is_kept_and_its_url_keeps_it_in_place(
     registered(&s, "own", 1).await;
     // The held cluster selects the derived KlusterletConfig, restarts for it, and stays.
     let key = s.key("own").await;
+    // Derived from cluster2's own identity's (second in the list).
     let derived = format!(
         "{}-own",
-        migration_api::names::migration_klusterlet_config(&key)
+        migration_api::names::of_identity(
+            &migration_api::names::migration_klusterlet_config(&key),
+            1
+        )
     );
     let derived = derived.as_str();
     eventually(LONG, "cluster2 on the derived KlusterletConfig", || async {
@@ -267,8 +271,10 @@ async fn a_clusters_own_klusterlet_config_is_kept_and_its_url_keeps_it_in_place(
         "cluster2's klusterlet restarted with hub2 listed",
         || async {
             agent2.connected().filter(|c| {
-                c.settings
-                    .contains(&migration_api::names::migration_bootstrap_secret(&key))
+                c.settings.contains(&migration_api::names::of_identity(
+                    &migration_api::names::migration_bootstrap_secret(&key),
+                    1,
+                ))
             })
         },
     )
@@ -363,6 +369,7 @@ async fn rollback_returns_a_cluster_stuck_bootstrapping_on_the_target() {
         resource: Some("certificatesigningrequests".into()),
         rate: 1.0,
         code: 503,
+        user: None,
     });
     s.apply(
         "stuck",
@@ -443,7 +450,11 @@ async fn a_moved_cluster_needs_nothing_of_the_migration_afterwards() {
     let msas: Api<ManagedServiceAccount> = Api::namespaced(s.global.clone(), "hub2");
     let import_work = Api::<ManifestWork>::namespaced(s.hub(2), "cluster1");
     let mut saw_msa = false;
-    let msa_name = migration_api::names::migration_service_account(&s.key("token").await);
+    // cluster1's bootstrap identity (the only one).
+    let msa_name = migration_api::names::of_identity(
+        &migration_api::names::migration_service_account(&s.key("token").await),
+        0,
+    );
     loop {
         let m = s.migration("token").await.unwrap();
         let phase = m.status.as_ref().and_then(|st| st.phase);
@@ -650,7 +661,10 @@ async fn a_plain_target_gives_a_moved_cluster_a_bootstrap_kubeconfig_of_its_own(
     let msas: Api<ManagedServiceAccount> = Api::namespaced(s.global.clone(), "hub3");
     for (cluster, key) in [("cluster1", &keys[0]), ("cluster2", &keys[1])] {
         // The migration's token is revoked (its ManagedServiceAccount gone).
-        let msa = migration_api::names::migration_service_account(key);
+        let msa = migration_api::names::of_identity(
+            &migration_api::names::migration_service_account(key),
+            0,
+        );
         assert!(msas.get_opt(&msa).await.unwrap().is_none(), "{msa}");
         let secrets: Api<Secret> =
             Api::namespaced(cluster_api(&s, cluster), "open-cluster-management-agent");
@@ -661,7 +675,10 @@ async fn a_plain_target_gives_a_moved_cluster_a_bootstrap_kubeconfig_of_its_own(
                 let boot = secrets.get_opt("bootstrap-hub-kubeconfig").await.ok()??;
                 let text = String::from_utf8(boot.data?.get("kubeconfig")?.0.clone()).ok()?;
                 let left = secrets
-                    .get_opt(&migration_api::names::migration_bootstrap_secret(key))
+                    .get_opt(&migration_api::names::of_identity(
+                        &migration_api::names::migration_bootstrap_secret(key),
+                        0,
+                    ))
                     .await
                     .ok()?;
                 (text.contains(&hub3_url) && left.is_none()).then_some((text, left))

@@ -761,7 +761,11 @@ async fn a_plain_ocm_source_hub_moves_clusters_through_klusterlet_works() {
     );
     registered(&s, "plain", 2).await;
     let key = s.key("plain").await;
-    let secret = migration_api::names::migration_bootstrap_secret(&key);
+    // cluster2's own bootstrap identity (second in the list).
+    let secret = migration_api::names::of_identity(
+        &migration_api::names::migration_bootstrap_secret(&key),
+        1,
+    );
     let m = s.migration("plain").await.unwrap();
     let status = m.status.unwrap();
     assert_eq!(status.bootstrap_delivery.as_deref(), Some("ManifestWork"));
@@ -891,7 +895,11 @@ async fn an_older_acm_source_hub_switches_a_cluster_only_once_it_is_released() {
         &[
             "get",
             "klusterletconfig",
-            &migration_api::names::migration_klusterlet_config(&key),
+            // cluster1's (first in the list).
+            &migration_api::names::of_identity(
+                &migration_api::names::migration_klusterlet_config(&key),
+                0,
+            ),
             "-o",
             "json",
         ],
@@ -901,7 +909,10 @@ async fn an_older_acm_source_hub_switches_a_cluster_only_once_it_is_released() {
     assert!(kc["spec"].get("multipleHubsConfig").is_none(), "{kc:#}");
     assert_eq!(
         kc["spec"]["bootstrapKubeConfigs"]["localSecretsConfig"]["kubeConfigSecrets"],
-        serde_json::json!([{"name": migration_api::names::migration_bootstrap_secret(&key)}]),
+        serde_json::json!([{"name": migration_api::names::of_identity(
+            &migration_api::names::migration_bootstrap_secret(&key),
+            0
+        )}]),
         "{kc:#}"
     );
     let m = s

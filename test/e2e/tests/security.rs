@@ -1,6 +1,7 @@
-//! What a holder of the migration's bootstrap token can and cannot do: the token is shared by
-//! every cluster the migration moves, so the target approves a bootstrap CSR only for a
-//! cluster the manager released, only before that cluster joined, and only once.
+//! What a holder of a migration's bootstrap token can and cannot do: each cluster has a
+//! bootstrap identity of its own, and the target approves a bootstrap CSR only from the
+//! cluster's own identity, only for a cluster the manager released, only before that cluster
+//! joined, and only once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -22,11 +23,11 @@ use migration_api::ocm::work::ManifestWork;
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const LONG: Duration = Duration::from_secs(120);
 
-/// A client of the target hub with the migration's bootstrap token (what an admin of any
-/// migrating cluster can read from its bootstrap kubeconfig).
-async fn token_holder(s: &Setup, migration: &str) -> Client {
+/// A client of the target hub with the bootstrap token of the migration's `identity` (what an
+/// admin of the cluster it is issued to can read from its bootstrap kubeconfig).
+async fn token_holder(s: &Setup, migration: &str, identity: usize) -> Client {
     let secrets: Api<Secret> = Api::namespaced(s.global.clone(), "hub2");
-    let name = migration_api::names::migration_service_account(&s.key(migration).await);
+    let name = identity_name(s, migration, identity).await;
     let token = eventually(LONG, "the migration's bootstrap token", || async {
         let secret = secrets.get_opt(&name).await.ok()??;
         let token = secret.data?.get("token")?.0.clone();
@@ -35,6 +36,14 @@ async fn token_holder(s: &Setup, migration: &str) -> Client {
     .await;
     let kubeconfig = s.fleet.hubs[1].cluster.api.kubeconfig_for_token(&token);
     kube_sim::client_from_kubeconfig(&kubeconfig).await.unwrap()
+}
+
+/// The ManagedServiceAccount (and token Secret) of a migration's bootstrap `identity`.
+async fn identity_name(s: &Setup, migration: &str, identity: usize) -> String {
+    migration_api::names::of_identity(
+        &migration_api::names::migration_service_account(&s.key(migration).await),
+        identity,
+    )
 }
 
 /// A CSR asking for `cluster`'s agent identity, as its klusterlet would.
@@ -83,12 +92,15 @@ async fn the_bootstrap_token_gets_no_certificate_for_another_cluster() {
         "forgery",
         r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"]}"#,
     );
-    let holder = token_holder(&s, "forgery").await;
-    // cluster2 is listed, held on hub1: a CSR in its name is someone else's.
-    let held = forge(&holder, "cluster2").await;
+    // Each cluster's own identity (cluster1 is first in the list, cluster2 second).
+    let holder1 = token_holder(&s, "forgery", 0).await;
+    let holder2 = token_holder(&s, "forgery", 1).await;
+    // cluster2 is listed, held on hub1: a CSR in its name is someone else's, even from its
+    // own identity.
+    let held = forge(&holder2, "cluster2").await;
     registered(&s, "forgery", 1).await;
     // cluster1 joined hub2: another CSR in its name is not its klusterlet's.
-    let second = forge(&holder, "cluster1").await;
+    let second = forge(&holder1, "cluster1").await;
     unblock(&hub1, "cluster2");
     s.phase("forgery", MigrationPhase::Completed, LONG).await;
     let mut expected = s.homes();
@@ -98,8 +110,73 @@ async fn the_bootstrap_token_gets_no_certificate_for_another_cluster() {
     let csrs: Api<CertificateSigningRequest> = Api::all(s.hub(2));
     for name in [&held, &second] {
         let csr = csrs.get(name).await.unwrap();
-        assert!(!approved(&csr), "{name} was approved: {:?}", csr.status);
+        assert!(
+            !approved(&csr),
+            "{name} was approved: {:?}",
+            csr.status.and_then(|s| s.conditions)
+        );
     }
+}
+
+/// Each cluster has a bootstrap identity of its own: a holder of cluster1's token (an admin of
+/// cluster1) gets no certificate for cluster2, not even once cluster2 is released and its own
+/// klusterlet has not asked yet (here it cannot: hub2 fails every CSR its identity files until
+/// Registering times out). Then its klusterlet, still bootstrapping against hub2, may ask; the
+/// rollback lets its request through so that it can go back to hub1, and the forged CSR stays
+/// unapproved through the rollback too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_clusters_token_gets_no_certificate_for_another_released_cluster() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    let hub1 = e2e::kubeconfig(s.dir.path(), "hub1");
+    block(&hub1, "cluster2", "identity test");
+    s.apply(
+        "identity",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"], "maxFailures": 1, "registeringTimeout": "60s"}"#,
+    );
+    // cluster1 is first in the list, cluster2 second.
+    let holder1 = token_holder(&s, "identity", 0).await;
+    let user2 = format!(
+        "system:serviceaccount:{}:{}",
+        ocm_sim::msa::MSA_NAMESPACE,
+        identity_name(&s, "identity", 1).await
+    );
+    let faults = s.fleet.hubs[1].cluster.api.faults();
+    faults.add_error(kube_sim::ErrorRule {
+        verb: Some("create".into()),
+        resource: Some("certificatesigningrequests".into()),
+        rate: 1.0,
+        code: 503,
+        user: Some(user2),
+    });
+    registered(&s, "identity", 1).await;
+    unblock(&hub1, "cluster2");
+    // Released: hub2 records when (no CSR of cluster2 filed earlier counts).
+    let clusters: Api<ManagedCluster> = Api::all(s.hub(2));
+    eventually(LONG, "hub2 told of cluster2's release", || async {
+        let mc = clusters.get_opt("cluster2").await.ok()??;
+        mc.annotations()
+            .contains_key(migration_api::names::annotations::RELEASED_AT)
+            .then_some(())
+    })
+    .await;
+    let forged = forge(&holder1, "cluster2").await;
+    s.phase("identity", MigrationPhase::Rollbacking, LONG).await;
+    faults.clear();
+    s.phase("identity", MigrationPhase::Failed, LONG).await;
+    let csr = Api::<CertificateSigningRequest>::all(s.hub(2))
+        .get(&forged)
+        .await
+        .unwrap();
+    assert!(
+        !approved(&csr),
+        "{forged} was approved: {:?}",
+        csr.status.and_then(|s| s.conditions)
+    );
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    expected.insert("cluster2".into(), 1);
+    s.invariant(&expected).await;
 }
 
 /// The source hub's agent cannot act while a cluster must be taken back (every write of a
@@ -133,6 +210,7 @@ async fn a_source_that_cannot_act_in_cleaning_strands_no_cluster() {
         resource: Some("managedclusters".into()),
         rate: 1.0,
         code: 503,
+        user: None,
     });
     e2e::migration::refuse(&hub2, "cluster2");
     eventually(
@@ -202,10 +280,11 @@ async fn a_missing_token_secret_is_waited_for_not_rolled_back() {
             resource: Some("secrets".into()),
             rate: 1.0,
             code: 503,
+            user: None,
         });
     }
     let secrets: Api<Secret> = Api::namespaced(s.global.clone(), "hub2");
-    let name = migration_api::names::migration_service_account(&s.key("token-miss").await);
+    let name = identity_name(&s, "token-miss", 0).await;
     secrets.delete(&name, &Default::default()).await.unwrap();
     // The manager does not watch Secrets (it may not read them cluster-wide); the next event
     // of the migration makes it look. Here: an annotation.

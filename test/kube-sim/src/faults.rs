@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// A rule answering matching requests with an error at some rate.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ErrorRule {
     /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`...; `None` matches any.
     pub verb: Option<String>,
@@ -18,6 +18,8 @@ pub struct ErrorRule {
     pub rate: f64,
     /// HTTP code of the injected error (e.g. 500, 503, 429).
     pub code: u16,
+    /// The authenticated user's name; `None` matches any.
+    pub user: Option<String>,
 }
 
 /// The fault switches of one instance.
@@ -85,12 +87,13 @@ impl Faults {
     }
 
     /// The code of an error to inject for this request, if a rule fires.
-    pub fn error_for(&self, verb: &str, resource: &str) -> Option<u16> {
+    pub fn error_for(&self, verb: &str, resource: &str, user: &str) -> Option<u16> {
         let rules = lock(&self.rules);
         rules
             .iter()
             .filter(|r| r.verb.as_deref().is_none_or(|v| v == verb))
             .filter(|r| r.resource.as_deref().is_none_or(|x| x == resource))
+            .filter(|r| r.user.as_deref().is_none_or(|u| u == user))
             .find(|r| rand::random::<f64>() < r.rate)
             .map(|r| r.code)
     }

@@ -423,7 +423,7 @@ async fn dispatch(
         ));
     }
     if sim.inner.faults.active()
-        && let Some(code) = sim.inner.faults.error_for(verb, &resource)
+        && let Some(code) = sim.inner.faults.error_for(verb, &resource, &user.name)
     {
         return Err(fail(verb, &resource, ApiError::injected(code)));
     }

@@ -27,6 +27,7 @@ async fn injected_errors_hit_only_their_verb_and_resource() {
         resource: Some("configmaps".into()),
         rate: 1.0,
         code: 500,
+        user: None,
     });
     match cms.create(&PostParams::default(), &cm("a")).await {
         Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (500, "InternalError")),
@@ -41,6 +42,7 @@ async fn injected_errors_hit_only_their_verb_and_resource() {
         resource: None,
         rate: 0.5,
         code: 500,
+        user: None,
     });
     let mut failed = 0;
     for _ in 0..100 {
