@@ -102,6 +102,8 @@ struct Ctx {
     leases: Store<Lease>,
     awaited: Awaited,
     csrs: Store<CertificateSigningRequest>,
+    /// The KlusterletConfigs migrations render and derive (labelled managed-by).
+    bootstrap_configs: Store<migration_api::ocm::config::KlusterletConfig>,
 }
 
 /// Why a reconcile failed.
@@ -162,6 +164,27 @@ pub async fn run(client: Client, opts: Options) {
             awaited.then(|| format!("{:?}", l.spec.as_ref().and_then(|s| s.renew_time.as_ref())))
         },
     );
+    // The migrations' bootstrap objects arrive in a ManifestWork of their own, maybe after the
+    // task: their arrival (and removal) wakes the handler. KlusterletConfigs (not served by a
+    // plain OCM hub: that watch just retries) and, for plain OCM, the bootstrap Secrets in
+    // the agent's namespace.
+    let managed = format!(
+        "{}={}",
+        names::labels::MANAGED_BY,
+        names::labels::MANAGED_BY_VALUE
+    );
+    let bootstrap_configs = spawn_reflector(
+        Api::<migration_api::ocm::config::KlusterletConfig>::all(client.clone()),
+        watcher::Config::default().labels(&managed),
+        trigger_tx.clone(),
+        |_| Some(String::new()),
+    );
+    spawn_reflector(
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &opts.namespace),
+        watcher::Config::default().labels(&managed),
+        trigger_tx.clone(),
+        |_| Some(String::new()),
+    );
     let csrs = spawn_reflector(
         Api::<CertificateSigningRequest>::all(client.clone()),
         watcher::Config::default(),
@@ -194,6 +217,7 @@ pub async fn run(client: Client, opts: Options) {
         leases,
         awaited,
         csrs,
+        bootstrap_configs,
     });
     Controller::new(tasks, watcher::Config::default())
         .reconcile_all_on(trigger_rx)

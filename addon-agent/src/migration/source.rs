@@ -34,7 +34,6 @@ async fn bootstrap_in_place(
     // One object per identity: the first cluster of each names it.
     let mut firsts: Vec<usize> = (0..names.len()).collect();
     firsts.dedup_by_key(|i| spec.identity_at(*i));
-    let kcs: Api<migration_api::ocm::config::KlusterletConfig> = Api::all(ctx.client.clone());
     for i in firsts {
         if plain(task) {
             let secret = spec.bootstrap_secret_at(i).unwrap_or_default();
@@ -43,10 +42,7 @@ async fn bootstrap_in_place(
             }
         } else {
             let name = spec.klusterlet_config_at(i).unwrap_or_default();
-            if ignore_not_found(kcs.get(&name).await)
-                .map_err(ctx_err(format!("reading KlusterletConfig {name}")))?
-                .is_none()
-            {
+            if get(&ctx.bootstrap_configs, None, &name).is_none() {
                 return Ok((false, format!("KlusterletConfig {name}")));
             }
         }

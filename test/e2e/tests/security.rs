@@ -506,20 +506,13 @@ async fn a_source_work_deleted_mid_registering_loses_nothing() {
         r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"]}"#,
     );
     registered(&s, "lost", 1).await;
-    // The source's work: the one in hub1's namespace labelled for this migration.
+    // The source's work (the task's; its bootstrap objects travel in another).
     let works = Api::<ManifestWork>::namespaced(s.global.clone(), "hub1");
-    let source = works
-        .list(
-            &kube::api::ListParams::default()
-                .labels("migration.open-cluster-management.io/migration=lost"),
-        )
-        .await
-        .unwrap();
-    assert_eq!(source.items.len(), 1);
-    works
-        .delete(&source.items[0].name_any(), &Default::default())
-        .await
-        .unwrap();
+    let source = migration_api::names::migration_work(
+        &s.key("lost").await,
+        migration_api::migration::MigrationRole::Source,
+    );
+    works.delete(&source, &Default::default()).await.unwrap();
     e2e::kubectl_ok(
         &s.global_kc,
         &[
