@@ -12,15 +12,10 @@ pub(super) fn bootstrap_delivered(
     let Some(work) = get(works, Some(cluster), &format!("{cluster}-klusterlet")) else {
         return false;
     };
-    let carries = work
-        .spec
-        .workload
-        .iter()
-        .flat_map(|w| w.manifests.iter().flatten())
-        .any(|m| {
-            m.get("kind").and_then(Value::as_str) == Some("Secret")
-                && m.pointer("/metadata/name").and_then(Value::as_str) == Some(secret)
-        });
+    let carries = work.manifests().iter().any(|m| {
+        m.get("kind").and_then(Value::as_str) == Some("Secret")
+            && m.pointer("/metadata/name").and_then(Value::as_str) == Some(secret)
+    });
     carries && work.applied()
 }
 
@@ -31,19 +26,13 @@ pub(super) fn import_took_over(works: &Store<ManifestWork>, cluster: &str) -> bo
     bootstrap_delivered(works, cluster, names::BOOTSTRAP_HUB_KUBECONFIG)
 }
 
-/// The data of bootstrap secret `name` the manager delivered next to the task (plain OCM).
-pub(super) async fn bootstrap_secret_data(
-    ctx: &Ctx,
-    task: &MigrationTask,
-    name: &str,
-) -> Result<Option<Value>, Error> {
+/// The data of bootstrap secret `name` the manager delivered next to the task (plain OCM), as
+/// the watch on the agent's namespace holds it.
+pub(super) fn bootstrap_secret_data(ctx: &Ctx, task: &MigrationTask, name: &str) -> Option<Value> {
     let ns = task.namespace().unwrap_or_default();
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let secret = ignore_not_found(secrets.get(name).await)
-        .map_err(ctx_err(format!("reading the bootstrap secret {ns}/{name}")))?;
-    Ok(secret
-        .and_then(|s| s.data)
-        .and_then(|d| serde_json::to_value(d).ok()))
+    get(&ctx.bootstrap_secrets, Some(&ns), name)
+        .and_then(|s| s.data.clone())
+        .and_then(|d| serde_json::to_value(d).ok())
 }
 
 /// What a cluster that arrived is settled with (secret data holding a kubeconfig): on a plain
@@ -137,7 +126,7 @@ pub(super) async fn put_klusterlet_work(
         && klusterlet_config_shape(&ctx.client).await? == "None";
     let secret_data = match step {
         Step::Settle(_) => settle_data(ctx, task, own_bootstrap).await?,
-        _ => bootstrap_secret_data(ctx, task, &secret).await?,
+        _ => bootstrap_secret_data(ctx, task, &secret),
     };
     let wctx = kw::WorkContext {
         migration: task.spec.key(),

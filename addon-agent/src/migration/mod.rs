@@ -104,6 +104,8 @@ struct Ctx {
     csrs: Store<CertificateSigningRequest>,
     /// The KlusterletConfigs migrations render and derive (labelled managed-by).
     bootstrap_configs: Store<migration_api::ocm::config::KlusterletConfig>,
+    /// Plain OCM: the bootstrap Secrets migrations deliver to the agent's namespace.
+    bootstrap_secrets: Store<Secret>,
 }
 
 /// Why a reconcile failed.
@@ -179,8 +181,8 @@ pub async fn run(client: Client, opts: Options) {
         trigger_tx.clone(),
         |_| Some(String::new()),
     );
-    spawn_reflector(
-        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &opts.namespace),
+    let bootstrap_secrets = spawn_reflector(
+        Api::<Secret>::namespaced(client.clone(), &opts.namespace),
         watcher::Config::default().labels(&managed),
         trigger_tx.clone(),
         |_| Some(String::new()),
@@ -218,6 +220,7 @@ pub async fn run(client: Client, opts: Options) {
         awaited,
         csrs,
         bootstrap_configs,
+        bootstrap_secrets,
     });
     Controller::new(tasks, watcher::Config::default())
         .reconcile_all_on(trigger_rx)

@@ -37,7 +37,7 @@ async fn bootstrap_in_place(
     for i in firsts {
         if plain(task) {
             let secret = spec.bootstrap_secret_at(i).unwrap_or_default();
-            if bootstrap_secret_data(ctx, task, &secret).await?.is_none() {
+            if bootstrap_secret_data(ctx, task, &secret).is_none() {
                 return Ok((false, format!("bootstrap secret {secret}")));
             }
         } else {

@@ -301,17 +301,7 @@ pub(super) async fn remove_everything(ctx: &Ctx, m: &Migration) -> Result<bool, 
         ),
     ];
     for (hub, name) in works_of {
-        let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
-        match ignore_not_found(works.get(&name).await).map_err(ctx_err("reading a work"))? {
-            None => {}
-            Some(w) => {
-                gone = false;
-                if w.metadata.deletion_timestamp.is_none() {
-                    ignore_not_found(works.delete(&name, &DeleteParams::default()).await)
-                        .map_err(ctx_err(format!("deleting work {hub}/{name}")))?;
-                }
-            }
-        }
+        gone &= remove_work(ctx, hub, &name).await?;
     }
     if !gone {
         return Ok(false);

@@ -267,44 +267,23 @@ pub(super) async fn deliver_source(
         let objects = mr::bootstrap_manifests(m, &source_ns, kubeconfigs, shape)?;
         put_bootstrap_work(ctx, m, objects).await?;
     } else if !source_carries_token(stage) {
-        remove_bootstrap_work(ctx, m).await?;
+        // The work agent removes what it carried from the hub.
+        remove_work(ctx, &m.from, &names::migration_bootstrap_work(&m.key)).await?;
     }
     Ok(Some(
         deliver(ctx, m, MigrationRole::Source, manifests, &source_ns).await?,
     ))
 }
 
-/// Applies the source's bootstrap work unless it carries `objects` already.
+/// Applies the source's bootstrap work unless it carries `objects` already (or is going).
 async fn put_bootstrap_work(ctx: &Ctx, m: &Migration, objects: Vec<Value>) -> Result<(), Error> {
-    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), &m.from);
     let name = names::migration_bootstrap_work(&m.key);
-    let current = ignore_not_found(works.get(&name).await)
-        .map_err(ctx_err(format!("reading work {}/{name}", m.from)))?;
-    let carried = current.as_ref().and_then(|w| {
-        w.spec
-            .workload
-            .as_ref()
-            .and_then(|w| w.manifests.as_ref())
-            .map(|ms| {
-                ms.iter()
-                    .map(|o| serde_json::to_value(o).ok())
-                    .collect::<Option<Vec<Value>>>()
-            })
-    });
-    let deleting = current.is_some_and(|w| w.metadata.deletion_timestamp.is_some());
-    if carried.flatten().as_ref() == Some(&objects) || deleting {
+    if let Some(w) = work_named(ctx, &m.from, &name).await?
+        && (w.manifests() == objects.as_slice() || w.metadata.deletion_timestamp.is_some())
+    {
         return Ok(());
     }
     apply_work(ctx, &mr::bootstrap_work(m, objects)).await
-}
-
-/// Deletes the source's bootstrap work (the work agent removes what it carries from the hub).
-pub(super) async fn remove_bootstrap_work(ctx: &Ctx, m: &Migration) -> Result<(), Error> {
-    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), &m.from);
-    let name = names::migration_bootstrap_work(&m.key);
-    ignore_not_found(works.delete(&name, &DeleteParams::default()).await)
-        .map_err(ctx_err(format!("deleting work {}/{name}", m.from)))?;
-    Ok(())
 }
 
 /// Whether the source's work carries the bootstrap token (its Secret, and the

@@ -63,19 +63,38 @@ pub(super) async fn existing_work(
     m: &Migration,
     role: MigrationRole,
 ) -> Result<Option<ManifestWork>, Error> {
-    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), m.hub(role));
-    Ok(
-        ignore_not_found(works.get(&names::migration_work(&m.key, role)).await)
-            .map_err(ctx_err(format!("reading the {} work", role.as_str())))?,
-    )
+    work_named(ctx, m.hub(role), &names::migration_work(&m.key, role)).await
+}
+
+/// Work `name` in `hub`'s namespace, if it exists.
+pub(super) async fn work_named(
+    ctx: &Ctx,
+    hub: &str,
+    name: &str,
+) -> Result<Option<ManifestWork>, Error> {
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
+    Ok(ignore_not_found(works.get(name).await)
+        .map_err(ctx_err(format!("reading work {hub}/{name}")))?)
+}
+
+/// Deletes work `name` in `hub`'s namespace unless it is gone or going already; true once
+/// it is gone.
+pub(super) async fn remove_work(ctx: &Ctx, hub: &str, name: &str) -> Result<bool, Error> {
+    let Some(work) = work_named(ctx, hub, name).await? else {
+        return Ok(true);
+    };
+    if work.metadata.deletion_timestamp.is_none() {
+        let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
+        ignore_not_found(works.delete(name, &DeleteParams::default()).await)
+            .map_err(ctx_err(format!("deleting work {hub}/{name}")))?;
+    }
+    Ok(false)
 }
 
 /// The task spec inside an existing work (to read back what was delivered).
 pub(super) fn delivered_task(work: &ManifestWork) -> Option<MigrationTaskSpec> {
-    work.spec
-        .workload
+    work.manifests()
         .iter()
-        .flat_map(|w| w.manifests.iter().flatten())
         .find(|m| m.get("kind").and_then(Value::as_str) == Some("MigrationTask"))
         .and_then(|m| serde_json::from_value(m.get("spec")?.clone()).ok())
 }

@@ -288,6 +288,15 @@ pub struct AppliedManifestResourceMeta {
 
 /// Reading what a work agent reported: one set of accessors for every controller.
 impl ManifestWork {
+    /// The manifests the work carries.
+    pub fn manifests(&self) -> &[serde_json::Value] {
+        self.spec
+            .workload
+            .as_ref()
+            .and_then(|w| w.manifests.as_deref())
+            .unwrap_or(&[])
+    }
+
     /// The status of each manifest the work agent reported on.
     pub fn manifest_statuses(&self) -> &[ManifestCondition] {
         self.status

@@ -515,12 +515,7 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, Ren
         // The works stay as they are, read-only (upstream's DR restore guard): written through
         // the same apply as ever, so that the configs go again once the annotation does.
         if let Some(w) = works.get_opt(&name).await? {
-            let manifests = w
-                .spec
-                .workload
-                .as_ref()
-                .and_then(|w| w.manifests.clone())
-                .unwrap_or_default();
+            let manifests = w.manifests().to_vec();
             let configs = read_only_configs(&manifests);
             apply_klusterlet_work(&works, &cluster, manifests, configs).await?;
         }

@@ -333,12 +333,7 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
             "spec": {"hubHash": ctx.hub_hash, "agentID": ctx.cluster, "manifestWorkName": work.name_any()}
         })))
         .await?;
-    let manifests = work
-        .spec
-        .workload
-        .as_ref()
-        .and_then(|w| w.manifests.clone())
-        .unwrap_or_default();
+    let manifests = work.manifests().to_vec();
     // Per-manifest conditions carry on from the last report (by ordinal), so a transition
     // time only moves on a transition and an unchanged status is not written again.
     let previous_statuses: &[ManifestCondition] = work
