@@ -226,25 +226,42 @@ async fn a_source_that_cannot_act_in_cleaning_strands_no_cluster() {
         },
     )
     .await;
-    // The works are still there for the source to finish with; the source's no longer
-    // carries the bootstrap token (every cluster has its own credentials or goes home).
-    let work = Api::<ManifestWork>::namespaced(s.global.clone(), "hub1")
+    // The works are still there for the source to finish with; the bootstrap token is no
+    // longer on the source (every cluster has its own credentials or goes home): neither in
+    // the task's work nor in the bootstrap work, which is gone with the Secrets it put there.
+    let key = s.key("stalled").await;
+    let works = Api::<ManifestWork>::namespaced(s.global.clone(), "hub1");
+    let work = works
         .get_opt(&migration_api::names::migration_work(
-            &s.key("stalled").await,
+            &key,
             migration_api::migration::MigrationRole::Source,
         ))
         .await
         .unwrap()
         .expect("the source's work");
-    let kinds: Vec<String> = work
-        .spec
-        .workload
-        .and_then(|w| w.manifests)
-        .unwrap_or_default()
+    let kinds: Vec<&str> = work
+        .manifests()
         .iter()
-        .map(|m| m["kind"].as_str().unwrap_or_default().to_owned())
+        .map(|m| m["kind"].as_str().unwrap_or_default())
         .collect();
-    assert!(!kinds.iter().any(|k| k == "Secret"), "{kinds:?}");
+    assert!(!kinds.contains(&"Secret"), "{kinds:?}");
+    let secret_prefix = format!(
+        "{}-",
+        migration_api::names::migration_bootstrap_secret(&key)
+    );
+    let secrets: Api<Secret> = Api::namespaced(s.hub(1), "multicluster-engine");
+    eventually(LONG, "the bootstrap work and its Secrets gone", || async {
+        let work = works
+            .get_opt(&migration_api::names::migration_bootstrap_work(&key))
+            .await
+            .ok()?;
+        let left = secrets.list(&Default::default()).await.ok()?.items;
+        let left = left
+            .iter()
+            .any(|x| x.name_any().starts_with(&secret_prefix));
+        (work.is_none() && !left).then_some(())
+    })
+    .await;
     faults.clear();
     let m = s
         .phase("stalled", MigrationPhase::Failed, Duration::from_secs(180))
