@@ -88,6 +88,9 @@ pub struct Migration {
     pub to: String,
     /// How many clusters it resolved.
     pub clusters: usize,
+    /// The pooled names its bootstrap identities hold on the target hub, in order
+    /// (`status.bootstrapIdentities`; empty until Initializing claims them).
+    pub identity_names: Vec<String>,
 }
 
 impl Migration {
@@ -115,19 +118,16 @@ impl Migration {
         names::bootstrap_identities(self.clusters)
     }
 
-    /// The ManagedServiceAccount (and ServiceAccount on the target) of bootstrap identity
-    /// `identity`.
-    pub fn service_account_name(&self, identity: usize) -> String {
-        names::of_identity(&names::migration_service_account(&self.key), identity)
-    }
-
-    /// The ManagedServiceAccount of bootstrap identity `identity`, in the target hub's
-    /// namespace on the global hub.
-    pub fn service_account(&self, identity: usize) -> Value {
+    /// The ManagedServiceAccount `name` (a name of the pool, [`names::pooled_bootstrap_identity`])
+    /// of one of its bootstrap identities, in the target hub's namespace on the global hub;
+    /// marked with the migration's key, which tells whose the pooled name is.
+    pub fn service_account(&self, name: &str) -> Value {
+        let mut labels = self.labels();
+        labels[labels::MIGRATION_KEY] = json!(self.key);
         json!({
             "apiVersion": "authentication.open-cluster-management.io/v1beta1",
             "kind": "ManagedServiceAccount",
-            "metadata": {"name": self.service_account_name(identity), "namespace": self.to, "labels": self.labels()},
+            "metadata": {"name": name, "namespace": self.to, "labels": labels},
             // Rotation off: the token is needed only while clusters bootstrap, and its
             // validity covers that. (The managed-serviceaccount agent, upstream
             // `pkg/addon/agent/controller/token.go`, reads only `validity` and refreshes a
@@ -300,14 +300,14 @@ pub fn source_manifests(
     Ok(vec![task(m, task_namespace, spec)?])
 }
 
-/// The base of the identities the target approves CSRs from (each cluster's is this with its
-/// identity's suffix, [`MigrationTaskSpec::bootstrap_user_at`]): the ServiceAccounts behind
-/// the migration's ManagedServiceAccounts, in `namespace` on the target hub.
-pub fn bootstrap_user(m: &Migration, namespace: &str) -> String {
-    format!(
-        "system:serviceaccount:{namespace}:{}",
-        names::migration_service_account(&m.key)
-    )
+/// The identities the target approves CSRs from, one per bootstrap identity in order
+/// ([`MigrationTaskSpec::bootstrap_user_at`]): the ServiceAccounts behind the migration's
+/// ManagedServiceAccounts, in `namespace` on the target hub.
+pub fn bootstrap_users(m: &Migration, namespace: &str) -> Vec<String> {
+    m.identity_names
+        .iter()
+        .map(|name| format!("system:serviceaccount:{namespace}:{name}"))
+        .collect()
 }
 
 /// The target hub's objects: the bootstrap identity's RBAC (while clusters may register:
@@ -327,8 +327,8 @@ pub fn target_manifests(
             BOOTSTRAP_RBAC,
             &json!({
                 "roleName": names::migration_bootstrap_role(&m.key), "labels": m.labels(),
-                "subjects": (0..m.identities()).map(|i| json!({
-                    "kind": "ServiceAccount", "name": m.service_account_name(i), "namespace": ns,
+                "subjects": m.identity_names.iter().map(|name| json!({
+                    "kind": "ServiceAccount", "name": name, "namespace": ns,
                 })).collect::<Vec<_>>(),
             }),
         )?);

@@ -183,6 +183,11 @@ pub struct ManagedClusterMigrationStatus {
     /// `resolvedClusters`: recorded before the target pre-creates anything, and what it
     /// pre-creates from (a work deleted by hand loses nothing).
     pub carry_over: Option<Vec<CarriedCluster>>,
+    /// The names its bootstrap identities hold in the target hub's pool of
+    /// `cluster-migration-bootstrap-<n>` names (its ManagedServiceAccounts and their token
+    /// Secrets), in the order of the identities: claimed in Initializing, given back (the
+    /// ManagedServiceAccounts revoked) when it ends.
+    pub bootstrap_identities: Option<Vec<String>>,
 }
 
 /// CEL transition rule at the root of the ManagedClusterMigration CRD: once the migration left
@@ -390,10 +395,14 @@ pub struct MigrationTaskSpec {
     pub bootstrap_user: Option<String>,
     /// How many consecutive clusters of `clusters` share one bootstrap identity
     /// ([`crate::names::clusters_per_identity`]): the cluster at index `i` has identity
-    /// `i / clustersPerIdentity`, and its bootstrap secret, KlusterletConfig and bootstrap
-    /// user are the names above suffixed with `-<identity>` ([`crate::names::of_identity`]).
+    /// `i / clustersPerIdentity`, and its bootstrap secret and KlusterletConfig are the names
+    /// above suffixed with `-<identity>` ([`crate::names::of_identity`]); its bootstrap user is
+    /// `bootstrapUsers[identity]` (without that list, `bootstrapUser` suffixed alike).
     /// Unset: one identity under the names above.
     pub clusters_per_identity: Option<u32>,
+    /// Target only: the user of each bootstrap identity, in order (identity `i` is
+    /// `bootstrapUsers[i]`); set, it replaces `bootstrapUser` with a suffix.
+    pub bootstrap_users: Option<Vec<String>>,
     /// The clusters released to switch: the source stops accepting them
     /// (`hubAcceptsClient: false`), the target approves their bootstrap CSRs (and no other).
     pub released: Option<Vec<String>>,
@@ -456,7 +465,10 @@ impl MigrationTaskSpec {
     /// The only identity whose bootstrap CSRs the target approves for the cluster at `index`
     /// of `clusters`.
     pub fn bootstrap_user_at(&self, index: usize) -> Option<String> {
-        self.named_at(self.bootstrap_user.as_ref(), index)
+        match &self.bootstrap_users {
+            Some(users) => users.get(self.identity_at(index).unwrap_or(0)).cloned(),
+            None => self.named_at(self.bootstrap_user.as_ref(), index),
+        }
     }
 
     /// [`Self::bootstrap_secret_at`] for a cluster of the list by name (`None`: not listed).
@@ -1062,6 +1074,21 @@ mod tests {
         assert_eq!(task.bootstrap_user_at(2), task.bootstrap_user);
         task.bootstrap_user = None;
         assert_eq!(task.bootstrap_user_at(0), None);
+        // Users named one by one (pooled identities): the identity's own, none past the list.
+        task.clusters_per_identity = Some(2);
+        task.bootstrap_users = Some(vec!["u7".into(), "u3".into()]);
+        assert_eq!(
+            (0..5)
+                .map(|i| task.bootstrap_user_at(i))
+                .collect::<Vec<_>>(),
+            [
+                Some("u7".into()),
+                Some("u7".into()),
+                Some("u3".into()),
+                Some("u3".into()),
+                None
+            ]
+        );
     }
 
     #[test]

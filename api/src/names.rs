@@ -112,10 +112,33 @@ pub fn migration_bootstrap_work(key: &str) -> String {
 pub fn migration_klusterlet_work(key: &str) -> String {
     format!("migration-{key}-klusterlet")
 }
-/// ManagedServiceAccount (in the target hub's namespace on the global hub) whose token is the
-/// migration's bootstrap identity on the target.
+/// ManagedServiceAccount (in the target hub's namespace on the global hub) whose token was
+/// the bootstrap identity of a migration of an older manager (`<this>-<i>` per identity);
+/// identities now come from [`BOOTSTRAP_IDENTITY_POOL`]. Kept to revoke what those left.
 pub fn migration_service_account(key: &str) -> String {
     format!("migration-{key}")
+}
+/// How many names the pool of bootstrap identities holds on each target hub. A migration's
+/// ManagedServiceAccounts (one per bootstrap identity) take free names of this pool
+/// ([`pooled_bootstrap_identity`]) and give them back when it ends. The managed-serviceaccount
+/// agent names the token Secret it syncs to the global hub after the ManagedServiceAccount
+/// (upstream managed-serviceaccount `pkg/addon/agent/controller/token.go`, `TokenSecretRef`
+/// set to the ManagedServiceAccount's own name), so fixed names let the manager's `get` on
+/// Secrets be limited to these names (`resourceNames`) instead of every Secret of the global
+/// hub. Room for four migrations of [`MAX_BOOTSTRAP_IDENTITIES`] identities each to one target
+/// at once; a migration that finds too few free names waits for them in Initializing.
+pub const BOOTSTRAP_IDENTITY_POOL: usize = 256;
+/// The `n`th name of the pool of bootstrap identities ([`BOOTSTRAP_IDENTITY_POOL`]).
+pub fn pooled_bootstrap_identity(n: usize) -> String {
+    format!("cluster-migration-bootstrap-{n}")
+}
+/// Where `name` sits in the pool of bootstrap identities (`None`: not one of its names).
+pub fn pool_index(name: &str) -> Option<usize> {
+    let n: usize = name
+        .strip_prefix("cluster-migration-bootstrap-")?
+        .parse()
+        .ok()?;
+    (n < BOOTSTRAP_IDENTITY_POOL && pooled_bootstrap_identity(n) == name).then_some(n)
 }
 /// ClusterRole and ClusterRoleBinding of a migration's bootstrap identity on the target hub.
 pub fn migration_bootstrap_role(key: &str) -> String {
@@ -186,6 +209,9 @@ pub mod labels {
     /// The namespace of that ManagedClusterMigration.
     pub const MIGRATION_NAMESPACE: &str =
         "migration.open-cluster-management.io/migration-namespace";
+    /// The [`super::migration_key`] of the migration that holds a pooled bootstrap identity
+    /// (its ManagedServiceAccount): the name alone does not say whose it is.
+    pub const MIGRATION_KEY: &str = "migration.open-cluster-management.io/key";
 }
 
 /// Annotations.
@@ -410,6 +436,22 @@ mod tests {
             assert!(ids <= MAX_BOOTSTRAP_IDENTITIES);
         }
         assert_eq!(of_identity("migration-k", 3), "migration-k-3");
+    }
+
+    #[test]
+    fn the_pool_of_bootstrap_identities_knows_its_own_names_only() {
+        assert_eq!(pool_index(&pooled_bootstrap_identity(0)), Some(0));
+        let last = BOOTSTRAP_IDENTITY_POOL - 1;
+        assert_eq!(pool_index(&pooled_bootstrap_identity(last)), Some(last));
+        for other in [
+            pooled_bootstrap_identity(BOOTSTRAP_IDENTITY_POOL),
+            "cluster-migration-bootstrap-07".into(),
+            "cluster-migration-bootstrap-".into(),
+            "cluster-migration-bootstrap-+1".into(),
+            "migration-k-0".into(),
+        ] {
+            assert_eq!(pool_index(&other), None, "{other}");
+        }
     }
 
     #[test]

@@ -135,7 +135,7 @@ pub(super) async fn deliver_target(
     };
     let mut target = base_task(mcm, MigrationRole::Target, stage, names);
     target.carry_over = carry;
-    target.bootstrap_user = Some(mr::bootstrap_user(m, &msa_ns));
+    target.bootstrap_users = Some(mr::bootstrap_users(m, &msa_ns));
     target.rollback = non_empty(rollback);
     target.released = released_now;
     set_delivery(&mut target, shape_of(step));

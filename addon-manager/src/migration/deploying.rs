@@ -29,10 +29,17 @@ pub(super) async fn deploying(
     };
     let (source, source_err) = report(ctx, m, MigrationRole::Source, &src_rev).await?;
     let (target, target_err) = report(ctx, m, MigrationRole::Target, &tgt_rev).await?;
+    // The bootstrap objects travel in a work of their own: the source agent only waits for
+    // them, so why they do not arrive is read here.
+    let bootstrap_work = names::migration_bootstrap_work(&m.key);
+    let bootstrap_err = work_named(ctx, &m.from, &bootstrap_work)
+        .await?
+        .and_then(|w| w.manifest_not_applied())
+        .map(|e| format!("{bootstrap_work}: {e}"));
     let seen = Deployed {
         ready: source.as_ref().is_some_and(Feedback::succeeded)
             && target.as_ref().is_some_and(Feedback::succeeded),
-        work_error: source_err.or(target_err),
+        work_error: source_err.or(bootstrap_err).or(target_err),
         timed_out: remaining(step, stage_timeout(mcm)).is_none(),
         what: delivered_what(step),
         clusters: step.status.resolved_clusters.as_ref().map_or(0, Vec::len),

@@ -153,7 +153,8 @@ pub(super) async fn target_proxy(ctx: &Ctx, hub: &str) -> Result<Option<ProxyCon
 }
 
 /// The migration's ManagedServiceAccounts on the global hub (in the target hub's namespace),
-/// by name: one list, however many bootstrap identities it has.
+/// by name: one list, however many bootstrap identities it has. Its own are those marked with
+/// its key (the pooled names), and those an older manager named after the key.
 pub(super) async fn service_accounts(
     ctx: &Ctx,
     m: &Migration,
@@ -166,7 +167,7 @@ pub(super) async fn service_accounts(
         labels::MIGRATION_NAMESPACE,
         m.namespace
     );
-    let base = names::migration_service_account(&m.key);
+    let older = format!("{}-", names::migration_service_account(&m.key));
     Ok(msas
         .list(&ListParams::default().labels(&selector))
         .await
@@ -175,7 +176,11 @@ pub(super) async fn service_accounts(
         .into_iter()
         .map(|msa| (msa.name_any(), msa))
         // Another incarnation of a migration of the same name has another key.
-        .filter(|(name, _)| name.starts_with(&format!("{base}-")))
+        .filter(|(name, msa)| {
+            msa.labels().get(labels::MIGRATION_KEY) == Some(&m.key)
+                || name.starts_with(&older)
+                || *name == names::migration_service_account(&m.key)
+        })
         .collect())
 }
 
@@ -186,22 +191,25 @@ pub(super) async fn bootstrap(
     m: &Migration,
     identities: usize,
 ) -> Result<Option<Vec<String>>, Error> {
-    if identities == 0 {
+    if identities == 0 || m.identity_names.len() < identities {
         return Ok(None);
     }
     let msas = service_accounts(ctx, m).await?;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &m.to);
     let mut tokens = Vec::with_capacity(identities);
-    for identity in 0..identities {
-        let Some(secret_name) = msas
-            .get(&m.service_account_name(identity))
+    for name in m.identity_names.iter().take(identities) {
+        // The token Secret bears the ManagedServiceAccount's name (managed-serviceaccount
+        // `pkg/addon/agent/controller/token.go`): the only Secret names the manager may read
+        // are the pool's. The reference says when the token is there.
+        if msas
+            .get(name)
             .and_then(|msa| msa.status.as_ref())
             .and_then(|s| s.token_secret_ref.as_ref())
-            .map(|r| r.name.clone())
-        else {
+            .is_none()
+        {
             return Ok(None);
-        };
-        let Some(secret) = ignore_not_found(secrets.get(&secret_name).await)
+        }
+        let Some(secret) = ignore_not_found(secrets.get(name).await)
             .map_err(ctx_err("reading a bootstrap token's secret"))?
         else {
             return Ok(None);

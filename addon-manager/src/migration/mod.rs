@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
@@ -147,7 +147,9 @@ pub async fn run(
             owned,
             owner_of,
         )
-        // A migration waiting for another on the same hub pair starts when that one ends.
+        // A migration waiting for another on the same hub pair starts when that one ends; one
+        // waiting for free names of a target's pool of bootstrap identities gets them when
+        // another gives them back (and ends).
         .watches(
             mcms,
             watcher::Config::default(),
@@ -155,7 +157,12 @@ pub async fn run(
                 store
                     .state()
                     .into_iter()
-                    .filter(|m| phase(m) == MigrationPhase::Pending && m.uid() != changed.uid())
+                    .filter(|m| {
+                        matches!(
+                            phase(m),
+                            MigrationPhase::Pending | MigrationPhase::Initializing
+                        ) && m.uid() != changed.uid()
+                    })
                     .map(|m| ObjectRef::from_obj(&*m))
                     .collect::<Vec<_>>()
             },
@@ -198,6 +205,11 @@ fn migration_of(mcm: &ManagedClusterMigration) -> Migration {
             .as_ref()
             .and_then(|s| s.resolved_clusters.as_ref())
             .map_or(0, Vec::len),
+        identity_names: mcm
+            .status
+            .as_ref()
+            .and_then(|s| s.bootstrap_identities.clone())
+            .unwrap_or_default(),
     }
 }
 

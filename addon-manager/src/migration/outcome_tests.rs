@@ -308,6 +308,7 @@ pub(super) fn migration() -> Migration {
         from: "hub1".into(),
         to: "hub2".into(),
         clusters: 2,
+        identity_names: Vec::new(),
     }
 }
 

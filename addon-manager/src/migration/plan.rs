@@ -13,9 +13,18 @@ pub(super) async fn plan(
     source_ns: &str,
     target_ns: &str,
 ) -> Result<MigrationPlan, Error> {
-    // Validating resolved the clusters just now: the status may not list them yet.
+    // Validating resolved the clusters just now: the status may not list them yet; the names
+    // of the target's pool of bootstrap identities are those it would take now.
+    let held = pool_of(ctx, &m.to).await?;
+    let identities = names::bootstrap_identities(clusters.len());
+    let identity_names = claim(identities, &m.key, &[], &held).unwrap_or_else(|_| {
+        (0..identities)
+            .map(names::pooled_bootstrap_identity)
+            .collect()
+    });
     let m = &Migration {
         clusters: clusters.len(),
+        identity_names,
         ..m.clone()
     };
     let wave = mcm
@@ -55,12 +64,14 @@ pub(super) async fn plan(
         clusters.to_vec(),
     );
     target.carry_over = Some(carry.to_vec());
-    target.bootstrap_user = Some(mr::bootstrap_user(m, &msa_ns));
+    target.bootstrap_users = Some(mr::bootstrap_users(m, &msa_ns));
     target.released = Some(clusters.to_vec());
     target.bootstrap_connection = Some(mr::without_credentials(&kubeconfig)?);
     set_delivery(&mut target, shape);
-    let mut objects: Vec<PlannedObject> = (0..m.identities())
-        .map(|i| planned(GLOBAL_HUB, &m.service_account(i)))
+    let mut objects: Vec<PlannedObject> = m
+        .identity_names
+        .iter()
+        .map(|name| planned(GLOBAL_HUB, &m.service_account(name)))
         .collect();
     let kubeconfigs = vec![kubeconfig.clone(); m.identities()];
     let bootstrap = mr::bootstrap_manifests(m, source_ns, &kubeconfigs, shape)?;

@@ -274,6 +274,7 @@ fn one_migration_per_pair_of_hubs_starts_at_a_time() {
 #[test]
 fn initializing_waits_for_the_token_and_rolls_back_without_one() {
     let seen = |token: Result<bool, String>, timed_out: bool| Initialized {
+        pool: Pool::Claimed,
         token,
         timed_out,
         shape: Shape::MultipleHubsConfig,
@@ -299,6 +300,33 @@ fn initializing_waits_for_the_token_and_rolls_back_without_one() {
     for (s, want) in cases {
         assert_eq!(goes(&s.outcome(&m)), want, "{s:?}");
     }
+    // Too few names of the target's pool free: wait for them, roll back past the deadline; a
+    // name another migration took first: choose again at once. No token is read meanwhile.
+    for (pool, timed_out, want) in [
+        (
+            Pool::TooFew { free: 1 },
+            false,
+            "wait ResourceInitialized/Waiting Deadline(300s)",
+        ),
+        (Pool::TooFew { free: 1 }, true, "rollback Timeout"),
+        (Pool::Raced, false, "wait ResourceInitialized/Waiting Soon"),
+    ] {
+        let s = Initialized {
+            pool,
+            ..seen(Ok(true), timed_out)
+        };
+        assert_eq!(goes(&s.outcome(&m)), want, "{s:?}");
+    }
+    assert_eq!(
+        message(
+            &Initialized {
+                pool: Pool::TooFew { free: 1 },
+                ..seen(Ok(false), false)
+            }
+            .outcome(&m)
+        ),
+        "2 bootstrap identities needed on hub2, 1 of its pool's 256 names free (other migrations to hub2 hold the rest)"
+    );
     let plain = Initialized {
         shape: Shape::ManifestWork,
         ..seen(Ok(true), false)
@@ -358,4 +386,55 @@ fn a_missing_token_secret_is_waited_for_until_the_stage_times_out() {
         goes(&token_missing(true, T, CLUSTER_REGISTERED)),
         "rollback Timeout"
     );
+}
+
+#[test]
+fn bootstrap_identities_take_free_names_of_the_pool_and_keep_them() {
+    use std::collections::BTreeMap;
+    let name = names::pooled_bootstrap_identity;
+    let held = |pairs: &[(usize, Option<&str>)]| -> BTreeMap<String, Option<String>> {
+        pairs
+            .iter()
+            .map(|(n, k)| (name(*n), k.map(str::to_owned)))
+            .collect()
+    };
+    let pool = names::BOOTSTRAP_IDENTITY_POOL;
+    // Nothing held: distinct pool names, consecutive from a place the key decides.
+    let first = claim(3, "a-1", &[], &held(&[])).unwrap();
+    assert_eq!(first.len(), 3);
+    let at = names::pool_index(&first[0]).unwrap();
+    assert_eq!(
+        first,
+        (0..3).map(|i| name((at + i) % pool)).collect::<Vec<_>>()
+    );
+    // Names held by another migration, or by something not ours, are never taken.
+    let busy = held(&[(at, Some("b-2")), (at + 1, None)]);
+    let got = claim(3, "a-1", &[], &busy).unwrap();
+    assert!(got.iter().all(|n| !busy.contains_key(n)), "{got:?}");
+    // A recorded claim stands, in its order, while it is its own or free.
+    let recorded = vec![name(9), name(4)];
+    assert_eq!(
+        claim(2, "a-1", &recorded, &held(&[(9, Some("a-1"))])).unwrap(),
+        recorded
+    );
+    // A recorded name another took meanwhile is replaced; one held but not recorded (a crash
+    // before the status write) is taken back before any free one.
+    let got = claim(
+        2,
+        "a-1",
+        &recorded,
+        &held(&[(9, Some("b-2")), (4, Some("a-1")), (11, Some("a-1"))]),
+    )
+    .unwrap();
+    assert_eq!(got, [name(4), name(11)]);
+    // Names outside the pool in a status are ignored.
+    let got = claim(1, "a-1", &["migration-a-1-0".into()], &held(&[])).unwrap();
+    assert!(names::pool_index(&got[0]).is_some());
+    // Too few free: how many are.
+    let full: BTreeMap<String, Option<String>> =
+        (2..pool).map(|n| (name(n), Some("b-2".into()))).collect();
+    assert_eq!(claim(3, "a-1", &[], &full), Err(2));
+    assert_eq!(claim(2, "a-1", &[], &full).unwrap().len(), 2);
+    // No identity needed, none taken.
+    assert_eq!(claim(0, "a-1", &recorded, &held(&[])), Ok(Vec::new()));
 }

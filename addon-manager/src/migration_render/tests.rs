@@ -11,6 +11,10 @@ fn m() -> Migration {
         from: "hub1".into(),
         to: "hub2".into(),
         clusters: 2,
+        identity_names: vec![
+            "cluster-migration-bootstrap-7".into(),
+            "cluster-migration-bootstrap-3".into(),
+        ],
     }
 }
 
@@ -28,12 +32,17 @@ fn parse(text: &str) -> kube::config::Kubeconfig {
 
 #[test]
 fn the_token_is_not_rotated_and_lives_as_the_spec_allows() {
-    let msa = m().service_account(1);
+    let msa = m().service_account("cluster-migration-bootstrap-3");
     assert_eq!(
         msa["spec"]["rotation"],
         json!({"enabled": false, "validity": "1620s"})
     );
-    assert_eq!(msa["metadata"]["name"], "migration-move-0a1b2c3d-1");
+    assert_eq!(msa["metadata"]["name"], "cluster-migration-bootstrap-3");
+    // The pooled name says nothing of its holder: the key label does.
+    assert_eq!(
+        msa["metadata"]["labels"]["migration.open-cluster-management.io/key"],
+        "move-0a1b2c3d"
+    );
 }
 
 #[test]
@@ -370,13 +379,16 @@ fn target_rbac_binds_only_the_migration_service_accounts() {
     assert_eq!(
         objs[1]["subjects"],
         json!([
-            {"kind": "ServiceAccount", "name": "migration-move-0a1b2c3d-0", "namespace": "msa-ns"},
-            {"kind": "ServiceAccount", "name": "migration-move-0a1b2c3d-1", "namespace": "msa-ns"},
+            {"kind": "ServiceAccount", "name": "cluster-migration-bootstrap-7", "namespace": "msa-ns"},
+            {"kind": "ServiceAccount", "name": "cluster-migration-bootstrap-3", "namespace": "msa-ns"},
         ])
     );
     assert_eq!(
-        bootstrap_user(&m(), "msa-ns"),
-        "system:serviceaccount:msa-ns:migration-move-0a1b2c3d"
+        bootstrap_users(&m(), "msa-ns"),
+        [
+            "system:serviceaccount:msa-ns:cluster-migration-bootstrap-7",
+            "system:serviceaccount:msa-ns:cluster-migration-bootstrap-3"
+        ]
     );
     let without = target_manifests(&m(), "ns", MigrationTaskSpec::default(), None).unwrap();
     assert_eq!(without.len(), 1);

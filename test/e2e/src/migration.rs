@@ -155,6 +155,21 @@ impl Setup {
         migration_api::names::migration_key(namespace, name, &m.metadata.uid.unwrap_or_default())
     }
 
+    /// The names a migration's bootstrap identities took in the target's pool (its
+    /// ManagedServiceAccounts and their token Secrets), in order, once Initializing claimed
+    /// them.
+    pub async fn identities(&self, name: &str) -> Vec<String> {
+        crate::eventually(
+            Duration::from_secs(120),
+            &format!("{name}'s bootstrap identities in its status"),
+            || async {
+                let m = self.migration(name).await?;
+                m.status?.bootstrap_identities.filter(|i| !i.is_empty())
+            },
+        )
+        .await
+    }
+
     /// Waits for a migration to reach `phase`, failing with its status and the manager's log.
     pub async fn phase(
         &self,

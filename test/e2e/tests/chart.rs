@@ -394,6 +394,31 @@ async fn the_chart_installs_a_manager_that_works_with_exactly_its_rbac() {
         .get(&format!("{RELEASE}-leader-election"))
         .await
         .unwrap();
+    // No Secret of the global hub but the bootstrap tokens of the pool is readable: every
+    // grant on Secrets names exactly the pool's names (and the migration above completed
+    // with that, no request refused).
+    let pool: BTreeSet<String> = (0..migration_api::names::BOOTSTRAP_IDENTITY_POOL)
+        .map(migration_api::names::pooled_bootstrap_identity)
+        .collect();
+    for rule in cluster_role
+        .rules
+        .iter()
+        .flatten()
+        .chain(lease_role.rules.iter().flatten())
+    {
+        if rule
+            .resources
+            .iter()
+            .flatten()
+            .any(|r| r == "secrets" || r == "*")
+        {
+            let named: BTreeSet<String> = rule.resource_names.iter().flatten().cloned().collect();
+            assert_eq!(
+                named, pool,
+                "a grant on Secrets beyond the pool's: {rule:?}"
+            );
+        }
+    }
     let mut grants = granted(cluster_role.rules.as_deref().unwrap_or_default());
     grants.extend(granted(lease_role.rules.as_deref().unwrap_or_default()));
     let unused: Vec<_> = grants

@@ -451,10 +451,7 @@ async fn a_moved_cluster_needs_nothing_of_the_migration_afterwards() {
     let import_work = Api::<ManifestWork>::namespaced(s.hub(2), "cluster1");
     let mut saw_msa = false;
     // cluster1's bootstrap identity (the only one).
-    let msa_name = migration_api::names::of_identity(
-        &migration_api::names::migration_service_account(&s.key("token").await),
-        0,
-    );
+    let msa_name = s.identities("token").await[0].clone();
     loop {
         let m = s.migration("token").await.unwrap();
         let phase = m.status.as_ref().and_then(|st| st.phase);
@@ -650,6 +647,10 @@ async fn a_plain_target_gives_a_moved_cluster_a_bootstrap_kubeconfig_of_its_own(
         r#"{"from": "hub2", "to": "hub3", "includedManagedClusters": ["cluster2"]}"#,
     );
     let keys = [s.key("from-plain").await, s.key("from-acm").await];
+    let identities = [
+        s.identities("from-plain").await,
+        s.identities("from-acm").await,
+    ];
     for name in ["from-plain", "from-acm"] {
         s.phase(name, MigrationPhase::Completed, LONG).await;
     }
@@ -659,13 +660,13 @@ async fn a_plain_target_gives_a_moved_cluster_a_bootstrap_kubeconfig_of_its_own(
     s.invariant(&expected).await;
     let hub3_url = s.fleet.hubs[2].cluster.api.url();
     let msas: Api<ManagedServiceAccount> = Api::namespaced(s.global.clone(), "hub3");
-    for (cluster, key) in [("cluster1", &keys[0]), ("cluster2", &keys[1])] {
+    for (cluster, key, identities) in [
+        ("cluster1", &keys[0], &identities[0]),
+        ("cluster2", &keys[1], &identities[1]),
+    ] {
         // The migration's token is revoked (its ManagedServiceAccount gone).
-        let msa = migration_api::names::of_identity(
-            &migration_api::names::migration_service_account(key),
-            0,
-        );
-        assert!(msas.get_opt(&msa).await.unwrap().is_none(), "{msa}");
+        let msa = &identities[0];
+        assert!(msas.get_opt(msa).await.unwrap().is_none(), "{msa}");
         let secrets: Api<Secret> =
             Api::namespaced(cluster_api(&s, cluster), "open-cluster-management-agent");
         let (text, left) = eventually(

@@ -40,10 +40,11 @@ async fn token_holder(s: &Setup, migration: &str, identity: usize) -> Client {
 
 /// The ManagedServiceAccount (and token Secret) of a migration's bootstrap `identity`.
 async fn identity_name(s: &Setup, migration: &str, identity: usize) -> String {
-    migration_api::names::of_identity(
-        &migration_api::names::migration_service_account(&s.key(migration).await),
-        identity,
-    )
+    s.identities(migration)
+        .await
+        .get(identity)
+        .cloned()
+        .unwrap_or_else(|| panic!("{migration} has no bootstrap identity {identity}"))
 }
 
 /// A CSR asking for `cluster`'s agent identity, as its klusterlet would.
@@ -824,6 +825,47 @@ async fn the_agent_writes_only_what_a_running_migration_grants() {
             .then_some(())
     })
     .await;
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    s.invariant(&expected).await;
+}
+
+/// A bootstrap work the source hub cannot apply (its KlusterletConfig refused there) is named
+/// in the Deploying condition, with the hub's answer, instead of a silent wait for the stage
+/// timeout; once the hub takes it the migration goes on and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bootstrap_work_the_source_refuses_is_named_in_deploying() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    let faults = s.fleet.hubs[0].cluster.api.faults();
+    for verb in ["create", "patch", "update"] {
+        faults.add_error(kube_sim::ErrorRule {
+            verb: Some(verb.into()),
+            resource: Some("klusterletconfigs".into()),
+            rate: 1.0,
+            code: 403,
+            user: None,
+        });
+    }
+    s.apply(
+        "refused",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"]}"#,
+    );
+    let work = migration_api::names::migration_bootstrap_work(&s.key("refused").await);
+    let said = eventually(
+        LONG,
+        "Deploying names the refused bootstrap work",
+        || async {
+            let m = s.migration("refused").await?;
+            let st = m.status?;
+            let c = find_condition(st.conditions.as_deref()?, "ResourceDeployed")?.clone();
+            (c.status == "False" && c.message.contains(&work)).then_some(c.message)
+        },
+    )
+    .await;
+    assert!(said.contains("KlusterletConfig"), "{said}");
+    faults.clear();
+    s.phase("refused", MigrationPhase::Completed, LONG).await;
     let mut expected = s.homes();
     expected.insert("cluster1".into(), 2);
     s.invariant(&expected).await;
