@@ -52,6 +52,7 @@ pub async fn run(
     name: String,
     holder: String,
     duration_secs: u32,
+    renewals: prometheus_client::metrics::counter::Counter,
 ) {
     let api: Api<Lease> = Api::namespaced(local, &namespace);
     let mut tick = tokio::time::interval(Duration::from_secs(u64::from(duration_secs.max(1))));
@@ -61,6 +62,7 @@ pub async fn run(
         tick.tick().await;
         match renew(&api, &name, &holder, duration_secs).await {
             Ok(()) => {
+                renewals.inc();
                 if failing {
                     tracing::info!(lease = %name, "health lease renewed again");
                 }

@@ -7,6 +7,7 @@ pub mod admission;
 pub mod flight;
 pub mod klusterlet_work;
 pub mod lease;
+pub mod metrics;
 pub mod migration;
 pub mod report;
 
@@ -88,8 +89,13 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
         return cleanup(&args).await;
     }
     let process = Process::start("addon-agent", VERSION, args.common.health_addr).await?;
-    let local = runtime::client(args.common.kubeconfig.as_ref()).await?;
-    let hub = runtime::client(Some(&args.hub_kubeconfig)).await?;
+    let local = runtime::client(
+        args.common.kubeconfig.as_ref(),
+        process.health().api_requests(),
+    )
+    .await?;
+    let hub = runtime::client(Some(&args.hub_kubeconfig), process.health().api_requests()).await?;
+    let metrics = metrics::Metrics::registered(process.health());
     let mut tasks = runtime::Supervisor::default();
     let lease = lease::run(
         local.clone(),
@@ -97,6 +103,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
         args.addon_name.clone(),
         format!("{}-agent", args.addon_name),
         args.lease_duration_seconds,
+        metrics.lease_renewals.clone(),
     );
     tasks.spawn("health lease", async move {
         lease.await;
@@ -106,6 +113,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
         local.clone(),
         migration::Options {
             namespace: args.install_namespace.clone(),
+            metrics: metrics.clone(),
         },
     );
     tasks.spawn("migration controller", async move {
@@ -122,6 +130,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
             build: VERSION.to_owned(),
             capacity: args.managed_cluster_capacity,
             refresh: Duration::from_secs(args.score_refresh_seconds.max(1)),
+            refreshes: metrics.score_refreshes.clone(),
         },
     );
     tasks.spawn("status reporter", async move {
@@ -157,8 +166,10 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
 
 /// Removes what the agent created: its score on the global hub and its lease here.
 async fn cleanup(args: &Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let local = runtime::client(args.common.kubeconfig.as_ref()).await?;
-    let hub = runtime::client(Some(&args.hub_kubeconfig)).await?;
+    // A one-shot run: its requests are counted nowhere.
+    let uncounted = Default::default();
+    let local = runtime::client(args.common.kubeconfig.as_ref(), &uncounted).await?;
+    let hub = runtime::client(Some(&args.hub_kubeconfig), &uncounted).await?;
     let dp = DeleteParams::default();
     let scores: Api<AddOnPlacementScore> = Api::namespaced(hub, &args.cluster_name);
     runtime::ignore_not_found(scores.delete(&args.addon_name, &dp).await).map_err(|e| {

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::condition_is_true;
@@ -14,6 +14,7 @@ use migration_api::names::conditions::CLUSTER_AVAILABLE;
 use migration_api::names::labels::LOCAL_CLUSTER;
 use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::cluster::{AddOnPlacementScore, ManagedCluster};
+use migration_api::runtime::apply_status_if_changed;
 use serde_json::json;
 
 /// Field manager of everything the agent writes on the global hub.
@@ -86,6 +87,8 @@ pub struct ReportOptions {
     pub capacity: u32,
     /// Scores and status are rewritten at least this often; scores stay valid for three periods.
     pub refresh: Duration,
+    /// Counts each score refresh written.
+    pub refreshes: prometheus_client::metrics::counter::Counter,
 }
 
 fn count(store: &reflector::Store<ManagedCluster>) -> (usize, usize) {
@@ -118,26 +121,20 @@ pub async fn write_condition(
         .into_iter()
         .filter(|c| c.type_ == AGENT_CONDITION)
         .collect();
-    if !migration_api::common::set_condition(
+    let changed = migration_api::common::set_condition(
         &mut conds,
         AGENT_CONDITION,
         "True",
         AGENT_RUNNING,
         message,
         None,
-    ) {
-        return Ok(());
-    }
-    api.patch_status(
-        &o.addon_name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(json!({
-            "apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
-            "metadata": {"name": o.addon_name, "namespace": o.cluster_name},
-            "status": {"conditions": conds}
-        })),
-    )
-    .await?;
+    );
+    let body = json!({
+        "apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+        "metadata": {"name": o.addon_name, "namespace": o.cluster_name},
+        "status": {"conditions": conds}
+    });
+    apply_status_if_changed(&api, FIELD_MANAGER, &o.addon_name, &body, changed).await?;
     Ok(())
 }
 
@@ -165,16 +162,14 @@ pub async fn write_scores(
         .into_iter()
         .map(|(name, value)| json!({"name": name, "value": value}))
         .collect();
-    api.patch_status(
-        &o.addon_name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(json!({
-            "apiVersion": "cluster.open-cluster-management.io/v1alpha1", "kind": "AddOnPlacementScore",
-            "metadata": {"name": o.addon_name, "namespace": o.cluster_name},
-            "status": {"scores": scores, "validUntil": valid.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()}
-        })),
-    )
-    .await?;
+    // Written every refresh: validUntil moves on.
+    let body = json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1alpha1", "kind": "AddOnPlacementScore",
+        "metadata": {"name": o.addon_name, "namespace": o.cluster_name},
+        "status": {"scores": scores, "validUntil": valid.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()}
+    });
+    apply_status_if_changed(&api, FIELD_MANAGER, &o.addon_name, &body, true).await?;
+    o.refreshes.inc();
     Ok(())
 }
 

@@ -62,12 +62,14 @@ pub fn refusal(csr: &CertificateSigningRequest, addon: &str, registered: bool) -
 struct Ctx {
     client: Client,
     addon: String,
+    metrics: crate::metrics::Metrics,
 }
 
 /// Runs the approver until `stop` resolves.
 pub async fn run(
     client: Client,
     addon: String,
+    metrics: crate::metrics::Metrics,
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
@@ -80,7 +82,11 @@ pub async fn run(
                 tracing::warn!(error = %e, "csr approval failed; retrying");
                 Action::requeue(Duration::from_secs(2))
             },
-            Arc::new(Ctx { client, addon }),
+            Arc::new(Ctx {
+                client,
+                addon,
+                metrics,
+            }),
         )
         .for_each(|_| async {})
         .await;
@@ -89,6 +95,17 @@ pub async fn run(
 async fn reconcile(
     csr: Arc<CertificateSigningRequest>,
     ctx: Arc<Ctx>,
+) -> Result<Action, kube::Error> {
+    let started = std::time::Instant::now();
+    let result = reconcile_one(csr, &ctx).await;
+    ctx.metrics
+        .reconciled("csr", started.elapsed(), result.is_ok());
+    result
+}
+
+async fn reconcile_one(
+    csr: Arc<CertificateSigningRequest>,
+    ctx: &Ctx,
 ) -> Result<Action, kube::Error> {
     if csr_decided(&csr) {
         return Ok(Action::await_change());

@@ -6,6 +6,7 @@ pub mod addon;
 pub mod addon_version;
 pub mod csr;
 pub mod leader;
+pub mod metrics;
 pub mod migration;
 pub mod migration_render;
 pub mod render;
@@ -100,8 +101,9 @@ impl Args {
     }
 
     /// The addon controller's settings.
-    pub fn addon_config(&self) -> addon::Config {
+    pub fn addon_config(&self, metrics: metrics::Metrics) -> addon::Config {
         addon::Config {
+            metrics,
             defaults: render::Defaults::new(
                 &self.addon_name,
                 &self.agent_image,
@@ -117,13 +119,18 @@ impl Args {
 /// Starts the manager and runs it until SIGTERM.
 pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let process = Process::start("addon-manager", VERSION, args.common.health_addr).await?;
-    let client = runtime::client(args.common.kubeconfig.as_ref()).await?;
+    let client = runtime::client(
+        args.common.kubeconfig.as_ref(),
+        process.health().api_requests(),
+    )
+    .await?;
     let leading = prometheus_client::metrics::gauge::Gauge::<i64>::default();
     process.health().register(
         "manager_leader",
         "1 while this replica leads (runs the controllers)",
         leading.clone(),
     );
+    let metrics = metrics::Metrics::registered(process.health());
     // A standby is alive and ready (it is healthy); it only does not run the controllers.
     process.health().set_ready(true);
     let (release_tx, release_rx) = tokio::sync::watch::channel(false);
@@ -144,6 +151,7 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
     let approver = csr::run(
         client.clone(),
         args.addon_name.clone(),
+        metrics.clone(),
         stop(process.stopping()),
     );
     controllers.spawn("CSR approver", async move {
@@ -156,13 +164,14 @@ pub async fn run(args: Args) -> Result<(), Box<dyn std::error::Error + Send + Sy
             client.clone(),
             migration::Config {
                 addon_name: args.addon_name.clone(),
+                metrics: metrics.clone(),
             },
             stop(process.stopping()),
         ),
     );
     controllers.spawn(
         "addon controller",
-        addon::run(client, args.addon_config(), stop(process.stopping())),
+        addon::run(client, args.addon_config(metrics), stop(process.stopping())),
     );
     tracing::info!(addon = %args.addon_name, version = VERSION, agent_versions = ?args.agent_versions, "addon-manager started");
     let health = process.health().clone();

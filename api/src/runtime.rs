@@ -13,6 +13,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -110,7 +111,10 @@ pub fn init_tracing(format: LogFormat, level: &str) -> Result<(), StartupError> 
 }
 
 /// Builds a client from a kubeconfig file, or infers one (in-cluster, then `~/.kube/config`).
-pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, StartupError> {
+pub async fn client(
+    kubeconfig: Option<&PathBuf>,
+    requests: &Family<RequestLabels, Counter>,
+) -> Result<kube::Client, StartupError> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path).map_err(|source| {
@@ -129,7 +133,19 @@ pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Startu
         None => kube::Config::infer().await?,
     };
     let url = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config).map_err(StartupError::Client)?;
+    let counted = requests.clone();
+    let count = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+        counted
+            .get_or_create(&RequestLabels {
+                verb: verb_of(req.method(), req.uri().query()),
+            })
+            .inc();
+        req
+    });
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map_err(StartupError::Client)?
+        .with_layer(&count)
+        .build();
     client
         .apiserver_version()
         .await
@@ -143,11 +159,33 @@ struct BuildLabels {
     version: String,
 }
 
+/// Labels of `cluster_migration_api_requests_total`: the Kubernetes verb of each request
+/// made, as its HTTP method tells it (`get` for a read and a list alike, `watch` for a watch).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub verb: String,
+}
+
+/// The Kubernetes verb of a request by its HTTP method and query.
+pub fn verb_of(method: &http::Method, query: Option<&str>) -> String {
+    let watch = query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+    match *method {
+        _ if watch => "watch".into(),
+        http::Method::GET => "get".into(),
+        http::Method::POST => "create".into(),
+        http::Method::PUT => "update".into(),
+        http::Method::PATCH => "patch".into(),
+        http::Method::DELETE => "delete".into(),
+        ref other => other.as_str().to_ascii_lowercase(),
+    }
+}
+
 /// Readiness flag and metrics registry behind the health endpoint.
 #[derive(Debug)]
 pub struct Health {
     ready: AtomicBool,
     registry: std::sync::Mutex<Registry>,
+    api_requests: Family<RequestLabels, Counter>,
 }
 
 impl Health {
@@ -162,10 +200,22 @@ impl Health {
             })
             .set(1);
         registry.register("build_info", "Build information", build);
+        let api_requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "api_requests",
+            "Requests this process made to Kubernetes API servers, by verb",
+            api_requests.clone(),
+        );
         Arc::new(Self {
             ready: AtomicBool::new(false),
             registry: std::sync::Mutex::new(registry),
+            api_requests,
         })
+    }
+
+    /// The counter of API requests ([`client`] counts each request it makes there).
+    pub fn api_requests(&self) -> &Family<RequestLabels, Counter> {
+        &self.api_requests
     }
 
     /// Marks the process ready (or not) for `/readyz`.
@@ -486,6 +536,39 @@ where
     {
         Ok(_) => Ok(StatusWrite::Written),
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(StatusWrite::Stale),
+        Err(e) => Err(e),
+    }
+}
+
+/// Server-side applies `body` (apiVersion, kind, metadata and the status fields `manager`
+/// owns) as the status of object `name`, unless `changed` is false: the one "apply status if
+/// changed" of both binaries, for objects whose status several writers share (a
+/// ManagedClusterAddOn's conditions are the manager's, the agent's and the lease judge's), where
+/// a merge patch of the whole status would take the others' fields. The caller compares what it
+/// owns, since only it knows which fields those are.
+pub async fn apply_status_if_changed<K>(
+    api: &kube::Api<K>,
+    manager: &str,
+    name: &str,
+    body: &serde_json::Value,
+    changed: bool,
+) -> Result<StatusWrite, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    if !changed {
+        return Ok(StatusWrite::Unchanged);
+    }
+    match api
+        .patch_status(
+            name,
+            &kube::api::PatchParams::apply(manager).force(),
+            &kube::api::Patch::Apply(body),
+        )
+        .await
+    {
+        Ok(_) => Ok(StatusWrite::Written),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(StatusWrite::Stale),
         Err(e) => Err(e),
     }
 }

@@ -9,27 +9,64 @@ use super::*;
 pub(super) enum Effect {
     /// Merge-patch the ManagedCluster.
     Patch(Value),
+    /// Merge-patch the ManagedCluster so this hub no longer accepts it, logging why.
+    Refuse(Value, &'static str),
     /// Wake on (or stop waking on) the cluster's lease renewals.
     Await(bool),
     /// Delete the ManagedCluster: the hub lets go of a moved cluster.
     Detach,
+    /// Target: delete the ManagedCluster this migration pre-created for a cluster that did not
+    /// arrive.
+    RemoveCopy,
     /// Force-delete the works left in the cluster's namespace (nothing connected removes them).
     ReleaseWorks,
+    /// Target: pre-create the ManagedCluster from what the cluster carries.
+    Precreate,
+    /// Target: carry the cluster's addons and KlusterletAddonConfig over.
+    CarryAddons,
+    /// Approve the bootstrap CSR of this name.
+    Approve(String, Approval),
+    /// Plain OCM target: drive the cluster's klusterlet work toward this hub's own settings.
+    Settle,
+    /// Plain OCM source: drive the cluster's klusterlet work toward the MultipleHubs settings.
+    Switch,
 }
 
-/// Carries out `effects` on `cluster`, in order.
-pub(super) async fn apply(ctx: &Ctx, cluster: &str, effects: Vec<Effect>) -> Result<(), Error> {
+/// Carries out `effects` on `cluster` (of `task`), in order.
+pub(super) async fn apply(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    cluster: &str,
+    effects: Vec<Effect>,
+) -> Result<(), Error> {
     for effect in effects {
         match effect {
             Effect::Patch(patch) => patch_cluster(ctx, cluster, patch).await?,
+            Effect::Refuse(patch, why) => {
+                patch_cluster(ctx, cluster, patch).await?;
+                tracing::info!(cluster = %cluster, "{why}");
+            }
             Effect::Await(awaited) => await_return(ctx, cluster, awaited),
-            Effect::Detach => {
+            Effect::Detach | Effect::RemoveCopy => {
                 let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
                 ignore_not_found(api.delete(cluster, &DeleteParams::default()).await)
-                    .map_err(ctx_err(format!("detaching ManagedCluster {cluster}")))?;
-                tracing::info!(cluster = %cluster, "detached the moved cluster from this hub");
+                    .map_err(ctx_err(format!("deleting ManagedCluster {cluster}")))?;
+                if effect == Effect::Detach {
+                    tracing::info!(cluster = %cluster, "detached the moved cluster from this hub");
+                } else {
+                    tracing::info!(cluster = %cluster, "removed pre-created ManagedCluster");
+                }
             }
             Effect::ReleaseWorks => release_works(ctx, cluster).await?,
+            Effect::Precreate => precreate(ctx, task, cluster).await?,
+            Effect::CarryAddons => carry_addons(ctx, task, cluster).await?,
+            Effect::Approve(csr, why) => approve_csr(ctx, &csr, why).await?,
+            Effect::Settle => {
+                klusterlet_settle(ctx, task, cluster).await?;
+            }
+            Effect::Switch => {
+                klusterlet_switch(ctx, task, cluster).await?;
+            }
         }
     }
     Ok(())
@@ -110,5 +147,255 @@ pub(super) fn let_go(detach: bool, mc: Option<&ManagedCluster>) -> (ClusterState
             (ClusterState::Switching, effects)
         }
         (false, _) => (ClusterState::Switching, vec![]),
+    }
+}
+
+/// What the source observed of a cluster while clusters register.
+#[derive(Clone, Debug)]
+pub(super) struct Registering<'a> {
+    pub(super) mc: &'a ManagedCluster,
+    /// The manager released it.
+    pub(super) release: bool,
+    /// The KlusterletConfig it is to select ([`selected_config`]).
+    pub(super) config: Option<&'a str>,
+    /// Whether the KlusterletConfig derived from its own is in place (true when it has none).
+    pub(super) derived_ready: bool,
+    /// Plain OCM, not released: whether its klusterlet work carries the MultipleHubs settings.
+    pub(super) switched: bool,
+    /// Its klusterlet work carries the target's bootstrap kubeconfig.
+    pub(super) delivered: bool,
+}
+
+/// Whether a cluster is held where it is (`block-move`) though not released.
+pub(super) fn held(mc: &ManagedCluster, release: bool) -> bool {
+    mc.annotations().contains_key(BLOCK_MOVE) && !release
+}
+
+/// The KlusterletConfig a cluster selects while clusters register: none on plain OCM (the
+/// migrating marker alone); on a hub of the older shape, which lists the target alone, only
+/// once released, when it stops being accepted here once its klusterlet has it.
+pub(super) fn selected_config(task: &MigrationTask, index: usize, release: bool) -> Option<String> {
+    if plain(task) || (legacy(task) && !release) {
+        None
+    } else {
+        task.spec.klusterlet_config_at(index)
+    }
+}
+
+/// A source cluster while clusters register: made ready like the others (a held one too, so
+/// that it can switch as soon as it is let go), marked in flight with the KlusterletConfig it
+/// selects, and once released refused here (on the older shape only once its klusterlet has
+/// the target's bootstrap kubeconfig) and frozen against auto-import (ACM).
+pub(super) fn register(task: &MigrationTask, seen: &Registering) -> (ClusterState, Vec<Effect>) {
+    let mc = seen.mc;
+    let held = held(mc, seen.release);
+    if held && plain(task) {
+        return (ClusterState::Blocked, vec![Effect::Switch]);
+    }
+    if !seen.derived_ready {
+        let state = if held {
+            ClusterState::Blocked
+        } else {
+            ClusterState::Waiting
+        };
+        return (state, vec![]);
+    }
+    let accepted = mc.spec.hub_accepts_client;
+    let refuse = seen.release && accepted && (!legacy(task) || seen.delivered);
+    // Released on an ACM hub: auto-import must leave it alone from now on.
+    let freeze = seen.release && !plain(task) && (refuse || !accepted);
+    let changes = flight::in_flight(
+        mc.annotations(),
+        task.spec.key(),
+        seen.config,
+        task.spec.lift_disable_auto_import == Some(true),
+        freeze,
+    );
+    let mut effects = Vec::new();
+    if refuse {
+        let mut patch = flight::patch(&changes);
+        patch["spec"] = json!({"hubAcceptsClient": false});
+        effects.push(Effect::Refuse(
+            patch,
+            "released: this hub no longer accepts it",
+        ));
+    } else if !flight::settled(mc.annotations(), &changes) {
+        effects.push(Effect::Patch(flight::patch(&changes)));
+    }
+    let state = if seen.release {
+        ClusterState::Switching
+    } else if held {
+        ClusterState::Blocked
+    } else if plain(task) {
+        effects.push(Effect::Switch);
+        if seen.switched {
+            ClusterState::Ready
+        } else {
+            ClusterState::Waiting
+        }
+    } else if legacy(task) || seen.delivered {
+        ClusterState::Ready
+    } else {
+        ClusterState::Waiting
+    };
+    (state, effects)
+}
+
+/// What the target observed of a cluster while clusters register.
+#[derive(Clone, Debug)]
+pub(super) struct Arriving<'a> {
+    pub(super) mc: Option<&'a ManagedCluster>,
+    /// Registering (not Deploying): CSRs are admitted, addons carried.
+    pub(super) registering: bool,
+    /// The manager released it.
+    pub(super) released: bool,
+    /// The Klusterlet is settled by a klusterlet work here (plain OCM delivery, or a hub
+    /// without an import controller to take over).
+    pub(super) settles: bool,
+    /// That work carries this hub's own settings, applied.
+    pub(super) settled: bool,
+    /// An import controller serves this hub: its import work must have taken over.
+    pub(super) acm_target: bool,
+    pub(super) import_took_over: bool,
+    /// The bootstrap CSRs of the cluster's own bootstrap identity.
+    pub(super) requests: &'a [admission::Request<'a>],
+    pub(super) now: jiff::Timestamp,
+}
+
+/// A target cluster while clusters register: pre-created when missing; refused when a
+/// ManagedCluster of that name is not this migration's; registered once nothing ties it to
+/// the migration's bootstrap identity any more (its token is revoked in cleanup): on an ACM
+/// hub once this hub's import has taken over its klusterlet, on a plain OCM hub once its
+/// Klusterlet is settled here. Its bootstrap CSR is approved only once it was released
+/// ([`admission::approve`]; when this hub learnt of the release is marked on its ManagedCluster
+/// the first time), and what it carries comes over once it is in.
+pub(super) fn arrive(task: &MigrationTask, seen: &Arriving) -> (ClusterState, Vec<Effect>) {
+    let mut effects = Vec::new();
+    let state = match seen.mc {
+        None => {
+            effects.push(Effect::Precreate);
+            ClusterState::Created
+        }
+        Some(m) if !marked(m, PRE_CREATED, task) && !marked(m, MIGRATING, task) => {
+            ClusterState::Refused
+        }
+        Some(m) => target_state(Some(m)),
+    };
+    let state = if state != ClusterState::Available {
+        state
+    } else if seen.settles && !seen.settled {
+        // The Klusterlet's own settings back (what the source changed) and, on a plain OCM
+        // hub, this hub's own bootstrap kubeconfig.
+        effects.push(Effect::Settle);
+        ClusterState::Joined
+    } else if seen.acm_target && !seen.import_took_over {
+        ClusterState::Joined
+    } else {
+        state
+    };
+    if seen.registering {
+        let ours = seen.mc.filter(|m| marked(m, PRE_CREATED, task));
+        let released_at = match ours {
+            Some(m) if seen.released => Some(
+                match m
+                    .annotations()
+                    .get(RELEASED_AT)
+                    .and_then(|v| v.parse::<jiff::Timestamp>().ok())
+                {
+                    Some(at) => at,
+                    None => {
+                        effects.push(Effect::Patch(json!({"metadata": {"annotations": {
+                            RELEASED_AT: seen.now.to_string()}}})));
+                        seen.now
+                    }
+                },
+            ),
+            _ => None,
+        };
+        if let Some(csr) =
+            admission::approve(released_at, target_state(seen.mc), seen.requests, seen.now)
+        {
+            effects.push(Effect::Approve(csr.to_owned(), Approval::Expected));
+        }
+        if matches!(
+            state,
+            ClusterState::Joined | ClusterState::Available | ClusterState::Created
+        ) {
+            effects.push(Effect::CarryAddons);
+        }
+    }
+    (state, effects)
+}
+
+/// What the target observed of a cluster to roll back.
+#[derive(Clone, Debug)]
+pub(super) struct Leaving<'a> {
+    pub(super) mc: Option<&'a ManagedCluster>,
+    /// The undecided bootstrap CSRs of the cluster's own identity.
+    pub(super) pending: Vec<String>,
+    /// Cleaning: what this migration pre-created for it goes once it is refused and no CSR of
+    /// its waits.
+    pub(super) remove: bool,
+}
+
+/// Letting a cluster that did not arrive go back from the target: refused here (a klusterlet
+/// connected here restarts and goes back; none chooses this hub any more), and a klusterlet
+/// that already chose this hub and waits for its bootstrap CSR gets it approved
+/// ([`Approval::LetThrough`]) instead of being left waiting forever. The refused copy stays
+/// (deleting it would make this hub a valid choice again) until `remove` (Cleaning). Only what
+/// this migration created, or a klusterlet made while switching that never got in, is touched;
+/// one that arrived stays.
+pub(super) fn let_back(task: &MigrationTask, seen: &Leaving) -> (ClusterState, Vec<Effect>) {
+    let Some(m) = seen.mc else {
+        return (ClusterState::RolledBack, vec![]);
+    };
+    if target_state(Some(m)) == ClusterState::Available {
+        return (ClusterState::Available, vec![]);
+    }
+    if !marked(m, PRE_CREATED, task) && m.spec.hub_accepts_client {
+        return (ClusterState::RolledBack, vec![]);
+    }
+    let mut effects: Vec<Effect> = seen
+        .pending
+        .iter()
+        .map(|csr| Effect::Approve(csr.clone(), Approval::LetThrough))
+        .collect();
+    let accepted = m.spec.hub_accepts_client;
+    if accepted {
+        effects.push(Effect::Refuse(
+            json!({"spec": {"hubAcceptsClient": false}}),
+            "no longer accepted here (rollback)",
+        ));
+    }
+    let quiet = !accepted && seen.pending.is_empty();
+    if seen.remove && quiet {
+        if m.metadata.deletion_timestamp.is_none() {
+            effects.push(Effect::RemoveCopy);
+        }
+        // The cluster went back: nothing here will finish the works of its namespace.
+        effects.push(Effect::ReleaseWorks);
+        return (ClusterState::RollingBack, effects);
+    }
+    let state = if !seen.remove && quiet {
+        ClusterState::RolledBack
+    } else {
+        ClusterState::RollingBack
+    };
+    (state, effects)
+}
+
+/// Target cleanup of a cluster that stays: the migration's marks go.
+pub(super) fn unmark(mc: Option<&ManagedCluster>) -> Vec<Effect> {
+    match mc {
+        Some(m)
+            if [PRE_CREATED, MIGRATING, RELEASED_AT]
+                .iter()
+                .any(|k| m.annotations().contains_key(*k)) =>
+        {
+            vec![Effect::Patch(
+                json!({"metadata": {"annotations": {PRE_CREATED: Value::Null, MIGRATING: Value::Null, RELEASED_AT: Value::Null}}}),
+            )]
+        }
+        _ => vec![],
     }
 }

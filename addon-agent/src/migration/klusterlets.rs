@@ -109,6 +109,26 @@ pub(super) fn klusterlet_work(
     )
 }
 
+/// Whether a cluster's klusterlet work carries its last step, applied (what
+/// [`klusterlet_switch`] and [`klusterlet_settle`] report done): `switch` the MultipleHubs
+/// settings (source), else this hub's own settings (target).
+pub(super) fn klusterlet_done(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    cluster: &str,
+    switch: bool,
+) -> bool {
+    klusterlet_work(ctx, task, cluster).is_some_and(|w| {
+        w.metadata.deletion_timestamp.is_none()
+            && w.applied()
+            && match kw::step_of(&w) {
+                Some(Step::Switch(_)) => switch,
+                Some(Step::Settle(_)) => !switch,
+                _ => false,
+            }
+    })
+}
+
 /// Puts a cluster's klusterlet work at `step` unless it is there already.
 pub(super) async fn put_klusterlet_work(
     ctx: &Ctx,

@@ -52,7 +52,7 @@ use migration_api::ocm::agent::KlusterletAddonConfig;
 use migration_api::ocm::cluster::{ManagedCluster, ManagedClusterSet};
 use migration_api::ocm::work::ManifestWork;
 use migration_api::runtime::{
-    ApiError, csr_decided, ctx_err, ignore_not_found, requested_identity, write_status_if_changed,
+    ApiError, ctx_err, ignore_not_found, requested_identity, write_status_if_changed,
 };
 use migration_api::task_report::StageState;
 use migration_api::tenancy;
@@ -90,6 +90,7 @@ const CLUSTER_LEASE: &str = "managed-cluster-lease";
 pub struct Options {
     /// Namespace the agent runs in; the manager delivers its tasks there.
     pub namespace: String,
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// Clusters whose return to this hub is awaited: their lease renewals wake the handler.
@@ -106,6 +107,9 @@ struct Ctx {
     bootstrap_configs: Store<migration_api::ocm::config::KlusterletConfig>,
     /// Plain OCM: the bootstrap Secrets migrations deliver to the agent's namespace.
     bootstrap_secrets: Store<Secret>,
+    metrics: crate::metrics::Metrics,
+    /// Every task on this hub, as the controller sees them (for the metrics).
+    tasks: Store<MigrationTask>,
 }
 
 /// Why a reconcile failed.
@@ -212,6 +216,7 @@ pub async fn run(client: Client, opts: Options) {
         }
     }
     let tasks: Api<MigrationTask> = Api::namespaced(client.clone(), &opts.namespace);
+    let controller = Controller::new(tasks, watcher::Config::default());
     let ctx = Arc::new(Ctx {
         client,
         clusters,
@@ -221,8 +226,10 @@ pub async fn run(client: Client, opts: Options) {
         csrs,
         bootstrap_configs,
         bootstrap_secrets,
+        metrics: opts.metrics,
+        tasks: controller.store(),
     });
-    Controller::new(tasks, watcher::Config::default())
+    controller
         .reconcile_all_on(trigger_rx)
         .run(
             reconcile,
@@ -329,6 +336,8 @@ struct Report {
 }
 
 async fn reconcile(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    ctx.metrics
+        .tasks_seen(ctx.tasks.state().iter().map(|t| &**t));
     if task.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -348,10 +357,10 @@ async fn reconcile(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Er
             target_register(&ctx, &task, &names).await?
         }
         (MigrationRole::Source, TaskStage::Rollbacking) => {
-            source_rollback(&ctx, &task, &names, false).await?
+            source_rollback(&ctx, &task, &names).await?
         }
         (MigrationRole::Target, TaskStage::Rollbacking) => {
-            target_rollback(&ctx, &task, &names, false).await?
+            target_rollback(&ctx, &task, &names).await?
         }
         (MigrationRole::Source, TaskStage::Cleaning) => source_clean(&ctx, &task, &names).await?,
         (MigrationRole::Target, TaskStage::Cleaning) => target_clean(&ctx, &task, &names).await?,

@@ -7,12 +7,12 @@ pub(super) async fn source_deploy(
     task: &MigrationTask,
     names: &[String],
 ) -> Result<Report, Error> {
-    let (present, name) = bootstrap_in_place(ctx, task, names).await?;
+    let (present, name) = bootstrap_in_place(ctx, task, names);
     // The clusters are annotated now, so their klusterlets have the target's bootstrap
     // kubeconfig by the time Registering starts.
-    let annotated = source_register(ctx, task, names).await?;
+    let states = source_register_all(ctx, task, names).await?;
     Ok(Report {
-        states: annotated.states,
+        states,
         state: StageState::done_if(present),
         message: if present {
             format!("{name} in place")
@@ -25,11 +25,7 @@ pub(super) async fn source_deploy(
 
 /// Whether every bootstrap identity's secret (plain OCM) or KlusterletConfig is on this hub;
 /// the first missing one's description when not.
-async fn bootstrap_in_place(
-    ctx: &Ctx,
-    task: &MigrationTask,
-    names: &[String],
-) -> Result<(bool, String), Error> {
+fn bootstrap_in_place(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> (bool, String) {
     let spec = &task.spec;
     // One object per identity: the first cluster of each names it.
     let mut firsts: Vec<usize> = (0..names.len()).collect();
@@ -38,12 +34,12 @@ async fn bootstrap_in_place(
         if plain(task) {
             let secret = spec.bootstrap_secret_at(i).unwrap_or_default();
             if bootstrap_secret_data(ctx, task, &secret).is_none() {
-                return Ok((false, format!("bootstrap secret {secret}")));
+                return (false, format!("bootstrap secret {secret}"));
             }
         } else {
             let name = spec.klusterlet_config_at(i).unwrap_or_default();
             if get(&ctx.bootstrap_configs, None, &name).is_none() {
-                return Ok((false, format!("KlusterletConfig {name}")));
+                return (false, format!("KlusterletConfig {name}"));
             }
         }
     }
@@ -52,7 +48,7 @@ async fn bootstrap_in_place(
     } else {
         "KlusterletConfigs"
     };
-    Ok((true, format!("{what} of {} clusters", names.len())))
+    (true, format!("{what} of {} clusters", names.len()))
 }
 
 pub(super) async fn source_register(
@@ -60,86 +56,7 @@ pub(super) async fn source_register(
     task: &MigrationTask,
     names: &[String],
 ) -> Result<Report, Error> {
-    let spec = &task.spec;
-    let released: BTreeSet<&String> = spec.released.iter().flatten().collect();
-    let mut derived = DerivedConfigs::default();
-    let mut states = Vec::with_capacity(names.len());
-    for (index, name) in names.iter().enumerate() {
-        // Each cluster's own bootstrap identity: its KlusterletConfig names its secret alone.
-        let config = spec.klusterlet_config_at(index);
-        let secret = spec.bootstrap_secret_at(index).unwrap_or_default();
-        let Some(mc) = get(&ctx.clusters, None, name) else {
-            states.push(ClusterState::NotFound);
-            continue;
-        };
-        let release = released.contains(name);
-        // A held cluster is made ready like the others (it still stays where it is until
-        // released), so it can switch as soon as it is let go.
-        let held = mc.annotations().contains_key(BLOCK_MOVE) && !release;
-        if held && plain(task) {
-            klusterlet_switch(ctx, task, name).await?;
-            states.push(ClusterState::Blocked);
-            continue;
-        }
-        // Plain OCM: no KlusterletConfig to select, the migrating marker alone. The older
-        // KlusterletConfig shape lists the target alone, so a cluster selects it only when it
-        // is released, and stops being accepted here once its klusterlet has it.
-        let config = if plain(task) || (legacy(task) && !release) {
-            None
-        } else {
-            config
-        };
-        // A cluster with a KlusterletConfig of its own selects one derived from it.
-        if let (Some(base), Some(own)) = (
-            config.as_deref(),
-            flight::original(mc.annotations()).klusterlet_config,
-        ) && !derived.ensure(ctx, task, base, &own).await?
-        {
-            states.push(if held {
-                ClusterState::Blocked
-            } else {
-                ClusterState::Waiting
-            });
-            continue;
-        }
-        let refuse = release
-            && mc.spec.hub_accepts_client
-            && (!legacy(task) || bootstrap_delivered(&ctx.works, name, &secret));
-        // Released on an ACM hub: auto-import must leave it alone from now on.
-        let freeze = release && !plain(task) && (refuse || !mc.spec.hub_accepts_client);
-        let changes = flight::in_flight(
-            mc.annotations(),
-            spec.key(),
-            config.as_deref(),
-            spec.lift_disable_auto_import == Some(true),
-            freeze,
-        );
-        if !flight::settled(mc.annotations(), &changes) || refuse {
-            let mut patch = flight::patch(&changes);
-            if refuse {
-                patch["spec"] = json!({"hubAcceptsClient": false});
-            }
-            patch_cluster(ctx, name, patch).await?;
-            if refuse {
-                tracing::info!(cluster = %name, "released: this hub no longer accepts it");
-            }
-        }
-        states.push(if release {
-            ClusterState::Switching
-        } else if held {
-            ClusterState::Blocked
-        } else if plain(task) {
-            if klusterlet_switch(ctx, task, name).await? {
-                ClusterState::Ready
-            } else {
-                ClusterState::Waiting
-            }
-        } else if legacy(task) || bootstrap_delivered(&ctx.works, name, &secret) {
-            ClusterState::Ready
-        } else {
-            ClusterState::Waiting
-        });
-    }
+    let states = source_register_all(ctx, task, names).await?;
     let switching = states
         .iter()
         .filter(|s| **s == ClusterState::Switching)
@@ -150,6 +67,52 @@ pub(super) async fn source_register(
         states,
         ..Default::default()
     })
+}
+
+/// Observes, decides ([`register`]) and acts for each cluster of the source while clusters
+/// register.
+async fn source_register_all(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    names: &[String],
+) -> Result<Vec<ClusterState>, Error> {
+    let spec = &task.spec;
+    let released: BTreeSet<&String> = spec.released.iter().flatten().collect();
+    let mut derived = DerivedConfigs::default();
+    let mut states = Vec::with_capacity(names.len());
+    for (index, name) in names.iter().enumerate() {
+        let Some(mc) = get(&ctx.clusters, None, name) else {
+            states.push(ClusterState::NotFound);
+            continue;
+        };
+        let release = released.contains(name);
+        let config = selected_config(task, index, release);
+        // A cluster with a KlusterletConfig of its own selects one derived from it, made
+        // here from the migration's (each bootstrap identity's own names its secret alone).
+        let derived_ready = match (
+            config.as_deref(),
+            flight::original(mc.annotations()).klusterlet_config,
+        ) {
+            (Some(base), Some(own)) => derived.ensure(ctx, task, base, &own).await?,
+            _ => true,
+        };
+        let seen = Registering {
+            mc: &mc,
+            release,
+            config: config.as_deref(),
+            derived_ready,
+            switched: plain(task) && !release && klusterlet_done(ctx, task, name, true),
+            delivered: bootstrap_delivered(
+                &ctx.works,
+                name,
+                &spec.bootstrap_secret_at(index).unwrap_or_default(),
+            ),
+        };
+        let (state, effects) = register(task, &seen);
+        apply(ctx, task, name, effects).await?;
+        states.push(state);
+    }
+    Ok(states)
 }
 
 pub(super) fn lease_renewed_since(ctx: &Ctx, cluster: &str, since: &str) -> bool {
@@ -181,34 +144,15 @@ pub(super) async fn source_rollback(
     ctx: &Ctx,
     task: &MigrationTask,
     names: &[String],
-    finish: bool,
 ) -> Result<Report, Error> {
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
     let mut states = Vec::with_capacity(names.len());
     for name in names {
-        if !rollback.contains(name) {
-            states.push(ClusterState::Pending);
-            continue;
-        }
-        let Some(mc) = get(&ctx.clusters, None, name) else {
-            states.push(ClusterState::NotFound);
-            continue;
-        };
-        // Plain OCM: the Klusterlet's own settings go back too (its work applies them once
-        // the cluster is connected here again).
-        let settings_back = !plain(task) || klusterlet_restore(ctx, task, name).await?;
-        let seen = Returning {
-            mc: &mc,
-            settings_back,
-            renewed_since_restore: mc
-                .annotations()
-                .get(RESTORED_AT)
-                .is_some_and(|at| lease_renewed_since(ctx, name, at)),
-            finish,
-        };
-        let (state, effects) = take_back(task, &seen, &jiff::Timestamp::now().to_string());
-        apply(ctx, name, effects).await?;
-        states.push(state);
+        states.push(if rollback.contains(name) {
+            source_take_back(ctx, task, name, false).await?
+        } else {
+            ClusterState::Pending
+        });
     }
     Ok(rollback_report(
         names,
@@ -218,6 +162,33 @@ pub(super) async fn source_rollback(
     ))
 }
 
+/// Observes, decides ([`take_back`]) and acts for one cluster the source takes back.
+async fn source_take_back(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    name: &str,
+    finish: bool,
+) -> Result<ClusterState, Error> {
+    let Some(mc) = get(&ctx.clusters, None, name) else {
+        return Ok(ClusterState::NotFound);
+    };
+    // Plain OCM: the Klusterlet's own settings go back too (its work applies them once the
+    // cluster is connected here again).
+    let settings_back = !plain(task) || klusterlet_restore(ctx, task, name).await?;
+    let seen = Returning {
+        mc: &mc,
+        settings_back,
+        renewed_since_restore: mc
+            .annotations()
+            .get(RESTORED_AT)
+            .is_some_and(|at| lease_renewed_since(ctx, name, at)),
+        finish,
+    };
+    let (state, effects) = take_back(task, &seen, &jiff::Timestamp::now().to_string());
+    apply(ctx, task, name, effects).await?;
+    Ok(state)
+}
+
 pub(super) async fn source_clean(
     ctx: &Ctx,
     task: &MigrationTask,
@@ -225,18 +196,17 @@ pub(super) async fn source_clean(
 ) -> Result<Report, Error> {
     let detach: BTreeSet<&String> = task.spec.detach.iter().flatten().collect();
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
-    // The clusters that stay are taken back (again, or for the first time when the rollback
-    // ran out of time) before their marks go: none is left refused by both hubs.
-    let rolled = source_rollback(ctx, task, names, true).await?;
     let mut states = Vec::with_capacity(names.len());
-    for (name, rolled_state) in names.iter().zip(rolled.states) {
+    for name in names {
+        // The clusters that stay are taken back (again, or for the first time when the
+        // rollback ran out of time) before their marks go: none is left refused by both hubs.
         if rollback.contains(name) {
-            states.push(rolled_state);
+            states.push(source_take_back(ctx, task, name, true).await?);
             continue;
         }
         let mc = get(&ctx.clusters, None, name);
         let (state, effects) = let_go(detach.contains(name), mc.as_deref());
-        apply(ctx, name, effects).await?;
+        apply(ctx, task, name, effects).await?;
         states.push(state);
     }
     let left = states

@@ -26,35 +26,6 @@ pub(super) fn expected_csr(
         })
 }
 
-/// When this hub learnt that `cluster` was released, recorded on its pre-created
-/// ManagedCluster the first time (durable across restarts); `None` for a ManagedCluster this
-/// migration did not create.
-pub(super) async fn released_at(
-    ctx: &Ctx,
-    task: &MigrationTask,
-    cluster: &str,
-    mc: Option<&ManagedCluster>,
-) -> Result<Option<jiff::Timestamp>, Error> {
-    let Some(mc) = mc.filter(|m| marked(m, PRE_CREATED, task)) else {
-        return Ok(None);
-    };
-    if let Some(at) = mc
-        .annotations()
-        .get(RELEASED_AT)
-        .and_then(|v| v.parse::<jiff::Timestamp>().ok())
-    {
-        return Ok(Some(at));
-    }
-    let now = jiff::Timestamp::now();
-    patch_cluster(
-        ctx,
-        cluster,
-        json!({"metadata": {"annotations": {RELEASED_AT: now.to_string()}}}),
-    )
-    .await?;
-    Ok(Some(now))
-}
-
 /// Where a CSR stands, for [`admission::approve`].
 pub(super) fn csr_decision(csr: &CertificateSigningRequest) -> admission::Decision {
     let conditions = csr
@@ -97,11 +68,7 @@ pub(super) enum Approval {
     LetThrough,
 }
 
-pub(super) async fn approve_csr(
-    ctx: &Ctx,
-    csr: &CertificateSigningRequest,
-    why: Approval,
-) -> Result<(), Error> {
+pub(super) async fn approve_csr(ctx: &Ctx, csr: &str, why: Approval) -> Result<(), Error> {
     let message = match why {
         Approval::Expected => "the cluster is expected by a migration to this hub",
         Approval::LetThrough => {
@@ -114,15 +81,21 @@ pub(super) async fn approve_csr(
     let body = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "ApprovedByClusterMigration", "message": message, "lastUpdateTime": now}]}});
     let api: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
     ignore_not_found(
-        api.patch_approval(
-            &csr.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&body),
-        )
-        .await,
+        api.patch_approval(csr, &PatchParams::default(), &Patch::Merge(&body))
+            .await,
     )
-    .map_err(ctx_err(format!("approving CSR {}", csr.name_any())))?;
-    tracing::info!(csr = %csr.name_any(), ?why, "migration CSR approved");
+    .map_err(ctx_err(format!("approving CSR {csr}")))?;
+    ctx.metrics
+        .csrs_approved
+        .get_or_create(&crate::metrics::ReasonLabels {
+            reason: match why {
+                Approval::Expected => "expected",
+                Approval::LetThrough => "let_through",
+            }
+            .into(),
+        })
+        .inc();
+    tracing::info!(%csr, ?why, "migration CSR approved");
     Ok(())
 }
 
@@ -254,86 +227,40 @@ pub(super) async fn target_register(
     let registering = task.spec.stage == TaskStage::Registering;
     let released: BTreeSet<&String> = task.spec.released.iter().flatten().collect();
     let acm_target = klusterlet_config_shape(&ctx.client).await? != "None";
+    let settles = plain(task) || !acm_target;
+    if registering {
+        count_refused(ctx, task, names);
+    }
     let mut states = Vec::with_capacity(names.len());
     for (index, name) in names.iter().enumerate() {
+        let mc = get(&ctx.clusters, None, name);
         // Only the cluster's own bootstrap identity may ask for its certificate.
-        let user = task.spec.bootstrap_user_at(index).unwrap_or_default();
-        let mut mc = get(&ctx.clusters, None, name);
-        if mc.is_none() {
-            precreate(ctx, task, name).await?;
-            mc = get(&ctx.clusters, None, name);
-        }
-        let state = match &mc {
-            Some(m) if !marked(m, PRE_CREATED, task) && !marked(m, MIGRATING, task) => {
-                ClusterState::Refused
-            }
-            Some(m) => target_state(Some(m)),
-            None => ClusterState::Created,
-        };
-        // A cluster counts as registered only once nothing ties it to the migration's
-        // bootstrap identity any more (its token is revoked in cleanup): on an ACM hub, once
-        // this hub's import has taken over its klusterlet (its own bootstrap kubeconfig on the
-        // cluster); on a plain OCM hub, once its Klusterlet is settled here.
-        let state = if state != ClusterState::Available {
-            state
-        } else if (plain(task) || !acm_target) && !klusterlet_settle(ctx, task, name).await? {
-            // The Klusterlet's own settings back (what the source changed) and, on a plain
-            // OCM hub, this hub's own bootstrap kubeconfig.
-            ClusterState::Joined
-        } else if acm_target && !import_took_over(&ctx.works, name) {
-            ClusterState::Joined
+        let csrs = if registering {
+            own_csrs(ctx, task, index, name)
         } else {
-            state
+            Vec::new()
         };
-        if registering && !user.is_empty() {
-            let csrs: Vec<Arc<CertificateSigningRequest>> = ctx
-                .csrs
-                .state()
-                .into_iter()
-                .filter(|c| expected_csr(c, &user, name))
-                .collect();
-            let seen: Vec<(String, jiff::Timestamp, admission::Decision)> = csrs
-                .iter()
-                .map(|c| {
-                    let created = c
-                        .metadata
-                        .creation_timestamp
-                        .as_ref()
-                        .map_or(jiff::Timestamp::UNIX_EPOCH, |t| t.0);
-                    (c.name_any(), created, csr_decision(c))
-                })
-                .collect();
-            let requests: Vec<admission::Request> = seen
-                .iter()
-                .map(|(n, created, decision)| admission::Request {
-                    name: n,
-                    created: *created,
-                    decision: *decision,
-                })
-                .collect();
-            let released_at = if released.contains(name) {
-                released_at(ctx, task, name, mc.as_deref()).await?
-            } else {
-                None
-            };
-            let pick = admission::approve(
-                released_at,
-                target_state(mc.as_deref()),
-                &requests,
-                jiff::Timestamp::now(),
-            );
-            if let Some(csr) = pick.and_then(|p| csrs.iter().find(|c| c.name_any() == p)) {
-                approve_csr(ctx, csr, Approval::Expected).await?;
-            }
-        }
-        if registering
-            && matches!(
-                state,
-                ClusterState::Joined | ClusterState::Available | ClusterState::Created
-            )
-        {
-            carry_addons(ctx, task, name).await?;
-        }
+        let requests: Vec<admission::Request> = csrs
+            .iter()
+            .map(|(n, created, decision)| admission::Request {
+                name: n,
+                created: *created,
+                decision: *decision,
+            })
+            .collect();
+        let seen = Arriving {
+            mc: mc.as_deref(),
+            registering,
+            released: released.contains(name),
+            settles,
+            settled: settles && klusterlet_done(ctx, task, name, false),
+            acm_target,
+            import_took_over: acm_target && import_took_over(&ctx.works, name),
+            requests: &requests,
+            now: jiff::Timestamp::now(),
+        };
+        let (state, effects) = arrive(task, &seen);
+        apply(ctx, task, name, effects).await?;
         states.push(state);
     }
     let registered = states
@@ -355,76 +282,79 @@ pub(super) async fn target_register(
     })
 }
 
-/// Lets go of the clusters of the task's rollback list that did not arrive: their
-/// ManagedCluster here stops accepting them (a klusterlet connected here restarts and goes
-/// back; none chooses this hub any more), and a klusterlet that already chose this hub and
-/// waits for its bootstrap CSR gets it approved ([`Approval::LetThrough`]) instead of being
-/// left waiting forever. The refused ManagedCluster stays (deleting it would make this hub a
-/// valid choice again) until `remove` (Cleaning, when every such cluster is back on its
-/// source), and the bootstrap identity keeps its rights until then, so a bootstrapping
-/// klusterlet can still see its CSR approved.
+/// Counts (once each, in the metrics) the undecided CSRs filed with one of the task's
+/// bootstrap identities that no cluster's own expectation admits ([`expected_csr`]): one
+/// cluster's token used for another, or a request for another identity. They are never
+/// approved.
+fn count_refused(ctx: &Ctx, task: &MigrationTask, names: &[String]) {
+    let index: BTreeMap<&str, usize> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i))
+        .collect();
+    let users: BTreeSet<String> = (0..names.len())
+        .filter_map(|i| task.spec.bootstrap_user_at(i))
+        .collect();
+    for csr in ctx.csrs.state() {
+        let by_identity = csr
+            .spec
+            .username
+            .as_deref()
+            .is_some_and(|u| users.contains(u));
+        if !by_identity || csr_decision(&csr) != admission::Decision::Pending {
+            continue;
+        }
+        let admitted = csr.labels().get(CLUSTER_NAME).is_some_and(|cluster| {
+            index
+                .get(cluster.as_str())
+                .and_then(|i| task.spec.bootstrap_user_at(*i))
+                .is_some_and(|user| expected_csr(&csr, &user, cluster))
+        });
+        if !admitted {
+            ctx.metrics.refused(&csr.name_any());
+        }
+    }
+}
+
+/// The bootstrap CSRs of the cluster at `index` filed by its own bootstrap identity: name,
+/// creation time and where each stands.
+fn own_csrs(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    index: usize,
+    cluster: &str,
+) -> Vec<(String, jiff::Timestamp, admission::Decision)> {
+    let Some(user) = task.spec.bootstrap_user_at(index) else {
+        return Vec::new();
+    };
+    ctx.csrs
+        .state()
+        .iter()
+        .filter(|c| expected_csr(c, &user, cluster))
+        .map(|c| {
+            let created = c
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(jiff::Timestamp::UNIX_EPOCH, |t| t.0);
+            (c.name_any(), created, csr_decision(c))
+        })
+        .collect()
+}
+
+/// Lets go of the clusters of the task's rollback list that did not arrive ([`let_back`]).
 pub(super) async fn target_rollback(
     ctx: &Ctx,
     task: &MigrationTask,
     names: &[String],
-    remove: bool,
 ) -> Result<Report, Error> {
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
-    let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
     let mut states = Vec::with_capacity(names.len());
     for (index, name) in names.iter().enumerate() {
-        let user = task.spec.bootstrap_user_at(index).unwrap_or_default();
-        let mc = get(&ctx.clusters, None, name);
-        if !rollback.contains(name) {
-            states.push(target_state(mc.as_deref()));
-            continue;
-        }
-        let Some(m) = mc else {
-            states.push(ClusterState::RolledBack);
-            continue;
-        };
-        if target_state(Some(&m)) == ClusterState::Available {
-            states.push(ClusterState::Available);
-            continue;
-        }
-        // Only what this migration created (or a klusterlet made while switching, which never
-        // got in) is touched.
-        let ours = marked(&m, PRE_CREATED, task) || !m.spec.hub_accepts_client;
-        if !ours {
-            states.push(ClusterState::RolledBack);
-            continue;
-        }
-        let pending: Vec<Arc<CertificateSigningRequest>> = ctx
-            .csrs
-            .state()
-            .into_iter()
-            .filter(|c| !csr_decided(c) && expected_csr(c, &user, name))
-            .collect();
-        for csr in &pending {
-            approve_csr(ctx, csr, Approval::LetThrough).await?;
-        }
-        let accepted = m.spec.hub_accepts_client;
-        if accepted {
-            patch_cluster(ctx, name, json!({"spec": {"hubAcceptsClient": false}})).await?;
-            tracing::info!(cluster = %name, "no longer accepted here (rollback)");
-        }
-        let gone = if remove && !accepted && pending.is_empty() {
-            if m.metadata.deletion_timestamp.is_none() {
-                ignore_not_found(api.delete(name, &DeleteParams::default()).await).map_err(
-                    ctx_err(format!("removing pre-created ManagedCluster {name}")),
-                )?;
-                tracing::info!(cluster = %name, "removed pre-created ManagedCluster");
-            }
-            // The cluster went back: nothing here will finish the works of its namespace.
-            release_works(ctx, name).await?;
-            false
+        states.push(if rollback.contains(name) {
+            target_let_back(ctx, task, index, name, false).await?
         } else {
-            !remove
-        };
-        states.push(if gone && !accepted && pending.is_empty() {
-            ClusterState::RolledBack
-        } else {
-            ClusterState::RollingBack
+            target_state(get(&ctx.clusters, None, name).as_deref())
         });
     }
     Ok(rollback_report(
@@ -433,6 +363,30 @@ pub(super) async fn target_rollback(
         &rollback,
         "clusters rolled back on this hub",
     ))
+}
+
+/// Observes, decides ([`let_back`]) and acts for one cluster the target lets go back.
+async fn target_let_back(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    index: usize,
+    name: &str,
+    remove: bool,
+) -> Result<ClusterState, Error> {
+    let mc = get(&ctx.clusters, None, name);
+    let pending = own_csrs(ctx, task, index, name)
+        .into_iter()
+        .filter(|(_, _, d)| *d == admission::Decision::Pending)
+        .map(|(n, _, _)| n)
+        .collect();
+    let seen = Leaving {
+        mc: mc.as_deref(),
+        pending,
+        remove,
+    };
+    let (state, effects) = let_back(task, &seen);
+    apply(ctx, task, name, effects).await?;
+    Ok(state)
 }
 
 /// A rollback stage's report: done once every cluster to roll back is rolled back (or arrived,
@@ -479,38 +433,35 @@ pub(super) async fn target_clean(
     names: &[String],
 ) -> Result<Report, Error> {
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
-    // The rollback again: a hub that was unreachable while the migration rolled back removes
-    // its pre-created copies now (a no-op where the rollback already ran here).
-    let rolled = target_rollback(ctx, task, names, true).await?;
     let settles = plain(task) || klusterlet_config_shape(&ctx.client).await? == "None";
     let mut states = Vec::with_capacity(names.len());
     let mut works_left = 0;
-    for (name, rolled_state) in names.iter().zip(rolled.states) {
+    for (index, name) in names.iter().enumerate() {
         let mc = get(&ctx.clusters, None, name);
         if settles && !target_work_removed(ctx, task, name, mc.as_deref()).await? {
             works_left += 1;
         }
+        // The rollback again: a hub that was unreachable while the migration rolled back
+        // removes its pre-created copies now (a no-op where the rollback already ran here).
         if rollback.contains(name) {
-            states.push(rolled_state);
+            states.push(target_let_back(ctx, task, index, name, true).await?);
             continue;
         }
-        if let Some(m) = &mc
-            && (m.annotations().contains_key(PRE_CREATED)
-                || m.annotations().contains_key(MIGRATING)
-                || m.annotations().contains_key(RELEASED_AT))
-        {
-            patch_cluster(ctx, name, json!({"metadata": {"annotations": {PRE_CREATED: Value::Null, MIGRATING: Value::Null, RELEASED_AT: Value::Null}}})).await?;
-        }
+        apply(ctx, task, name, unmark(mc.as_deref())).await?;
         states.push(target_state(mc.as_deref()));
     }
     let done = rollback_done(names, &states, &rollback) && works_left == 0;
+    let back = states
+        .iter()
+        .filter(|s| **s == ClusterState::RolledBack)
+        .count();
     Ok(Report {
         message: if done {
             "migration annotations removed".into()
         } else if works_left > 0 {
             format!("removing the klusterlet works of {works_left} clusters")
         } else {
-            rolled.message
+            format!("{back} clusters rolled back on this hub")
         },
         state: StageState::done_if(done),
         states,

@@ -180,3 +180,347 @@ fn cleaning_detaches_only_what_the_manager_names_and_only_once() {
     // Arrived but not confirmed by the target: left exactly as it is.
     assert_eq!(let_go(false, Some(&present)), (Switching, vec![]));
 }
+
+/// `c1` in flight for migration `k1` as `register` leaves it: the annotations applied.
+fn in_flight_cluster(config: Option<&str>, freeze: bool, accepted: bool) -> ManagedCluster {
+    let changes = flight::in_flight(&BTreeMap::new(), "k1", config, false, freeze);
+    let annotations: Vec<(&str, &str)> = changes
+        .iter()
+        .filter_map(|(k, v)| Some((*k, v.as_deref()?)))
+        .collect();
+    cluster_with(&annotations, accepted, false)
+}
+
+fn source_task(delivery: BootstrapDelivery) -> MigrationTask {
+    let mut task = task_with_key("k1");
+    task.spec.clusters = vec!["c1".into()];
+    task.spec.delivery = Some(delivery);
+    task
+}
+
+#[test]
+fn registering_on_the_source_marks_clusters_then_refuses_the_released() {
+    use BootstrapDelivery::*;
+    use ClusterState::*;
+    let fresh = cluster_with(&[], true, true);
+    let seen = |task: &MigrationTask, mc: &ManagedCluster, release: bool, delivered: bool| {
+        let config = selected_config(task, 0, release);
+        let seen = Registering {
+            mc,
+            release,
+            config: config.as_deref(),
+            derived_ready: true,
+            switched: false,
+            delivered,
+        };
+        register(task, &seen)
+    };
+    let kinds = |effects: &[Effect]| -> Vec<&'static str> {
+        effects
+            .iter()
+            .map(|e| match e {
+                Effect::Patch(_) => "patch",
+                Effect::Refuse(..) => "refuse",
+                Effect::Switch => "switch",
+                _ => "other",
+            })
+            .collect()
+    };
+    let acm = source_task(KlusterletConfig);
+    // Not released: marked in flight, selecting the migration's KlusterletConfig, and Ready
+    // once its klusterlet work carries the target's bootstrap kubeconfig.
+    let (state, effects) = seen(&acm, &fresh, false, false);
+    assert_eq!((state, kinds(&effects)), (Waiting, vec!["patch"]));
+    let Effect::Patch(p) = &effects[0] else {
+        unreachable!()
+    };
+    assert_eq!(
+        p["metadata"]["annotations"][KLUSTERLET_CONFIG],
+        "migration-k1"
+    );
+    assert_eq!(p["metadata"]["annotations"][MIGRATING], "k1");
+    let marked = in_flight_cluster(Some("migration-k1"), false, true);
+    assert_eq!(seen(&acm, &marked, false, true), (Ready, vec![]));
+    // Released: refused here (and frozen against auto-import) in one patch; once refused,
+    // nothing more.
+    let (state, effects) = seen(&acm, &marked, true, true);
+    assert_eq!((state, kinds(&effects)), (Switching, vec!["refuse"]));
+    let Effect::Refuse(p, _) = &effects[0] else {
+        unreachable!()
+    };
+    assert_eq!(p["spec"]["hubAcceptsClient"], false);
+    assert_eq!(p["metadata"]["annotations"][DISABLE_AUTO_IMPORT], "true");
+    let refused = in_flight_cluster(Some("migration-k1"), true, false);
+    assert_eq!(seen(&acm, &refused, true, true), (Switching, vec![]));
+    // Held: made ready like the others, but stays.
+    let mut held = marked.clone();
+    held.annotations_mut()
+        .insert(BLOCK_MOVE.into(), "true".into());
+    assert_eq!(seen(&acm, &held, false, true), (Blocked, vec![]));
+    // Its own KlusterletConfig's derived copy not in place yet: it waits, untouched.
+    let waiting = Registering {
+        mc: &fresh,
+        release: false,
+        config: Some("migration-k1"),
+        derived_ready: false,
+        switched: false,
+        delivered: false,
+    };
+    assert_eq!(register(&acm, &waiting), (Waiting, vec![]));
+    // The older shape: no KlusterletConfig before release, and refused only once its
+    // klusterlet has the target's bootstrap kubeconfig.
+    let legacy = source_task(LegacyKlusterletConfig);
+    assert_eq!(selected_config(&legacy, 0, false), None);
+    let before = in_flight_cluster(None, false, true);
+    assert_eq!(seen(&legacy, &before, false, false), (Ready, vec![]));
+    let (state, effects) = seen(&legacy, &before, true, false);
+    assert_eq!((state, kinds(&effects)), (Switching, vec!["patch"]));
+    let (_, effects) = seen(&legacy, &before, true, true);
+    assert_eq!(kinds(&effects), vec!["refuse"]);
+    // Plain OCM: the klusterlet work switches it, Ready once applied; a held one is switched
+    // too.
+    let plain = source_task(ManifestWork);
+    let unmarked_plain = in_flight_cluster(None, false, true);
+    assert_eq!(
+        seen(&plain, &unmarked_plain, false, false),
+        (Waiting, vec![Effect::Switch])
+    );
+    let switched = Registering {
+        mc: &unmarked_plain,
+        release: false,
+        config: None,
+        derived_ready: true,
+        switched: true,
+        delivered: false,
+    };
+    assert_eq!(register(&plain, &switched), (Ready, vec![Effect::Switch]));
+    let mut held_plain = unmarked_plain.clone();
+    held_plain
+        .annotations_mut()
+        .insert(BLOCK_MOVE.into(), "true".into());
+    assert_eq!(
+        seen(&plain, &held_plain, false, false),
+        (Blocked, vec![Effect::Switch])
+    );
+}
+
+/// A ManagedCluster on the target with these annotations: accepted or not, joined, Available.
+fn target_cluster(
+    annotations: &[(&str, &str)],
+    accepted: bool,
+    joined: bool,
+    up: bool,
+) -> ManagedCluster {
+    let cond = |t: &str, on: bool| {
+        json!({"type": t, "status": if on { "True" } else { "Unknown" }, "reason": "r",
+               "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    };
+    serde_json::from_value(json!({
+        "metadata": {"name": "c1", "annotations": annotations.iter().cloned().collect::<BTreeMap<_, _>>()},
+        "spec": {"hubAcceptsClient": accepted},
+        "status": {"conditions": [cond(JOINED, joined), cond(CLUSTER_AVAILABLE, up)]}
+    }))
+    .unwrap()
+}
+
+fn at(t: &str) -> jiff::Timestamp {
+    t.parse().unwrap()
+}
+
+#[test]
+fn the_target_admits_a_cluster_only_once_released_and_registers_it_once_settled() {
+    use ClusterState::*;
+    let mut task = task_with_key("k1");
+    task.spec.role = MigrationRole::Target;
+    let now = at("2026-01-01T00:10:00Z");
+    let requests = [admission::Request {
+        name: "csr-1",
+        created: at("2026-01-01T00:06:00Z"),
+        decision: admission::Decision::Pending,
+    }];
+    let base = |mc| Arriving {
+        mc,
+        registering: true,
+        released: true,
+        settles: false,
+        settled: false,
+        acm_target: true,
+        import_took_over: true,
+        requests: &requests,
+        now,
+    };
+    // Missing: pre-created (its addons follow once its namespace is there).
+    assert_eq!(
+        arrive(&task, &base(None)),
+        (Created, vec![Effect::Precreate, Effect::CarryAddons])
+    );
+    let deploying = Arriving {
+        registering: false,
+        ..base(None)
+    };
+    assert_eq!(
+        arrive(&task, &deploying),
+        (Created, vec![Effect::Precreate])
+    );
+    // A ManagedCluster of that name this migration did not make: refused, no CSR approved.
+    let foreign = target_cluster(&[], true, false, false);
+    assert_eq!(arrive(&task, &base(Some(&foreign))), (Refused, vec![]));
+    // Pre-created and released, its release not yet recorded: recorded now, and a CSR filed
+    // before it is not approved.
+    let precreated = target_cluster(&[(PRE_CREATED, "k1")], true, false, false);
+    let (state, effects) = arrive(&task, &base(Some(&precreated)));
+    assert_eq!(state, Created);
+    assert_eq!(
+        effects,
+        vec![
+            Effect::Patch(
+                json!({"metadata": {"annotations": {RELEASED_AT: "2026-01-01T00:10:00Z"}}})
+            ),
+            Effect::CarryAddons
+        ]
+    );
+    // Released earlier: the CSR filed since is approved.
+    let released = target_cluster(
+        &[(PRE_CREATED, "k1"), (RELEASED_AT, "2026-01-01T00:05:00Z")],
+        true,
+        false,
+        false,
+    );
+    assert_eq!(
+        arrive(&task, &base(Some(&released))),
+        (
+            Created,
+            vec![
+                Effect::Approve("csr-1".into(), Approval::Expected),
+                Effect::CarryAddons
+            ]
+        )
+    );
+    // Not released: nothing approved.
+    let unreleased = Arriving {
+        released: false,
+        ..base(Some(&released))
+    };
+    assert_eq!(
+        arrive(&task, &unreleased),
+        (Created, vec![Effect::CarryAddons])
+    );
+    // Available, but on an ACM hub whose import has not taken over yet: Joined.
+    let up = target_cluster(&[(PRE_CREATED, "k1")], true, true, true);
+    let not_yet = Arriving {
+        import_took_over: false,
+        released: false,
+        ..base(Some(&up))
+    };
+    assert_eq!(arrive(&task, &not_yet), (Joined, vec![Effect::CarryAddons]));
+    assert_eq!(
+        arrive(
+            &task,
+            &Arriving {
+                released: false,
+                ..base(Some(&up))
+            }
+        ),
+        (Available, vec![Effect::CarryAddons])
+    );
+    // A plain hub settles the Klusterlet first.
+    let plain = Arriving {
+        settles: true,
+        acm_target: false,
+        released: false,
+        ..base(Some(&up))
+    };
+    assert_eq!(
+        arrive(&task, &plain),
+        (Joined, vec![Effect::Settle, Effect::CarryAddons])
+    );
+    let settled = Arriving {
+        settled: true,
+        ..plain.clone()
+    };
+    assert_eq!(
+        arrive(&task, &settled),
+        (Available, vec![Effect::CarryAddons])
+    );
+}
+
+#[test]
+fn rolling_back_on_the_target_refuses_and_lets_a_waiting_klusterlet_through() {
+    use ClusterState::*;
+    let mut task = task_with_key("k1");
+    task.spec.role = MigrationRole::Target;
+    let seen = |mc, pending: &[&str], remove| Leaving {
+        mc,
+        pending: pending.iter().map(|p| (*p).to_owned()).collect(),
+        remove,
+    };
+    assert_eq!(
+        let_back(&task, &seen(None, &[], false)),
+        (RolledBack, vec![])
+    );
+    // Arrived: stays.
+    let up = target_cluster(&[(PRE_CREATED, "k1")], true, true, true);
+    assert_eq!(
+        let_back(&task, &seen(Some(&up), &[], true)),
+        (Available, vec![])
+    );
+    // Not this migration's and accepted: untouched.
+    let foreign = target_cluster(&[], true, false, false);
+    assert_eq!(
+        let_back(&task, &seen(Some(&foreign), &["csr-1"], true)),
+        (RolledBack, vec![])
+    );
+    // Ours, still accepted, a klusterlet waiting for its CSR: approved through, refused.
+    let ours = target_cluster(&[(PRE_CREATED, "k1")], true, false, false);
+    let (state, effects) = let_back(&task, &seen(Some(&ours), &["csr-1"], false));
+    assert_eq!(state, RollingBack);
+    assert_eq!(
+        effects[0],
+        Effect::Approve("csr-1".into(), Approval::LetThrough)
+    );
+    assert!(
+        matches!(&effects[1], Effect::Refuse(p, _) if p["spec"]["hubAcceptsClient"] == false),
+        "{effects:?}"
+    );
+    // Refused and quiet: rolled back; in Cleaning the copy goes, then it is rolled back once
+    // gone. A copy a klusterlet made while switching (refused, unmarked) counts as ours.
+    let refused = target_cluster(&[(PRE_CREATED, "k1")], false, false, false);
+    assert_eq!(
+        let_back(&task, &seen(Some(&refused), &[], false)),
+        (RolledBack, vec![])
+    );
+    assert_eq!(
+        let_back(&task, &seen(Some(&refused), &[], true)),
+        (RollingBack, vec![Effect::RemoveCopy, Effect::ReleaseWorks])
+    );
+    let made_by_klusterlet = target_cluster(&[], false, false, false);
+    assert_eq!(
+        let_back(&task, &seen(Some(&made_by_klusterlet), &[], true)),
+        (RollingBack, vec![Effect::RemoveCopy, Effect::ReleaseWorks])
+    );
+    let mut going = refused.clone();
+    going.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        at("2026-01-01T00:00:00Z"),
+    ));
+    assert_eq!(
+        let_back(&task, &seen(Some(&going), &[], true)),
+        (RollingBack, vec![Effect::ReleaseWorks])
+    );
+    // A CSR still waiting holds the removal.
+    assert_eq!(
+        let_back(&task, &seen(Some(&refused), &["csr-2"], true)),
+        (
+            RollingBack,
+            vec![Effect::Approve("csr-2".into(), Approval::LetThrough)]
+        )
+    );
+    // Cleanup of a cluster that stays: its marks go, once.
+    assert_eq!(
+        unmark(Some(&up)),
+        vec![Effect::Patch(
+            json!({"metadata": {"annotations": {PRE_CREATED: null, MIGRATING: null, RELEASED_AT: null}}})
+        )]
+    );
+    assert_eq!(unmark(Some(&foreign)), vec![]);
+    assert_eq!(unmark(None), vec![]);
+}

@@ -40,7 +40,7 @@ use migration_api::ocm::cluster::{ManagedCluster, PlacementDecision};
 use migration_api::ocm::work::{ManifestWork, feedback_value};
 use serde_json::{Value, json};
 
-use migration_api::runtime::{ApiError, Context, ignore_not_found};
+use migration_api::runtime::{ApiError, Context, apply_status_if_changed, ignore_not_found};
 
 mod deploy;
 mod hub;
@@ -76,6 +76,7 @@ pub enum Error {
 /// Settings of the addon controller.
 #[derive(Clone, Debug)]
 pub struct Config {
+    pub metrics: crate::metrics::Metrics,
     pub defaults: Defaults,
     /// Agent versions this manager can deploy.
     pub supported_versions: Vec<String>,
@@ -366,6 +367,15 @@ struct Desired {
 }
 
 async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let started = std::time::Instant::now();
+    let result = reconcile_one(cma, &ctx).await;
+    ctx.cfg
+        .metrics
+        .reconciled("addon", started.elapsed(), result.is_ok());
+    result
+}
+
+async fn reconcile_one(cma: Arc<ClusterManagementAddOn>, ctx: &Ctx) -> Result<Action, Error> {
     let c = &ctx.client;
     let addon = &ctx.cfg.defaults.addon_name;
     let placements = install_placements(c, &cma).await?;
@@ -374,6 +384,16 @@ async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Ac
         .await
         .ctx(|| "listing ManagedClusterAddOns".into())?
         .items;
+    ctx.cfg.metrics.hubs_seen(
+        mcas.iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+            .map(|m| {
+                (
+                    annotation(m, ann::AGENT_VERSION).unwrap_or("none"),
+                    status::hub_state(m),
+                )
+            }),
+    );
     // Addons it creates or deletes here come back as watch events and the next reconcile.
     sync_placement_addons(c, addon, &placements, &mcas).await?;
     let default_config = cma
@@ -395,7 +415,7 @@ async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Ac
         let config = adc_ref(mca.spec.configs.as_ref())
             .or_else(|| placement.and_then(|i| placements[i].config.clone()))
             .or_else(|| default_config.clone());
-        desired.insert(hub, resolve(&ctx, config, placement).await?);
+        desired.insert(hub, resolve(ctx, config, placement).await?);
     }
     // Rollout decisions per placement.
     let mut allowed: HashMap<String, bool> = HashMap::new();
@@ -420,11 +440,11 @@ async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Ac
         let hub = mca.namespace().unwrap_or_default();
         let Some(d) = desired.get(&hub) else { continue };
         let result = if mca.metadata.deletion_timestamp.is_some() {
-            remove(&ctx, mca, d).await
+            remove(ctx, mca, d).await
         } else {
             let may_start = allowed.get(&hub).copied().unwrap_or(true);
             let deadline = deadline_of(d);
-            reconcile_hub(&ctx, mca, d, may_start, deadline).await
+            reconcile_hub(ctx, mca, d, may_start, deadline).await
         };
         match result {
             Ok(Some(after)) => sooner(&mut requeue, after),
@@ -435,7 +455,7 @@ async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Ac
             }
         }
     }
-    write_progressions(&ctx, &cma, &progressions).await?;
+    write_progressions(ctx, &cma, &progressions).await?;
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 

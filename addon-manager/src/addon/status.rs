@@ -92,19 +92,13 @@ pub(super) async fn write_status(
             }
         })
     });
-    if same {
-        return Ok(());
-    }
-    Api::<ManagedClusterAddOn>::namespaced(ctx.client.clone(), &hub)
-        .patch_status(
-            &addon,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(json!({
-                "apiVersion": MCA_API_VERSION, "kind": "ManagedClusterAddOn",
-                "metadata": {"name": addon, "namespace": hub},
-                "status": status,
-            })),
-        )
+    let body = json!({
+        "apiVersion": MCA_API_VERSION, "kind": "ManagedClusterAddOn",
+        "metadata": {"name": addon, "namespace": hub},
+        "status": status,
+    });
+    let api = Api::<ManagedClusterAddOn>::namespaced(ctx.client.clone(), &hub);
+    apply_status_if_changed(&api, FIELD_MANAGER, &addon, &body, !same)
         .await
         .ctx(|| format!("writing the status of {hub}/{addon}"))?;
     Ok(())
@@ -164,22 +158,22 @@ pub(super) async fn write_progressions(
         }
         v
     };
-    if strip(&now) == strip(&want) {
-        return Ok(());
-    }
     let name = cma.name_any();
-    Api::<ClusterManagementAddOn>::all(ctx.client.clone())
-        .patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(json!({
-                "apiVersion": MCA_API_VERSION, "kind": "ClusterManagementAddOn",
-                "metadata": {"name": name},
-                "status": {"installProgressions": out},
-            })),
-        )
-        .await
-        .ctx(|| format!("writing the status of ClusterManagementAddOn {name}"))?;
+    let body = json!({
+        "apiVersion": MCA_API_VERSION, "kind": "ClusterManagementAddOn",
+        "metadata": {"name": name},
+        "status": {"installProgressions": out},
+    });
+    let api = Api::<ClusterManagementAddOn>::all(ctx.client.clone());
+    apply_status_if_changed(
+        &api,
+        FIELD_MANAGER,
+        &name,
+        &body,
+        strip(&now) != strip(&want),
+    )
+    .await
+    .ctx(|| format!("writing the status of ClusterManagementAddOn {name}"))?;
     Ok(())
 }
 
@@ -192,4 +186,63 @@ pub(super) fn own_conditions(mca: &ManagedClusterAddOn) -> Vec<Condition> {
         .unwrap_or_default();
     conds.retain(|c| OWN_CONDITIONS.contains(&c.type_.as_str()));
     conds
+}
+
+/// How a hub's agent stands, for the metrics: `rolled_back` (a version failed and the hub runs
+/// the last good one again), `degraded`, `upgrading` (a version rolling out), or `available`.
+pub(crate) fn hub_state(mca: &ManagedClusterAddOn) -> &'static str {
+    let version = annotation(mca, ann::AGENT_VERSION);
+    let last_good = annotation(mca, ann::AGENT_LAST_GOOD_VERSION);
+    let degraded = mca
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .is_some_and(|c| condition_is_true(c, DEGRADED));
+    if annotation(mca, ann::AGENT_FAILED_VERSION).is_some() && version == last_good {
+        "rolled_back"
+    } else if degraded {
+        "degraded"
+    } else if version != last_good {
+        "upgrading"
+    } else {
+        "available"
+    }
+}
+
+#[cfg(test)]
+mod hub_state_tests {
+    use super::*;
+
+    fn mca(annotations: &[(&str, &str)], degraded: bool) -> ManagedClusterAddOn {
+        serde_json::from_value(json!({
+            "metadata": {"name": "cluster-migration", "namespace": "hub1",
+                         "annotations": annotations.iter().cloned().collect::<BTreeMap<_, _>>()},
+            "spec": {},
+            "status": {"conditions": [{"type": DEGRADED, "status": if degraded { "True" } else { "False" },
+                "reason": "r", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_hubs_state_follows_its_rollout_annotations() {
+        let v = ann::AGENT_VERSION;
+        let good = ann::AGENT_LAST_GOOD_VERSION;
+        let failed = ann::AGENT_FAILED_VERSION;
+        assert_eq!(
+            hub_state(&mca(&[(v, "1"), (good, "1")], false)),
+            "available"
+        );
+        assert_eq!(
+            hub_state(&mca(&[(v, "2"), (good, "1")], false)),
+            "upgrading"
+        );
+        assert_eq!(hub_state(&mca(&[(v, "2"), (good, "1")], true)), "degraded");
+        assert_eq!(
+            hub_state(&mca(&[(v, "1"), (good, "1"), (failed, "2")], true)),
+            "rolled_back"
+        );
+        // Never installed yet: upgrading toward its first version.
+        assert_eq!(hub_state(&mca(&[(v, "1")], false)), "upgrading");
+    }
 }

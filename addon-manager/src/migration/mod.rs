@@ -97,12 +97,15 @@ const PLAN_CLUSTER_OBJECTS: usize = 50;
 pub struct Config {
     /// Name of the addon whose agents carry out migrations.
     pub addon_name: String,
+    pub metrics: crate::metrics::Metrics,
 }
 
 struct Ctx {
     client: Client,
     config: Config,
     recorder: Recorder,
+    /// Every migration, as the controller sees them (for the metrics).
+    migrations: kube::runtime::reflector::Store<ManagedClusterMigration>,
 }
 
 /// Why a reconcile failed (it is retried).
@@ -135,6 +138,7 @@ pub async fn run(
         client: client.clone(),
         config,
         recorder,
+        migrations: store.clone(),
     });
     controller
         .watches(
@@ -323,6 +327,15 @@ impl Step {
 }
 
 async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let started = std::time::Instant::now();
+    let result = reconcile_one(mcm, &ctx).await;
+    let metrics = &ctx.config.metrics;
+    metrics.reconciled("migration", started.elapsed(), result.is_ok());
+    metrics.migrations_seen(ctx.migrations.state().iter().map(|m| &**m));
+    result
+}
+
+async fn reconcile_one(mcm: Arc<ManagedClusterMigration>, ctx: &Ctx) -> Result<Action, Error> {
     let deleting = mcm.metadata.deletion_timestamp.is_some();
     let current = phase(&mcm);
     let has_finalizer = mcm
@@ -330,7 +343,7 @@ async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<A
         .iter()
         .any(|f| f == finalizers::MIGRATION_CLEANUP);
     if !deleting && !current.is_terminal() && !has_finalizer {
-        set_finalizer(&ctx, &mcm, true).await?;
+        set_finalizer(ctx, &mcm, true).await?;
         return Ok(Action::await_change());
     }
     let mut step = Step {
@@ -345,22 +358,22 @@ async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<A
     }
     let m = migration_of(&mcm);
     let action = match step.status.phase.unwrap_or_default() {
-        MigrationPhase::Pending => pending(&ctx, &mcm, &mut step).await?,
-        MigrationPhase::Validating => validating(&ctx, &mcm, &m, &mut step).await?,
-        MigrationPhase::Initializing => initializing(&ctx, &mcm, &m, &mut step).await?,
-        MigrationPhase::Deploying => deploying(&ctx, &mcm, &m, &mut step).await?,
-        MigrationPhase::Registering => registering(&ctx, &mcm, &m, &mut step).await?,
-        MigrationPhase::Rollbacking => rollbacking(&ctx, &mcm, &m, &mut step).await?,
-        MigrationPhase::Cleaning => cleaning(&ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Pending => pending(ctx, &mcm, &mut step).await?,
+        MigrationPhase::Validating => validating(ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Initializing => initializing(ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Deploying => deploying(ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Registering => registering(ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Rollbacking => rollbacking(ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Cleaning => cleaning(ctx, &mcm, &m, &mut step).await?,
         MigrationPhase::Completed | MigrationPhase::Failed => {
-            let clean = remove_everything(&ctx, &m).await?;
+            let clean = remove_everything(ctx, &m).await?;
             if clean && has_finalizer && step.status == mcm.status.clone().unwrap_or_default() {
-                set_finalizer(&ctx, &mcm, false).await?;
+                set_finalizer(ctx, &mcm, false).await?;
             }
             Action::await_change()
         }
     };
-    write_status(&ctx, &mcm, step).await?;
+    write_status(ctx, &mcm, step).await?;
     Ok(action)
 }
 
@@ -493,6 +506,9 @@ async fn write_status(ctx: &Ctx, mcm: &ManagedClusterMigration, step: Step) -> R
     .map_err(ctx_err("writing the migration's status"))?;
     if written == StatusWrite::Stale {
         return Ok(());
+    }
+    if let Some(before) = &mcm.status {
+        ctx.config.metrics.transitioned(before, &step.status);
     }
     for (type_, reason, note) in step.events.iter().take(25) {
         let ev = Event {

@@ -41,3 +41,12 @@ app.kubernetes.io/component: addon-manager
 {{- .Chart.AppVersion -}}
 {{- end -}}
 {{- end -}}
+
+{{/* A duration of whole seconds, minutes or hours (30s, 10m, 1h) in seconds. */}}
+{{- define "cma.seconds" -}}
+{{- $d := toString . -}}
+{{- if hasSuffix "h" $d -}}{{ mul (trimSuffix "h" $d | int) 3600 }}
+{{- else if hasSuffix "m" $d -}}{{ mul (trimSuffix "m" $d | int) 60 }}
+{{- else -}}{{ trimSuffix "s" $d | int }}
+{{- end -}}
+{{- end -}}

@@ -156,7 +156,40 @@ fn the_charts_crds_are_the_manifests_crds() {
 #[test]
 fn helm_lint_passes_without_warnings() {
     let sdk = sdk_or_skip!();
-    let result = helm(&sdk, &["lint", &chart().to_string_lossy()]).unwrap();
+    lint_clean(&sdk, &chart());
+}
+
+/// Lint renders the templates with the chart's values: a copy of the chart whose values switch
+/// the monitoring on gets its ServiceMonitor, PrometheusRule and dashboard linted too.
+#[test]
+fn helm_lint_passes_with_the_monitoring_on() {
+    let sdk = sdk_or_skip!();
+    let copy = tempfile::tempdir().unwrap();
+    let dest = copy.path().join("cluster-migration-addon");
+    copy_dir(&chart(), &dest);
+    let values_path = dest.join("values.yaml");
+    let mut values: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&values_path).unwrap()).unwrap();
+    values["metrics"] = serde_yaml::to_value(&*MONITORING_ON).unwrap();
+    std::fs::write(&values_path, serde_yaml::to_string(&values).unwrap()).unwrap();
+    lint_clean(&sdk, &dest);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Lints `chart`: no error, no warning.
+fn lint_clean(sdk: &Path, chart: &Path) {
+    let result = helm(sdk, &["lint", &chart.to_string_lossy()]).unwrap();
     assert!(result["Errors"].is_null(), "lint errors: {result}");
     let messages = result["Messages"].as_array().cloned().unwrap_or_default();
     // Helm's severities: 1 info, 2 warning, 3 error.
@@ -167,6 +200,90 @@ fn helm_lint_passes_without_warnings() {
     assert!(serious.is_empty(), "lint warnings or errors: {serious:?}");
     for m in &messages {
         eprintln!("lint info: {m}");
+    }
+}
+
+/// The chart's monitoring switched on (ServiceMonitor, PrometheusRule, dashboard).
+static MONITORING_ON: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
+    json!({
+        "service": {"enabled": true, "port": 8080},
+        "serviceMonitor": {"enabled": true, "interval": "15s", "labels": {"release": "prometheus"}},
+        "prometheusRule": {"enabled": true, "stuckAfter": "2h", "rolloutStuckAfter": "30m"},
+        "dashboard": {"enabled": true},
+    })
+});
+
+/// A CustomResourceDefinition of the Prometheus Operator's (`monitoring.coreos.com/v1`), as
+/// much of it as an install needs.
+fn monitoring_crd(plural: &str, kind: &str) -> String {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.monitoring.coreos.com")},
+        "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                 "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    })
+    .to_string()
+}
+
+/// What the chart's monitoring installed: a ServiceMonitor on the metrics Service's port, the
+/// alerts (with the stuck threshold in seconds), and a dashboard whose every query names a
+/// metric of ours.
+fn check_monitoring(global_kc: &Path) {
+    let get = |kind: &str, name: &str| -> Value {
+        serde_json::from_str(&kubectl_ok(
+            global_kc,
+            &["get", kind, name, "-n", NS, "-o", "json"],
+            None,
+        ))
+        .unwrap()
+    };
+    let sm = get("servicemonitors.monitoring.coreos.com", RELEASE);
+    assert_eq!(sm["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "http-metrics");
+    assert_eq!(sm["spec"]["endpoints"][0]["interval"], "15s");
+    let service = get("service", &format!("{RELEASE}-metrics"));
+    assert_eq!(service["spec"]["ports"][0]["name"], "http-metrics");
+    let rule = get("prometheusrules.monitoring.coreos.com", RELEASE);
+    let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+    let alerts: Vec<&str> = rules.iter().filter_map(|r| r["alert"].as_str()).collect();
+    for alert in [
+        "ClusterMigrationStuck",
+        "ClusterMigrationFailed",
+        "ClusterMigrationAddonDegraded",
+        "ClusterMigrationAddonRolloutHalted",
+    ] {
+        assert!(alerts.contains(&alert), "{alert} in {alerts:?}");
+    }
+    let stuck = rules[0]["expr"].as_str().unwrap();
+    assert!(stuck.trim_end().ends_with("> 7200"), "{stuck}");
+    // Prometheus templates stay templates for Prometheus.
+    assert!(
+        rules[0]["annotations"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("{{ $labels.migration }}")
+    );
+    let dashboard = get("configmap", &format!("{RELEASE}-dashboard"));
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let json: Value = serde_json::from_str(
+        dashboard["data"]["cluster-migration-addon.json"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let panels = json["panels"].as_array().unwrap();
+    assert!(panels.len() >= 10, "{} panels", panels.len());
+    for p in panels {
+        let exprs = p["targets"].as_array().unwrap();
+        assert!(
+            exprs
+                .iter()
+                .all(|t| t["expr"].as_str().unwrap().contains("cluster_migration_")),
+            "{}",
+            p["title"]
+        );
     }
 }
 
@@ -438,7 +555,14 @@ async fn the_chart_installs_a_manager_that_works_with_exactly_its_rbac() {
     let missing: Vec<_> = asked.iter().filter(|a| !grants.contains(*a)).collect();
     assert!(missing.is_empty(), "used but not granted: {missing:#?}");
 
-    // Upgrade: a new value rolls the Deployment; uninstall removes the manager.
+    // Upgrade: a new value rolls the Deployment, and with the Prometheus Operator's CRDs on
+    // the hub the monitoring objects come on; uninstall removes the manager.
+    for crd in [
+        ("servicemonitors", "ServiceMonitor"),
+        ("prometheusrules", "PrometheusRule"),
+    ] {
+        kubectl_apply(&global_kc, &monitoring_crd(crd.0, crd.1));
+    }
     helm(
         &sdk,
         &[
@@ -447,11 +571,13 @@ async fn the_chart_installs_a_manager_that_works_with_exactly_its_rbac() {
             NS,
             RELEASE,
             &chart().to_string_lossy(),
-            &json!({"logFormat": "text", "logLevel": "debug", "defaultConfig": {"create": true}})
-                .to_string(),
+            &json!({"logFormat": "text", "logLevel": "debug", "defaultConfig": {"create": true},
+                    "metrics": MONITORING_ON.clone()})
+            .to_string(),
         ],
     )
     .unwrap_or_else(|e| panic!("helm upgrade: {e}"));
+    check_monitoring(&global_kc);
     let args = deployments
         .get(RELEASE)
         .await
