@@ -67,7 +67,7 @@ impl Metrics {
         );
         // Both reasons from the start (at 0), so that their rates are defined.
         for reason in ["expected", "let_through"] {
-            m.csrs_approved.get_or_create(&ReasonLabels {
+            let _series = m.csrs_approved.get_or_create(&ReasonLabels {
                 reason: reason.into(),
             });
         }

@@ -79,7 +79,11 @@ pub async fn run(
         .run(
             reconcile,
             |_, e: &kube::Error, _| {
-                tracing::warn!(error = %e, "csr approval failed; retrying");
+                if migration_api::runtime::is_conflict(e) {
+                    tracing::debug!(error = %e, "csr approval raced a change; retrying");
+                } else {
+                    tracing::warn!(error = %e, "csr approval failed; retrying");
+                }
                 Action::requeue(Duration::from_secs(2))
             },
             Arc::new(Ctx {

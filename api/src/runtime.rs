@@ -590,6 +590,17 @@ impl ApiError {
             source,
         }
     }
+
+    /// Whether the API server refused a write of an object that changed since it was read
+    /// (409): expected now and then, the retry reads it again.
+    pub fn is_conflict(&self) -> bool {
+        is_conflict(&self.source)
+    }
+}
+
+/// Whether an error is a 409 Conflict (see [`ApiError::is_conflict`]).
+pub fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
 /// `map_err(ctx_err("reading X"))`: the call's error, saying what it was doing.

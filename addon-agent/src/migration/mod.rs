@@ -108,8 +108,6 @@ struct Ctx {
     /// Plain OCM: the bootstrap Secrets migrations deliver to the agent's namespace.
     bootstrap_secrets: Store<Secret>,
     metrics: crate::metrics::Metrics,
-    /// Every task on this hub, as the controller sees them (for the metrics).
-    tasks: Store<MigrationTask>,
 }
 
 /// Why a reconcile failed.
@@ -216,6 +214,19 @@ pub async fn run(client: Client, opts: Options) {
         }
     }
     let tasks: Api<MigrationTask> = Api::namespaced(client.clone(), &opts.namespace);
+    // The cluster gauge follows every change of the tasks, their removal included (a removed
+    // task is never reconciled).
+    let (counted, writer) = reflector::store::<MigrationTask>();
+    let metrics = opts.metrics.clone();
+    tokio::spawn(
+        watcher(tasks.clone(), watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .for_each(move |_| {
+                metrics.tasks_seen(counted.state().iter().map(|t| &**t));
+                futures::future::ready(())
+            }),
+    );
     let controller = Controller::new(tasks, watcher::Config::default());
     let ctx = Arc::new(Ctx {
         client,
@@ -227,7 +238,6 @@ pub async fn run(client: Client, opts: Options) {
         bootstrap_configs,
         bootstrap_secrets,
         metrics: opts.metrics,
-        tasks: controller.store(),
     });
     controller
         .reconcile_all_on(trigger_rx)
@@ -336,8 +346,21 @@ struct Report {
 }
 
 async fn reconcile(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    ctx.metrics
-        .tasks_seen(ctx.tasks.state().iter().map(|t| &**t));
+    use tracing::Instrument;
+    // Every line logged for a task names its migration.
+    let span = tracing::info_span!(
+        "reconcile",
+        migration = %format!(
+            "{}/{}",
+            task.spec.migration_namespace.as_deref().unwrap_or_default(),
+            task.spec.migration
+        ),
+        role = task.spec.role.as_str(),
+    );
+    reconcile_task(task, ctx).instrument(span).await
+}
+
+async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     if task.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }

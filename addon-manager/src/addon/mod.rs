@@ -212,8 +212,20 @@ pub async fn run(
 }
 
 fn error_policy(_: Arc<ClusterManagementAddOn>, e: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(error = %e, "addon reconcile failed; retrying");
+    log_error(e, "");
     Action::requeue(Duration::from_secs(2))
+}
+
+/// Logs a failed reconcile (of `hub`, or of the whole addon): a conflict (409: something
+/// changed under it, such as an addon's first finalizer write racing the registration
+/// controller) is expected and retried, so it is no warning.
+fn log_error(e: &Error, hub: &str) {
+    match e {
+        Error::Kube(api) if api.is_conflict() => {
+            tracing::debug!(hub, error = %e, "addon reconcile raced a change; retrying");
+        }
+        _ => tracing::warn!(hub, error = %e, "addon reconcile failed; retrying"),
+    }
 }
 
 /// Where a hub's config comes from.
@@ -450,7 +462,7 @@ async fn reconcile_one(cma: Arc<ClusterManagementAddOn>, ctx: &Ctx) -> Result<Ac
             Ok(Some(after)) => sooner(&mut requeue, after),
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!(hub = %hub, error = %e, "reconciling the addon on a hub");
+                log_error(&e, &hub);
                 requeue = Some(Duration::from_secs(2));
             }
         }

@@ -188,7 +188,8 @@ fn owner_of<K: Resource>(obj: K) -> Option<ObjectRef<ManagedClusterMigration>> {
 }
 
 fn error_policy(mcm: Arc<ManagedClusterMigration>, e: &Error, _: Arc<Ctx>) -> Action {
-    tracing::info!(migration = %mcm.name_any(), error = %e, "migration reconcile failed; retrying");
+    let migration = format!("{}/{}", mcm.namespace().unwrap_or_default(), mcm.name_any());
+    tracing::info!(%migration, error = %e, "migration reconcile failed; retrying");
     Action::requeue(Duration::from_secs(2))
 }
 
@@ -327,8 +328,14 @@ impl Step {
 }
 
 async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    use tracing::Instrument;
     let started = std::time::Instant::now();
-    let result = reconcile_one(mcm, &ctx).await;
+    // Every line logged for a migration names it.
+    let span = tracing::info_span!(
+        "reconcile",
+        migration = %format!("{}/{}", mcm.namespace().unwrap_or_default(), mcm.name_any())
+    );
+    let result = reconcile_one(mcm, &ctx).instrument(span).await;
     let metrics = &ctx.config.metrics;
     metrics.reconciled("migration", started.elapsed(), result.is_ok());
     metrics.migrations_seen(ctx.migrations.state().iter().map(|m| &**m));

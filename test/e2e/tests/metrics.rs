@@ -18,17 +18,7 @@ const LONG: Duration = Duration::from_secs(120);
 
 /// The health and metrics address a process logged at start.
 fn metrics_addr(log: &str) -> Option<SocketAddr> {
-    let line = log
-        .lines()
-        .find(|l| l.contains("health and metrics endpoint listening"))?;
-    let rest = &line[line.find("health_addr")? + "health_addr".len()..];
-    let start = rest.find(|c: char| c.is_ascii_digit())?;
-    rest[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-        .collect::<String>()
-        .parse()
-        .ok()
+    ocm_sim::demo::logged_metrics_addr(log)?.parse().ok()
 }
 
 /// The address of the agent on `hub` (its pod's log under the test directory).
@@ -104,7 +94,7 @@ async fn a_migration_shows_in_the_manager_and_agent_metrics() {
             .then_some(())
     })
     .await;
-    eventually(
+    let agents_in_flight = eventually(
         LONG,
         "both agents counting the migration's clusters",
         || async {
@@ -112,7 +102,8 @@ async fn a_migration_shows_in_the_manager_and_agent_metrics() {
             let target = scrape(hub2).await?;
             let n =
                 |t: &str, role| sample(t, "cluster_migration_agent_clusters", &[("role", role)]);
-            (n(&source, "source") == Some(2.0) && n(&target, "target") == Some(2.0)).then_some(())
+            (n(&source, "source") == Some(2.0) && n(&target, "target") == Some(2.0))
+                .then(|| format!("{source}\n{target}"))
         },
     )
     .await;
@@ -197,6 +188,13 @@ async fn a_migration_shows_in_the_manager_and_agent_metrics() {
         sample(&target, "cluster_migration_agent_csrs_refused_total", &[]),
         Some(0.0)
     );
+    // The tasks gone, so are their clusters from the agents' gauges.
+    eventually(LONG, "the agents' cluster gauges empty", || async {
+        let (source, target) = (scrape(hub1).await?, scrape(hub2).await?);
+        let n = |t: &str| sample(t, "cluster_migration_agent_clusters", &[]);
+        (n(&source).is_none() && n(&target).is_none()).then_some(())
+    })
+    .await;
     for (hub, text) in [("hub1", scrape(hub1).await.unwrap()), ("hub2", target)] {
         for counter in [
             "cluster_migration_agent_lease_renewals_total",
@@ -210,8 +208,11 @@ async fn a_migration_shows_in_the_manager_and_agent_metrics() {
     }
     // Every metric the chart's dashboard and alerts query is one the binaries serve.
     let mut served = std::collections::BTreeSet::new();
+    let mut texts = vec![agents_in_flight];
     for addr in [manager, hub1, hub2] {
-        let text = scrape(addr).await.unwrap();
+        texts.push(scrape(addr).await.unwrap());
+    }
+    for text in texts {
         served.extend(
             text.lines()
                 .filter_map(|l| l.strip_prefix("# TYPE "))
@@ -240,6 +241,22 @@ async fn a_migration_shows_in_the_manager_and_agent_metrics() {
         }
         assert!(queried > 3, "{file}");
     }
+    // The logs of a clean migration: no warning or error, and every line of the migration
+    // controller names the migration.
+    let log = s.logs();
+    let loud: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
+    assert!(loud.is_empty(), "warnings in a clean run: {loud:#?}");
+    let unnamed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("addon_manager::migration") && !l.contains("default/scraped"))
+        .collect();
+    assert!(
+        log.contains("addon_manager::migration") && unnamed.is_empty(),
+        "migration log lines without the migration's name: {unnamed:#?}"
+    );
     let mut expected = s.homes();
     expected.insert("cluster1".into(), 2);
     expected.insert("cluster2".into(), 2);

@@ -463,9 +463,87 @@ pub fn moving(opts: &DemoOptions) -> Vec<String> {
         .collect()
 }
 
+/// The health and metrics address a process logged at start (`health_addr=<ip>:<port>`).
+pub fn logged_metrics_addr(log: &str) -> Option<String> {
+    let line = log
+        .lines()
+        .find(|l| l.contains("health and metrics endpoint listening"))?;
+    let rest = &line[line.find("health_addr")? + "health_addr".len()..];
+    let start = rest.find(|c: char| c.is_ascii_digit())?;
+    let addr: String = rest[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+        .collect();
+    addr.parse::<std::net::SocketAddr>().ok().map(|_| addr)
+}
+
+/// Where Prometheus can scrape the demo's processes (`/metrics`): the manager, and each
+/// hub's agent, from the logs under `dir`.
+pub fn scrape_targets(dir: &Path) -> Vec<(String, String)> {
+    let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+    let mut out = Vec::new();
+    if let Some(a) = logged_metrics_addr(&read(dir.join("addon-manager.log"))) {
+        out.push(("addon-manager".to_owned(), a));
+    }
+    let mut hubs: Vec<PathBuf> = std::fs::read_dir(dir.join("pods"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    hubs.sort();
+    for hub in hubs {
+        for pod in std::fs::read_dir(&hub).into_iter().flatten().flatten() {
+            if let Some(a) = logged_metrics_addr(&read(pod.path().join("agent.log"))) {
+                let name = hub.file_name().unwrap_or_default().to_string_lossy();
+                out.push((format!("addon-agent on {name}"), a));
+            }
+        }
+    }
+    out
+}
+
 /// Where the workspace's binaries are for a fleet binary at `exe`: the same directory.
 pub fn sibling_dir(exe: &Path) -> PathBuf {
     exe.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// Whether both binaries in `dir` were written after every source they are built from
+/// (`api`, `addon-manager`, `addon-agent`, `templates`, the workspace's manifest and lock).
+fn newer_than_sources(dir: &Path, workspace: &Path) -> bool {
+    fn newest(path: &Path) -> Option<std::time::SystemTime> {
+        let meta = std::fs::metadata(path).ok()?;
+        if !meta.is_dir() {
+            return meta.modified().ok();
+        }
+        std::fs::read_dir(path)
+            .ok()?
+            .flatten()
+            .filter(|e| e.file_name() != "target")
+            .filter_map(|e| newest(&e.path()))
+            .max()
+    }
+    let built = ["addon-manager", "addon-agent"]
+        .iter()
+        .map(|b| {
+            std::fs::metadata(dir.join(b))
+                .and_then(|m| m.modified())
+                .ok()
+        })
+        .collect::<Option<Vec<_>>>()
+        .and_then(|t| t.into_iter().min());
+    let sources = [
+        "api",
+        "addon-manager",
+        "addon-agent",
+        "templates",
+        "Cargo.toml",
+        "Cargo.lock",
+    ]
+    .iter()
+    .filter_map(|p| newest(&workspace.join(p)))
+    .max();
+    matches!((built, sources), (Some(b), Some(s)) if b > s)
 }
 
 /// Makes sure `dir` (a cargo profile directory such as `target/release`) holds current
@@ -484,6 +562,11 @@ pub fn ensure_binaries(dir: &Path, workspace: &Path) -> Result<PathBuf, String> 
             ))
         };
     }
+    // Built since their sources last changed (by `cargo test` or `cargo bench`, whose feature
+    // set differs from a plain build's, so that cargo would build them again): used as they are.
+    if present && newer_than_sources(dir, workspace) {
+        return Ok(dir.to_path_buf());
+    }
     let release = dir.file_name().is_some_and(|n| n == "release");
     eprintln!("building addon-manager and addon-agent (a no-op when they are up to date) ...");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -498,4 +581,18 @@ pub fn ensure_binaries(dir: &Path, workspace: &Path) -> Result<PathBuf, String> 
         return Err("building addon-manager and addon-agent failed".into());
     }
     Ok(dir.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_metrics_address_is_read_from_a_text_or_json_log() {
+        let text = "2026-11-24T04:00:00Z  INFO migration_api::runtime: health and metrics endpoint listening health_addr=127.0.0.1:4242";
+        assert_eq!(logged_metrics_addr(text).as_deref(), Some("127.0.0.1:4242"));
+        let json = r#"{"level":"INFO","message":"health and metrics endpoint listening","health_addr":"127.0.0.1:4243"}"#;
+        assert_eq!(logged_metrics_addr(json).as_deref(), Some("127.0.0.1:4243"));
+        assert_eq!(logged_metrics_addr("nothing here"), None);
+    }
 }

@@ -197,8 +197,13 @@ impl Fleet {
         let mut kubelets = Vec::new();
         for hub in &hubs {
             tasks.push(
-                start_managed_serviceaccount(&global, &hub.cluster, opts.status_sync_interval)
-                    .await?,
+                start_managed_serviceaccount(
+                    &global,
+                    &hub.cluster,
+                    opts.status_sync_interval,
+                    opts.addon_lease_period,
+                )
+                .await?,
             );
             if let Some(k) = &opts.kubelet {
                 let kopts = crate::kubelet::KubeletOptions {

@@ -174,11 +174,15 @@ pub async fn bind_cluster_set(hub: &SimCluster, namespace: &str, set: &str) -> R
 }
 
 /// Starts the managed-serviceaccount addon for `cluster`, a managed cluster of `hub`, with an
-/// identity of its own on the hub.
+/// identity of its own on the hub. Its agent renews a Lease named after the addon in its
+/// namespace on the cluster every `lease_period`, as upstream's does
+/// (managed-serviceaccount `pkg/addon/agent/health/lease.go`), and its health is judged from
+/// that Lease (the addon-framework's default prober), not reported by the addon itself.
 pub async fn start_managed_serviceaccount(
     hub: &Hub,
     cluster: &SimCluster,
     resync: Duration,
+    lease_period: Duration,
 ) -> Result<JoinHandle<()>, Error> {
     let rules = json!([
         {"apiGroups": ["authentication.open-cluster-management.io"], "resources": ["managedserviceaccounts", "managedserviceaccounts/status"], "verbs": ["get", "list", "watch", "update", "patch"]},
@@ -198,14 +202,47 @@ pub async fn start_managed_serviceaccount(
         if let Err(e) = register_msa_addon(&global, &name).await {
             tracing::warn!(cluster = %name, error = %e, "registering the managed-serviceaccount addon");
         }
+        let lease = tokio::spawn(renew_msa_lease(managed.clone(), lease_period));
         if let Err(e) = crate::msa::run(client, managed, name.clone(), ca, resync).await {
             tracing::warn!(cluster = %name, error = %e, "managed-serviceaccount addon stopped");
         }
+        lease.abort();
     }))
 }
 
+/// The managed-serviceaccount agent's health Lease on its cluster, renewed every `period`.
+async fn renew_msa_lease(managed: kube::Client, period: Duration) {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(managed.clone());
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(managed, crate::msa::MSA_NAMESPACE);
+    let pp = PatchParams::apply("managed-serviceaccount-addon-agent").force();
+    let mut tick = tokio::time::interval(period.max(Duration::from_millis(100)));
+    loop {
+        tick.tick().await;
+        let now = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+            .to_string();
+        let renewed = async {
+            namespaces
+                .patch(crate::msa::MSA_NAMESPACE, &pp, &Patch::Apply(json!({
+                    "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": crate::msa::MSA_NAMESPACE}})))
+                .await?;
+            leases
+                .patch(crate::msa::ADDON_NAME, &pp, &Patch::Apply(json!({
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": crate::msa::ADDON_NAME, "namespace": crate::msa::MSA_NAMESPACE},
+                    "spec": {"renewTime": now}})))
+                .await
+        }
+        .await;
+        if let Err(e) = renewed {
+            tracing::debug!(error = %e, "renewing the managed-serviceaccount lease");
+        }
+    }
+}
+
 /// Shows the managed-serviceaccount addon on the hub as its ManagedClusterAddOn (installed by
-/// its own manager, health reported by the addon itself, with the namespace its agent runs
+/// its own manager, health judged from its agent's Lease, with the namespace its agent runs
 /// in), once the hub has made the cluster's namespace.
 async fn register_msa_addon(hub: &kube::Client, cluster: &str) -> Result<(), Error> {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(hub.clone());
@@ -225,16 +262,11 @@ async fn register_msa_addon(hub: &kube::Client, cluster: &str) -> Result<(), Err
             "spec": {"installNamespace": crate::msa::MSA_NAMESPACE}
         })))
         .await?;
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
     addons
         .patch_status(crate::msa::ADDON_NAME, &pp, &Patch::Apply(json!({
             "apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
             "metadata": {"name": crate::msa::ADDON_NAME, "namespace": cluster},
-            "status": {"namespace": crate::msa::MSA_NAMESPACE, "healthCheck": {"mode": "Customized"},
-                       "conditions": [{"type": "Available", "status": "True", "reason": "ManagedServiceAccountAddonAvailable",
-                                       "message": "managed-serviceaccount agent is running", "lastTransitionTime": now}]}
+            "status": {"namespace": crate::msa::MSA_NAMESPACE, "healthCheck": {"mode": "Lease"}}
         })))
         .await?;
     Ok(())

@@ -164,8 +164,12 @@ async fn demo(
         && report.registered as usize == migrate;
     if keep {
         let _temp = _temp.map(tempfile::TempDir::keep);
+        println!("\nPrometheus can scrape (/metrics):");
+        for (what, addr) in ocm_sim::demo::scrape_targets(&dir) {
+            println!("  {what}: http://{addr}/metrics");
+        }
         println!(
-            "\nthe fleet keeps running (files in {}); Ctrl-C to stop",
+            "the fleet keeps running (files in {}); Ctrl-C to stop",
             dir.display()
         );
         if let Err(e) = kube_sim::until_terminated().await {
