@@ -546,10 +546,11 @@ fn newer_than_sources(dir: &Path, workspace: &Path) -> bool {
     matches!((built, sources), (Some(b), Some(s)) if b > s)
 }
 
-/// Makes sure `dir` (a cargo profile directory such as `target/release`) holds current
-/// `addon-manager` and `addon-agent` binaries: inside the workspace `cargo build` with that
-/// profile brings them up to date (a no-op when they are); elsewhere they must be there.
-/// Returns `dir`.
+/// Finds current `addon-manager` and `addon-agent` binaries for a fleet binary in `dir` (a
+/// cargo profile directory such as `target/release`): those in `dir` when they were built after
+/// their sources last changed (by `cargo test`, say); inside the workspace, else, those `cargo
+/// build` with that profile brings up to date in `<dir>/../demo/<profile>`; elsewhere they must
+/// be in `dir`. Returns the directory that holds them.
 pub fn ensure_binaries(dir: &Path, workspace: &Path) -> Result<PathBuf, String> {
     let present = dir.join("addon-manager").is_file() && dir.join("addon-agent").is_file();
     if !workspace.join("Cargo.toml").is_file() {
@@ -568,10 +569,26 @@ pub fn ensure_binaries(dir: &Path, workspace: &Path) -> Result<PathBuf, String> 
         return Ok(dir.to_path_buf());
     }
     let release = dir.file_name().is_some_and(|n| n == "release");
+    // Built in a target directory of their own: a build of these two packages alone unifies
+    // their dependencies' features differently from `cargo run -p ocm-sim`, and in the shared
+    // directory each would rebuild the other's binary on every demo.
+    let profile = dir.file_name().map(PathBuf::from).unwrap_or_default();
+    let own = dir
+        .parent()
+        .map_or_else(|| workspace.join("target"), Path::to_path_buf)
+        .join("demo");
+    let built = own.join(&profile);
+    if built.join("addon-manager").is_file()
+        && built.join("addon-agent").is_file()
+        && newer_than_sources(&built, workspace)
+    {
+        return Ok(built);
+    }
     eprintln!("building addon-manager and addon-agent (a no-op when they are up to date) ...");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(workspace)
+        .env("CARGO_TARGET_DIR", &own)
         .args(["build", "-q", "-p", "addon-manager", "-p", "addon-agent"]);
     if release {
         cmd.arg("--release");
@@ -580,7 +597,7 @@ pub fn ensure_binaries(dir: &Path, workspace: &Path) -> Result<PathBuf, String> 
     if !status.success() {
         return Err("building addon-manager and addon-agent failed".into());
     }
-    Ok(dir.to_path_buf())
+    Ok(built)
 }
 
 #[cfg(test)]
