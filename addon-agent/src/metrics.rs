@@ -32,8 +32,10 @@ pub struct Metrics {
     pub csrs_refused: Counter,
     pub lease_renewals: Counter,
     pub score_refreshes: Counter,
-    /// The CSRs counted as refused already (each counts once, however often it is seen).
-    refused: Arc<Mutex<BTreeSet<String>>>,
+    /// The CSRs counted already (each counts once, however often it is seen or approved: a
+    /// reconcile that reads the CSR cache before it shows the approval approves it again, and
+    /// that second approval changes nothing).
+    counted: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl Metrics {
@@ -76,11 +78,26 @@ impl Metrics {
 
     /// Counts a CSR refused, once per CSR.
     pub fn refused(&self, csr: &str) {
-        if let Ok(mut seen) = self.refused.lock()
-            && seen.insert(csr.to_owned())
-        {
+        if self.first_time(csr) {
             self.csrs_refused.inc();
         }
+    }
+
+    /// Counts a CSR approved for `reason`, once per CSR.
+    pub fn approved(&self, csr: &str, reason: &str) {
+        if self.first_time(csr) {
+            self.csrs_approved
+                .get_or_create(&ReasonLabels {
+                    reason: reason.into(),
+                })
+                .inc();
+        }
+    }
+
+    fn first_time(&self, csr: &str) -> bool {
+        self.counted
+            .lock()
+            .is_ok_and(|mut seen| seen.insert(csr.to_owned()))
     }
 
     /// Sets the cluster gauge from every task there is (their reported states).
@@ -146,5 +163,11 @@ mod tests {
         m.refused("csr-1");
         m.refused("csr-2");
         assert_eq!(m.csrs_refused.get(), 2);
+        m.approved("csr-3", "expected");
+        m.approved("csr-3", "expected");
+        let expected = ReasonLabels {
+            reason: "expected".into(),
+        };
+        assert_eq!(m.csrs_approved.get_or_create(&expected).get(), 1);
     }
 }

@@ -85,16 +85,13 @@ pub(super) async fn approve_csr(ctx: &Ctx, csr: &str, why: Approval) -> Result<(
             .await,
     )
     .map_err(ctx_err(format!("approving CSR {csr}")))?;
-    ctx.metrics
-        .csrs_approved
-        .get_or_create(&crate::metrics::ReasonLabels {
-            reason: match why {
-                Approval::Expected => "expected",
-                Approval::LetThrough => "let_through",
-            }
-            .into(),
-        })
-        .inc();
+    ctx.metrics.approved(
+        csr,
+        match why {
+            Approval::Expected => "expected",
+            Approval::LetThrough => "let_through",
+        },
+    );
     tracing::info!(%csr, ?why, "migration CSR approved");
     Ok(())
 }
