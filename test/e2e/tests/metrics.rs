@@ -23,10 +23,12 @@ fn metrics_addr(log: &str) -> Option<SocketAddr> {
 
 /// The address of the agent on `hub` (its pod's log under the test directory).
 fn agent_addr(dir: &Path, hub: &str) -> Option<SocketAddr> {
-    let pods = std::fs::read_dir(dir.join("pods").join(hub)).ok()?;
-    pods.flatten()
-        .filter_map(|p| std::fs::read_to_string(p.path().join("agent.log")).ok())
-        .find_map(|log| metrics_addr(&log))
+    ocm_sim::demo::agent_metrics_addrs(dir)
+        .into_iter()
+        .find(|(h, _)| h == hub)?
+        .1
+        .parse()
+        .ok()
 }
 
 async fn scrape(addr: SocketAddr) -> Option<String> {

@@ -477,14 +477,9 @@ pub fn logged_metrics_addr(log: &str) -> Option<String> {
     addr.parse::<std::net::SocketAddr>().ok().map(|_| addr)
 }
 
-/// Where Prometheus can scrape the demo's processes (`/metrics`): the manager, and each
-/// hub's agent, from the logs under `dir`.
-pub fn scrape_targets(dir: &Path) -> Vec<(String, String)> {
-    let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default();
-    let mut out = Vec::new();
-    if let Some(a) = logged_metrics_addr(&read(dir.join("addon-manager.log"))) {
-        out.push(("addon-manager".to_owned(), a));
-    }
+/// Each hub's agent's metrics address, by hub, from its pod's log under `dir`
+/// (`pods/<hub>/<pod>/agent.log`).
+pub fn agent_metrics_addrs(dir: &Path) -> Vec<(String, String)> {
     let mut hubs: Vec<PathBuf> = std::fs::read_dir(dir.join("pods"))
         .into_iter()
         .flatten()
@@ -492,15 +487,36 @@ pub fn scrape_targets(dir: &Path) -> Vec<(String, String)> {
         .map(|e| e.path())
         .collect();
     hubs.sort();
+    let mut out = Vec::new();
     for hub in hubs {
+        let name = hub
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
         for pod in std::fs::read_dir(&hub).into_iter().flatten().flatten() {
-            if let Some(a) = logged_metrics_addr(&read(pod.path().join("agent.log"))) {
-                let name = hub.file_name().unwrap_or_default().to_string_lossy();
-                out.push((format!("addon-agent on {name}"), a));
+            let log = std::fs::read_to_string(pod.path().join("agent.log")).unwrap_or_default();
+            if let Some(a) = logged_metrics_addr(&log) {
+                out.push((name.clone(), a));
             }
         }
     }
     out
+}
+
+/// Where Prometheus can scrape the demo's processes (`/metrics`): the manager, and each
+/// hub's agent, from the logs under `dir`.
+pub fn scrape_targets(dir: &Path) -> Vec<(String, String)> {
+    let manager = std::fs::read_to_string(dir.join("addon-manager.log")).unwrap_or_default();
+    logged_metrics_addr(&manager)
+        .map(|a| ("addon-manager".to_owned(), a))
+        .into_iter()
+        .chain(
+            agent_metrics_addrs(dir)
+                .into_iter()
+                .map(|(hub, a)| (format!("addon-agent on {hub}"), a)),
+        )
+        .collect()
 }
 
 /// Where the workspace's binaries are for a fleet binary at `exe`: the same directory.
@@ -508,9 +524,9 @@ pub fn sibling_dir(exe: &Path) -> PathBuf {
     exe.parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
-/// Whether both binaries in `dir` were written after every source they are built from
-/// (`api`, `addon-manager`, `addon-agent`, `templates`, the workspace's manifest and lock).
-fn newer_than_sources(dir: &Path, workspace: &Path) -> bool {
+/// When the sources the binaries are built from last changed (`api`, `addon-manager`,
+/// `addon-agent`, `templates`, the workspace's manifest and lock).
+fn sources_changed_at(workspace: &Path) -> Option<std::time::SystemTime> {
     fn newest(path: &Path) -> Option<std::time::SystemTime> {
         let meta = std::fs::metadata(path).ok()?;
         if !meta.is_dir() {
@@ -523,16 +539,7 @@ fn newer_than_sources(dir: &Path, workspace: &Path) -> bool {
             .filter_map(|e| newest(&e.path()))
             .max()
     }
-    let built = ["addon-manager", "addon-agent"]
-        .iter()
-        .map(|b| {
-            std::fs::metadata(dir.join(b))
-                .and_then(|m| m.modified())
-                .ok()
-        })
-        .collect::<Option<Vec<_>>>()
-        .and_then(|t| t.into_iter().min());
-    let sources = [
+    [
         "api",
         "addon-manager",
         "addon-agent",
@@ -542,8 +549,21 @@ fn newer_than_sources(dir: &Path, workspace: &Path) -> bool {
     ]
     .iter()
     .filter_map(|p| newest(&workspace.join(p)))
-    .max();
-    matches!((built, sources), (Some(b), Some(s)) if b > s)
+    .max()
+}
+
+/// When the older of the two binaries in `dir` was written (`None`: one is missing).
+fn built_at(dir: &Path) -> Option<std::time::SystemTime> {
+    ["addon-manager", "addon-agent"]
+        .iter()
+        .map(|b| {
+            std::fs::metadata(dir.join(b))
+                .and_then(|m| m.modified())
+                .ok()
+        })
+        .collect::<Option<Vec<_>>>()?
+        .into_iter()
+        .min()
 }
 
 /// Finds current `addon-manager` and `addon-agent` binaries for a fleet binary in `dir` (a
@@ -565,7 +585,9 @@ pub fn ensure_binaries(dir: &Path, workspace: &Path) -> Result<PathBuf, String> 
     }
     // Built since their sources last changed (by `cargo test` or `cargo bench`, whose feature
     // set differs from a plain build's, so that cargo would build them again): used as they are.
-    if present && newer_than_sources(dir, workspace) {
+    let sources = sources_changed_at(workspace);
+    let fresh = |d: &Path| matches!((built_at(d), sources), (Some(b), Some(s)) if b > s);
+    if fresh(dir) {
         return Ok(dir.to_path_buf());
     }
     let release = dir.file_name().is_some_and(|n| n == "release");
@@ -578,10 +600,7 @@ pub fn ensure_binaries(dir: &Path, workspace: &Path) -> Result<PathBuf, String> 
         .map_or_else(|| workspace.join("target"), Path::to_path_buf)
         .join("demo");
     let built = own.join(&profile);
-    if built.join("addon-manager").is_file()
-        && built.join("addon-agent").is_file()
-        && newer_than_sources(&built, workspace)
-    {
+    if fresh(&built) {
         return Ok(built);
     }
     eprintln!("building addon-manager and addon-agent (a no-op when they are up to date) ...");

@@ -210,31 +210,35 @@ pub async fn start_managed_serviceaccount(
     }))
 }
 
-/// The managed-serviceaccount agent's health Lease on its cluster, renewed every `period`.
+/// The managed-serviceaccount agent's health Lease on its cluster (named after the addon, in
+/// the agent's namespace, as upstream's `pkg/addon/agent/health/lease.go` has addon-framework's
+/// lease updater write it), renewed every `period`.
 async fn renew_msa_lease(managed: kube::Client, period: Duration) {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(managed.clone());
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(managed, crate::msa::MSA_NAMESPACE);
     let pp = PatchParams::apply("managed-serviceaccount-addon-agent").force();
+    // The agent's namespace is there before the agent runs (its Deployment lives in it); the
+    // updater only writes the Lease, and retries a failed write on its next tick.
+    if let Err(e) = namespaces
+        .patch(crate::msa::MSA_NAMESPACE, &pp, &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": crate::msa::MSA_NAMESPACE}})))
+        .await
+    {
+        tracing::debug!(error = %e, "the managed-serviceaccount agent's namespace");
+    }
     let mut tick = tokio::time::interval(period.max(Duration::from_millis(100)));
     loop {
         tick.tick().await;
         let now = jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
             .to_string();
-        let renewed = async {
-            namespaces
-                .patch(crate::msa::MSA_NAMESPACE, &pp, &Patch::Apply(json!({
-                    "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": crate::msa::MSA_NAMESPACE}})))
-                .await?;
-            leases
-                .patch(crate::msa::ADDON_NAME, &pp, &Patch::Apply(json!({
-                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": crate::msa::ADDON_NAME, "namespace": crate::msa::MSA_NAMESPACE},
-                    "spec": {"renewTime": now}})))
-                .await
-        }
-        .await;
+        let renewed = leases
+            .patch(crate::msa::ADDON_NAME, &pp, &Patch::Apply(json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": crate::msa::ADDON_NAME, "namespace": crate::msa::MSA_NAMESPACE},
+                "spec": {"renewTime": now}})))
+            .await;
         if let Err(e) = renewed {
             tracing::debug!(error = %e, "renewing the managed-serviceaccount lease");
         }
