@@ -225,6 +225,9 @@ pub mod annotations {
         "migration.open-cluster-management.io/klusterlet-original";
     /// Hash of the addon configs a deploy work was rendered from.
     pub const CONFIG_SPEC_HASH: &str = "open-cluster-management.io/config-spec-hash";
+    /// On a migration's ManifestWork: hash of what the manager last applied, so that it
+    /// applies again only what changed.
+    pub const APPLIED_HASH: &str = "migration.open-cluster-management.io/applied-hash";
     /// Manifest that runs only while an addon is being deleted.
     pub const ADDON_PRE_DELETE: &str = "addon.open-cluster-management.io/addon-pre-delete";
     /// Who manages an addon's lifecycle: `self` (its own manager) or `addon-manager`.

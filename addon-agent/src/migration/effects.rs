@@ -32,6 +32,35 @@ pub(super) enum Effect {
     Switch,
 }
 
+/// How many clusters' effects are carried out at once: a stage writes to hundreds of clusters,
+/// one request each, and the hub serves many at a time.
+pub(super) const CONCURRENCY: usize = 16;
+
+/// Carries out each cluster's effects ([`apply`], each cluster's in order), up to
+/// [`CONCURRENCY`] clusters at once; every cluster is tried, and the first error is returned.
+pub(super) async fn apply_all(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    planned: Vec<(&str, Vec<Effect>)>,
+) -> Result<(), Error> {
+    // (Boxed: a stream of borrowing futures inside the reconcile future is otherwise not
+    // provably Send for every lifetime.)
+    type Applying<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
+    let applying: Vec<Applying<'_>> = planned
+        .into_iter()
+        .filter(|(_, e)| !e.is_empty())
+        .map(|(cluster, effects)| Box::pin(apply(ctx, task, cluster, effects)) as Applying<'_>)
+        .collect();
+    let mut running = futures::stream::iter(applying).buffer_unordered(CONCURRENCY);
+    let mut first = None;
+    while let Some(done) = running.next().await {
+        if let Err(e) = done {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
 /// Carries out `effects` on `cluster` (of `task`), in order.
 pub(super) async fn apply(
     ctx: &Ctx,

@@ -142,8 +142,8 @@ pub(super) async fn put_klusterlet_work(
     }
     // The cluster's own bootstrap identity's secret.
     let secret = task.spec.bootstrap_secret_for(cluster).unwrap_or_default();
-    let own_bootstrap = task.spec.role == MigrationRole::Target
-        && klusterlet_config_shape(&ctx.client).await? == "None";
+    let own_bootstrap =
+        task.spec.role == MigrationRole::Target && klusterlet_config_shape(ctx).await? == "None";
     let secret_data = match step {
         Step::Settle(_) => settle_data(ctx, task, own_bootstrap).await?,
         _ => bootstrap_secret_data(ctx, task, &secret),

@@ -108,6 +108,8 @@ struct Ctx {
     /// Plain OCM: the bootstrap Secrets migrations deliver to the agent's namespace.
     bootstrap_secrets: Store<Secret>,
     metrics: crate::metrics::Metrics,
+    /// The hub's KlusterletConfig shape ([`klusterlet_config_shape`]) and when it was read.
+    shape: std::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
 
 /// Why a reconcile failed.
@@ -238,6 +240,7 @@ pub async fn run(client: Client, opts: Options) {
         bootstrap_configs,
         bootstrap_secrets,
         metrics: opts.metrics,
+        shape: std::sync::Mutex::default(),
     });
     controller
         .reconcile_all_on(trigger_rx)
@@ -436,7 +439,33 @@ fn verdict(names: &[String], states: Vec<ClusterState>) -> Report {
     }
 }
 
-async fn klusterlet_config_shape(client: &Client) -> Result<String, Error> {
+/// How long a read of the hub's KlusterletConfig shape stands: the CRD changes only when ACM
+/// is installed or upgraded on the hub, and reading it on every reconcile cost a request per
+/// reconcile (the agent may only `get` that one CRD, not watch it).
+const SHAPE_TTL: Duration = Duration::from_secs(30);
+
+/// The hub's KlusterletConfig shape: `multipleHubsConfig` (current ACM),
+/// `bootstrapKubeConfigs` (older ACM) or `None` (plain OCM), read at most every [`SHAPE_TTL`].
+async fn klusterlet_config_shape(ctx: &Ctx) -> Result<String, Error> {
+    if let Ok(cached) = ctx.shape.lock()
+        && let Some((at, shape)) = cached.as_ref()
+        && at.elapsed() < SHAPE_TTL
+    {
+        return Ok(shape.clone());
+    }
+    klusterlet_config_shape_now(ctx).await
+}
+
+/// [`klusterlet_config_shape`] read now (validation decides the migration's shape from it).
+async fn klusterlet_config_shape_now(ctx: &Ctx) -> Result<String, Error> {
+    let shape = read_klusterlet_config_shape(&ctx.client).await?;
+    if let Ok(mut cached) = ctx.shape.lock() {
+        *cached = Some((std::time::Instant::now(), shape.clone()));
+    }
+    Ok(shape)
+}
+
+async fn read_klusterlet_config_shape(client: &Client) -> Result<String, Error> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = ignore_not_found(crds.get(KLUSTERLET_CONFIG_CRD).await)
         .map_err(ctx_err("reading the KlusterletConfig CRD"))?;

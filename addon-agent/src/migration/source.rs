@@ -80,6 +80,7 @@ async fn source_register_all(
     let released: BTreeSet<&String> = spec.released.iter().flatten().collect();
     let mut derived = DerivedConfigs::default();
     let mut states = Vec::with_capacity(names.len());
+    let mut planned = Vec::with_capacity(names.len());
     for (index, name) in names.iter().enumerate() {
         let Some(mc) = get(&ctx.clusters, None, name) else {
             states.push(ClusterState::NotFound);
@@ -109,9 +110,10 @@ async fn source_register_all(
             ),
         };
         let (state, effects) = register(task, &seen);
-        apply(ctx, task, name, effects).await?;
+        planned.push((name.as_str(), effects));
         states.push(state);
     }
+    apply_all(ctx, task, planned).await?;
     Ok(states)
 }
 
@@ -197,6 +199,7 @@ pub(super) async fn source_clean(
     let detach: BTreeSet<&String> = task.spec.detach.iter().flatten().collect();
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
     let mut states = Vec::with_capacity(names.len());
+    let mut planned = Vec::with_capacity(names.len());
     for name in names {
         // The clusters that stay are taken back (again, or for the first time when the
         // rollback ran out of time) before their marks go: none is left refused by both hubs.
@@ -206,9 +209,10 @@ pub(super) async fn source_clean(
         }
         let mc = get(&ctx.clusters, None, name);
         let (state, effects) = let_go(detach.contains(name), mc.as_deref());
-        apply(ctx, task, name, effects).await?;
+        planned.push((name.as_str(), effects));
         states.push(state);
     }
+    apply_all(ctx, task, planned).await?;
     let left = states
         .iter()
         .filter(|s| matches!(s, ClusterState::Switching | ClusterState::RollingBack))

@@ -223,12 +223,13 @@ pub(super) async fn target_register(
 ) -> Result<Report, Error> {
     let registering = task.spec.stage == TaskStage::Registering;
     let released: BTreeSet<&String> = task.spec.released.iter().flatten().collect();
-    let acm_target = klusterlet_config_shape(&ctx.client).await? != "None";
+    let acm_target = klusterlet_config_shape(ctx).await? != "None";
     let settles = plain(task) || !acm_target;
     if registering {
         count_refused(ctx, task, names);
     }
     let mut states = Vec::with_capacity(names.len());
+    let mut planned = Vec::with_capacity(names.len());
     for (index, name) in names.iter().enumerate() {
         let mc = get(&ctx.clusters, None, name);
         // Only the cluster's own bootstrap identity may ask for its certificate.
@@ -257,9 +258,10 @@ pub(super) async fn target_register(
             now: jiff::Timestamp::now(),
         };
         let (state, effects) = arrive(task, &seen);
-        apply(ctx, task, name, effects).await?;
+        planned.push((name.as_str(), effects));
         states.push(state);
     }
+    apply_all(ctx, task, planned).await?;
     let registered = states
         .iter()
         .filter(|s| **s == ClusterState::Available)
@@ -430,8 +432,9 @@ pub(super) async fn target_clean(
     names: &[String],
 ) -> Result<Report, Error> {
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
-    let settles = plain(task) || klusterlet_config_shape(&ctx.client).await? == "None";
+    let settles = plain(task) || klusterlet_config_shape(ctx).await? == "None";
     let mut states = Vec::with_capacity(names.len());
+    let mut planned = Vec::with_capacity(names.len());
     let mut works_left = 0;
     for (index, name) in names.iter().enumerate() {
         let mc = get(&ctx.clusters, None, name);
@@ -444,9 +447,10 @@ pub(super) async fn target_clean(
             states.push(target_let_back(ctx, task, index, name, true).await?);
             continue;
         }
-        apply(ctx, task, name, unmark(mc.as_deref())).await?;
+        planned.push((name.as_str(), unmark(mc.as_deref())));
         states.push(target_state(mc.as_deref()));
     }
+    apply_all(ctx, task, planned).await?;
     let done = rollback_done(names, &states, &rollback) && works_left == 0;
     let back = states
         .iter()

@@ -56,7 +56,7 @@ pub(super) async fn source_validate(
                 )));
             }
         };
-    let shape = klusterlet_config_shape(&ctx.client).await?;
+    let shape = klusterlet_config_shape_now(ctx).await?;
     let bound = bound_sets(ctx, task).await?;
     // An ACM hub's import controller: it honours disable-auto-import.
     let acm = shape != "None";
@@ -190,7 +190,7 @@ pub(super) async fn target_validate(
     // A plain OCM hub gives the clusters that arrive a bootstrap kubeconfig of its own
     // bootstrap identity ([`settle_data`]): without one they could never count as moved.
     if report.state == StageState::Succeeded
-        && klusterlet_config_shape(&ctx.client).await? == "None"
+        && klusterlet_config_shape(ctx).await? == "None"
         && !hub_bootstrap_identity_exists(&ctx.client).await?
     {
         report.state = StageState::Failed;

@@ -22,7 +22,7 @@ use futures::StreamExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, condition_is_true, set_condition};
 use migration_api::names::annotations as ann;
@@ -182,9 +182,11 @@ pub async fn run(
     });
     let (k1, k2, k3, k4) = (key.clone(), key.clone(), key.clone(), key);
     Controller::new(cmas, by_name.clone())
-        .watches(
-            Api::<ManagedClusterAddOn>::all(client.clone()),
-            by_name,
+        .watches_stream(
+            watcher(Api::<ManagedClusterAddOn>::all(client.clone()), by_name)
+                .default_backoff()
+                .touched_objects()
+                .predicate_filter(what_decides, Default::default()),
             move |_| Some(k1.clone()),
         )
         .watches(Api::<ManifestWork>::all(client.clone()), ours, move |_| {
@@ -209,6 +211,31 @@ pub async fn run(
         })
         .await;
     Ok(())
+}
+
+/// What of a ManagedClusterAddOn this controller acts on, as a hash: all of it but the
+/// conditions' messages and times. The agent's report rewrites its condition's message as its
+/// hub's clusters change (up to twice a second while a migration runs), and nothing here reads
+/// a message: without this, every report cost a reconcile of every hub.
+fn what_decides(mca: &ManagedClusterAddOn) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut v = serde_json::to_value(mca).ok()?;
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+        meta.remove("managedFields");
+    }
+    if let Some(conditions) = v
+        .pointer_mut("/status/conditions")
+        .and_then(Value::as_array_mut)
+    {
+        for c in conditions.iter_mut().filter_map(Value::as_object_mut) {
+            c.remove("message");
+            c.remove("lastTransitionTime");
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.to_string().hash(&mut h);
+    Some(h.finish())
 }
 
 fn error_policy(_: Arc<ClusterManagementAddOn>, e: &Error, _: Arc<Ctx>) -> Action {
@@ -671,4 +698,40 @@ async fn apply_dynamic(c: &Client, obj: &Value) -> Result<(), Error> {
         )
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mca(message: &str, status: &str, annotation: &str) -> ManagedClusterAddOn {
+        serde_json::from_value(json!({
+            "metadata": {"name": "cluster-migration", "namespace": "hub1",
+                         "resourceVersion": message.len().to_string(),
+                         "annotations": {"x": annotation}},
+            "spec": {},
+            "status": {"conditions": [{"type": "AgentRunning", "status": status,
+                "reason": "Running", "message": message,
+                "lastTransitionTime": format!("2026-01-01T00:00:{:02}Z", message.len() % 60)}]}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn an_agents_report_message_alone_wakes_no_addon_reconcile() {
+        let before = what_decides(&mca("1 managed clusters", "True", "a"));
+        assert_eq!(
+            before,
+            what_decides(&mca("300 managed clusters, 12 available", "True", "a")),
+            "a new message (and resourceVersion) is no reason to reconcile"
+        );
+        assert_ne!(
+            before,
+            what_decides(&mca("1 managed clusters", "False", "a"))
+        );
+        assert_ne!(
+            before,
+            what_decides(&mca("1 managed clusters", "True", "b"))
+        );
+    }
 }

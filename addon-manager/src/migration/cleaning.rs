@@ -75,7 +75,7 @@ async fn hubs_clean(
     .await?;
     // Before the source lets go of a cluster that arrived, the target says again that it
     // has it; the verdict goes into status before the source hears of it.
-    let (target, _) = report(ctx, m, MigrationRole::Target, &tgt).await?;
+    let (target, _) = report(ctx, m, MigrationRole::Target, &tgt);
     let before = states.clone();
     let late = remaining(step, stage_timeout(mcm)).is_none();
     recheck_arrived(
@@ -102,7 +102,7 @@ async fn hubs_clean(
     let src = deliver_source(ctx, mcm, m, step, TaskStage::Cleaning, part, false)
         .await?
         .unwrap_or_default();
-    let (source, _) = report(ctx, m, MigrationRole::Source, &src).await?;
+    let (source, _) = report(ctx, m, MigrationRole::Source, &src);
     mark_rolled_back(&mut states, source.as_ref());
     step.set_states(&states);
     let seen = Cleaned {
@@ -308,12 +308,17 @@ pub(super) async fn remove_everything(ctx: &Ctx, m: &Migration) -> Result<bool, 
     }
     // Every bootstrap identity the migration has, however many it issued.
     let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
-    let left = service_accounts(ctx, m).await?;
+    // The API server's word: the watch may not have seen the last one yet.
+    let left = service_accounts_now(ctx, m).await?;
     for (name, msa) in &left {
         if msa.metadata.deletion_timestamp.is_none() {
             ignore_not_found(msas.delete(name, &DeleteParams::default()).await)
                 .map_err(ctx_err(format!("revoking ManagedServiceAccount {name}")))?;
         }
+    }
+    if left.is_empty() {
+        let names: Vec<String> = m.identity_names.clone();
+        ctx.observed.forget_tokens(&m.to, &names);
     }
     Ok(left.is_empty())
 }

@@ -2,14 +2,25 @@
 
 use super::*;
 
+/// Applies a work, unless the watch shows it as it would be applied (marked with the hash of
+/// what was last applied, [`names::annotations::APPLIED_HASH`]) and not going.
 pub(super) async fn apply_work(ctx: &Ctx, work: &Value) -> Result<(), Error> {
     let ns = work["metadata"]["namespace"].as_str().unwrap_or_default();
     let name = work["metadata"]["name"].as_str().unwrap_or_default();
+    let hash = crate::render::spec_hash(work);
+    if let Some(w) = work_named(ctx, ns, name)
+        && w.metadata.deletion_timestamp.is_none()
+        && w.annotations().get(names::annotations::APPLIED_HASH) == Some(&hash)
+    {
+        return Ok(());
+    }
+    let mut work = work.clone();
+    work["metadata"]["annotations"] = json!({ names::annotations::APPLIED_HASH: hash });
     let api: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), ns);
     api.patch(
         name,
         &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(work),
+        &Patch::Apply(&work),
     )
     .await
     .map_err(ctx_err(format!("applying ManifestWork {ns}/{name}")))?;
@@ -111,19 +122,14 @@ pub(super) async fn deliver_target(
     rbac: bool,
 ) -> Result<String, Error> {
     let names = step.names();
-    let target_ns = addon_namespace(
-        hub_addon(ctx, &m.to, &ctx.config.addon_name)
-            .await?
-            .as_ref(),
-    );
-    let msa_ns = addon_namespace(hub_addon(ctx, &m.to, MSA_ADDON).await?.as_ref());
+    let target_ns = addon_namespace(hub_addon(ctx, &m.to, &ctx.config.addon_name).as_deref());
+    let msa_ns = addon_namespace(hub_addon(ctx, &m.to, MSA_ADDON).as_deref());
     // What the clusters carry, from status (a migration validated by an older manager kept
     // it in the target's task only).
     let carry = match step.status.carry_over.clone() {
         Some(c) => Some(c),
         None => existing_work(ctx, m, MigrationRole::Target)
-            .await?
-            .as_ref()
+            .as_deref()
             .and_then(delivered_task)
             .and_then(|t| t.carry_over),
     };
@@ -234,11 +240,7 @@ pub(super) async fn deliver_source(
     need_bootstrap: bool,
 ) -> Result<Option<String>, Error> {
     let names = step.names();
-    let source_ns = addon_namespace(
-        hub_addon(ctx, &m.from, &ctx.config.addon_name)
-            .await?
-            .as_ref(),
-    );
+    let source_ns = addon_namespace(hub_addon(ctx, &m.from, &ctx.config.addon_name).as_deref());
     let kubeconfig = if source_carries_token(stage) {
         bootstrap(ctx, m, m.identities()).await?
     } else {
@@ -275,12 +277,11 @@ pub(super) async fn deliver_source(
     ))
 }
 
-/// Applies the source's bootstrap work unless it carries `objects` already (or is going).
+/// Applies the source's bootstrap work unless it is going (a token missing for a moment
+/// leaves it as it was).
 async fn put_bootstrap_work(ctx: &Ctx, m: &Migration, objects: Vec<Value>) -> Result<(), Error> {
     let name = names::migration_bootstrap_work(&m.key);
-    if let Some(w) = work_named(ctx, &m.from, &name).await?
-        && (w.manifests() == objects.as_slice() || w.metadata.deletion_timestamp.is_some())
-    {
+    if work_named(ctx, &m.from, &name).is_some_and(|w| w.metadata.deletion_timestamp.is_some()) {
         return Ok(());
     }
     apply_work(ctx, &mr::bootstrap_work(m, objects)).await

@@ -27,13 +27,12 @@ pub(super) async fn deploying(
             RESOURCE_DEPLOYED,
         )));
     };
-    let (source, source_err) = report(ctx, m, MigrationRole::Source, &src_rev).await?;
-    let (target, target_err) = report(ctx, m, MigrationRole::Target, &tgt_rev).await?;
+    let (source, source_err) = report(ctx, m, MigrationRole::Source, &src_rev);
+    let (target, target_err) = report(ctx, m, MigrationRole::Target, &tgt_rev);
     // The bootstrap objects travel in a work of their own: the source agent only waits for
     // them, so why they do not arrive is read here.
     let bootstrap_work = names::migration_bootstrap_work(&m.key);
     let bootstrap_err = work_named(ctx, &m.from, &bootstrap_work)
-        .await?
         .and_then(|w| w.manifest_not_applied())
         .map(|e| format!("{bootstrap_work}: {e}"));
     let seen = Deployed {

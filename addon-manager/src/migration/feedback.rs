@@ -41,33 +41,39 @@ impl Feedback {
 }
 
 /// The feedback of a migration's work on one hub, only if it reports on `revision`.
-pub(super) async fn report(
+pub(super) fn report(
     ctx: &Ctx,
     m: &Migration,
     role: MigrationRole,
     revision: &str,
-) -> Result<(Option<Feedback>, Option<String>), Error> {
-    let Some(work) = existing_work(ctx, m, role).await? else {
-        return Ok((None, None));
+) -> (Option<Feedback>, Option<String>) {
+    let Some(work) = existing_work(ctx, m, role) else {
+        return (None, None);
     };
     let fb = Feedback::of(&work);
     let err = fb.apply_error.clone();
-    Ok((
+    (
         (fb.report.revision.as_deref() == Some(revision)).then_some(fb),
         err,
-    ))
+    )
 }
 
-pub(super) async fn existing_work(
+/// A migration's work on one hub, as the watch last saw it.
+pub(super) fn existing_work(
     ctx: &Ctx,
     m: &Migration,
     role: MigrationRole,
-) -> Result<Option<ManifestWork>, Error> {
-    work_named(ctx, m.hub(role), &names::migration_work(&m.key, role)).await
+) -> Option<Arc<ManifestWork>> {
+    work_named(ctx, m.hub(role), &names::migration_work(&m.key, role))
 }
 
-/// Work `name` in `hub`'s namespace, if it exists.
-pub(super) async fn work_named(
+/// Work `name` in `hub`'s namespace, as the watch last saw it.
+pub(super) fn work_named(ctx: &Ctx, hub: &str, name: &str) -> Option<Arc<ManifestWork>> {
+    ctx.observed.work(hub, name)
+}
+
+/// Work `name` in `hub`'s namespace as the API server has it now.
+pub(super) async fn work_now(
     ctx: &Ctx,
     hub: &str,
     name: &str,
@@ -78,12 +84,17 @@ pub(super) async fn work_named(
 }
 
 /// Deletes work `name` in `hub`'s namespace unless it is gone or going already; true once
-/// it is gone.
+/// it is gone. "Gone" is the API server's word, not the watch's: the watch may not have seen
+/// the manager's last apply yet.
 pub(super) async fn remove_work(ctx: &Ctx, hub: &str, name: &str) -> Result<bool, Error> {
-    let Some(work) = work_named(ctx, hub, name).await? else {
-        return Ok(true);
+    let deleting = match work_named(ctx, hub, name) {
+        Some(w) => w.metadata.deletion_timestamp.is_some(),
+        None => match work_now(ctx, hub, name).await? {
+            Some(w) => w.metadata.deletion_timestamp.is_some(),
+            None => return Ok(true),
+        },
     };
-    if work.metadata.deletion_timestamp.is_none() {
+    if !deleting {
         let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
         ignore_not_found(works.delete(name, &DeleteParams::default()).await)
             .map_err(ctx_err(format!("deleting work {hub}/{name}")))?;

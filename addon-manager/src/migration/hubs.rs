@@ -2,7 +2,14 @@
 
 use super::*;
 
-pub(super) async fn hub_addon(
+/// ManagedClusterAddOn `addon` of `hub`, as the watch last saw it.
+pub(super) fn hub_addon(ctx: &Ctx, hub: &str, addon: &str) -> Option<Arc<ManagedClusterAddOn>> {
+    ctx.observed.addon(hub, addon)
+}
+
+/// ManagedClusterAddOn `addon` of `hub` as the API server has it now (validation's word is
+/// final: a migration it refuses fails).
+async fn hub_addon_now(
     ctx: &Ctx,
     hub: &str,
     addon: &str,
@@ -48,7 +55,7 @@ pub(super) async fn hub_problem(
         )));
     }
     let addon = &ctx.config.addon_name;
-    match hub_addon(ctx, hub, addon).await? {
+    match hub_addon_now(ctx, hub, addon).await? {
         None => {
             return Ok(Some(format!(
                 "the {addon} addon is not enabled on {role} hub {hub} (create ManagedClusterAddOn {addon} in namespace {hub}, or `clusteradm addon enable --names {addon} --clusters {hub}`)"
@@ -63,7 +70,7 @@ pub(super) async fn hub_problem(
         }
     }
     if needs_msa {
-        if hub_addon(ctx, hub, MSA_ADDON).await?.is_none() {
+        if hub_addon_now(ctx, hub, MSA_ADDON).await?.is_none() {
             return Ok(Some(format!(
                 "{role} hub {hub} has no {MSA_ADDON} addon: the migration's bootstrap identity is a ManagedServiceAccount"
             )));
@@ -129,33 +136,50 @@ pub fn work_agent_refused(addon: &str, hub: &str, apply_error: Option<&str>) -> 
 
 /// The target hub's proxy settings: the proxyConfig of the AddOnDeploymentConfig its
 /// cluster-migration addon uses.
-pub(super) async fn target_proxy(ctx: &Ctx, hub: &str) -> Result<Option<ProxyConfig>, Error> {
-    let Some(mca) = hub_addon(ctx, hub, &ctx.config.addon_name).await? else {
-        return Ok(None);
-    };
-    let Some(reference) = mca
+pub(super) fn target_proxy(ctx: &Ctx, hub: &str) -> Option<ProxyConfig> {
+    let mca = hub_addon(ctx, hub, &ctx.config.addon_name)?;
+    let reference = mca
         .status
         .as_ref()
         .and_then(|s| s.config_references.as_ref())
-        .and_then(|r| r.iter().find(|c| c.resource == "addondeploymentconfigs"))
-    else {
-        return Ok(None);
-    };
+        .and_then(|r| r.iter().find(|c| c.resource == "addondeploymentconfigs"))?;
     let (name, ns) = match &reference.desired_config {
         Some(d) => (d.name.clone(), d.namespace.clone()),
         None => (reference.name.clone(), reference.namespace.clone()),
     };
-    let api: Api<AddOnDeploymentConfig> =
-        Api::namespaced(ctx.client.clone(), &ns.unwrap_or_default());
-    Ok(ignore_not_found(api.get(&name).await)
-        .map_err(ctx_err(format!("reading AddOnDeploymentConfig {name}")))?
-        .and_then(|c| c.spec.proxy_config))
+    ctx.observed
+        .config(&ns.unwrap_or_default(), &name)
+        .and_then(|c| c.spec.proxy_config.clone())
+}
+
+/// Whether `msa` is one of migration `m`'s: marked with its key (the pooled names), or named
+/// after its key by an older manager. (Another incarnation of a migration of the same name
+/// has another key.)
+fn is_own(m: &Migration, msa: &ManagedServiceAccount) -> bool {
+    let name = msa.name_any();
+    let older = format!("{}-", names::migration_service_account(&m.key));
+    msa.labels().get(labels::MIGRATION_KEY) == Some(&m.key)
+        || name.starts_with(&older)
+        || name == names::migration_service_account(&m.key)
 }
 
 /// The migration's ManagedServiceAccounts on the global hub (in the target hub's namespace),
-/// by name: one list, however many bootstrap identities it has. Its own are those marked with
-/// its key (the pooled names), and those an older manager named after the key.
-pub(super) async fn service_accounts(
+/// by name, as the watch last saw them.
+pub(super) fn service_accounts(
+    ctx: &Ctx,
+    m: &Migration,
+) -> std::collections::BTreeMap<String, Arc<ManagedServiceAccount>> {
+    ctx.observed
+        .service_accounts(&m.to, &m.namespace, &m.name)
+        .into_iter()
+        .filter(|msa| is_own(m, msa))
+        .map(|msa| (msa.name_any(), msa))
+        .collect()
+}
+
+/// The migration's ManagedServiceAccounts as the API server has them now: one list, however
+/// many bootstrap identities it has.
+pub(super) async fn service_accounts_now(
     ctx: &Ctx,
     m: &Migration,
 ) -> Result<std::collections::BTreeMap<String, ManagedServiceAccount>, Error> {
@@ -167,25 +191,20 @@ pub(super) async fn service_accounts(
         labels::MIGRATION_NAMESPACE,
         m.namespace
     );
-    let older = format!("{}-", names::migration_service_account(&m.key));
     Ok(msas
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(ctx_err("listing the ManagedServiceAccounts"))?
         .items
         .into_iter()
+        .filter(|msa| is_own(m, msa))
         .map(|msa| (msa.name_any(), msa))
-        // Another incarnation of a migration of the same name has another key.
-        .filter(|(name, msa)| {
-            msa.labels().get(labels::MIGRATION_KEY) == Some(&m.key)
-                || name.starts_with(&older)
-                || *name == names::migration_service_account(&m.key)
-        })
         .collect())
 }
 
 /// The target's bootstrap kubeconfigs of the migration's first `identities` bootstrap
 /// identities, in order, once each ManagedServiceAccount has its token (`None` until then).
+/// A token's Secret is read only when its ManagedServiceAccount reports a new one.
 pub(super) async fn bootstrap(
     ctx: &Ctx,
     m: &Migration,
@@ -194,47 +213,25 @@ pub(super) async fn bootstrap(
     if identities == 0 || m.identity_names.len() < identities {
         return Ok(None);
     }
-    let msas = service_accounts(ctx, m).await?;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &m.to);
+    let msas = service_accounts(ctx, m);
     let mut tokens = Vec::with_capacity(identities);
     for name in m.identity_names.iter().take(identities) {
-        // The token Secret bears the ManagedServiceAccount's name (managed-serviceaccount
-        // `pkg/addon/agent/controller/token.go`): the only Secret names the manager may read
-        // are the pool's. The reference says when the token is there.
-        if msas
-            .get(name)
-            .and_then(|msa| msa.status.as_ref())
-            .and_then(|s| s.token_secret_ref.as_ref())
-            .is_none()
-        {
-            return Ok(None);
-        }
-        let Some(secret) = ignore_not_found(secrets.get(name).await)
-            .map_err(ctx_err("reading a bootstrap token's secret"))?
-        else {
+        let Some(msa) = msas.get(name) else {
             return Ok(None);
         };
-        let data = secret.data.unwrap_or_default();
-        let Some(token) = data
-            .get("token")
-            .and_then(|t| String::from_utf8(t.0.clone()).ok())
-        else {
+        let Some(token) = ctx.observed.token(&ctx.client, msa).await? else {
             return Ok(None);
         };
-        let ca = data
-            .get("ca.crt")
-            .map(|c| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &c.0));
-        tokens.push((token, ca));
+        tokens.push(token);
     }
-    let hub = Api::<ManagedCluster>::all(ctx.client.clone())
-        .get(&m.to)
-        .await
-        .map_err(ctx_err(format!("reading target hub {}", m.to)))?;
+    let Some(hub) = ctx.observed.hub(&m.to) else {
+        return Err(RenderError::Config(format!("target hub {} is gone", m.to)).into());
+    };
     let Some(client_config) = hub
         .spec
         .managed_cluster_client_configs
-        .unwrap_or_default()
-        .into_iter()
+        .iter()
+        .flatten()
         .find(|c| !c.url.is_empty())
     else {
         return Err(RenderError::Config(format!(
@@ -243,14 +240,14 @@ pub(super) async fn bootstrap(
         ))
         .into());
     };
-    let proxy = target_proxy(ctx, &m.to).await?;
+    let proxy = target_proxy(ctx, &m.to);
     let mut kubeconfigs = Vec::with_capacity(identities);
-    for (token, ca) in tokens {
-        let ca = client_config.ca_bundle.clone().or(ca);
+    for t in tokens {
+        let ca = client_config.ca_bundle.clone().or(t.ca.clone());
         kubeconfigs.push(mr::bootstrap_kubeconfig(
             &client_config.url,
             ca.as_deref(),
-            &token,
+            &t.token,
             proxy.as_ref(),
         )?);
     }

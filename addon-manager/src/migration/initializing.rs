@@ -12,8 +12,19 @@ pub(super) async fn initializing(
     // names::MAX_BOOTSTRAP_IDENTITIES): a holder of one cluster's token can ask for no other
     // cluster's certificate. Each takes a free name of the target's pool.
     let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
-    let held = pool_of(ctx, &m.to).await?;
     let recorded = step.status.bootstrap_identities.clone().unwrap_or_default();
+    // Once every name it needs is recorded and its own (as the watch shows them), the claim
+    // stands and the pool need not be listed again while the tokens come.
+    let own = service_accounts(ctx, m);
+    let held = if recorded.len() >= m.identities()
+        && recorded.iter().all(|n| {
+            own.get(n)
+                .is_some_and(|msa| msa.labels().get(labels::MIGRATION_KEY) == Some(&m.key))
+        }) {
+        pool_holders(&own.values().map(|msa| (**msa).clone()).collect::<Vec<_>>())
+    } else {
+        pool_of(ctx, &m.to).await?
+    };
     let mut seen = Initialized {
         pool: Pool::Claimed,
         token: Ok(false),

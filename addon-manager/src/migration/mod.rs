@@ -57,6 +57,7 @@ mod deploying;
 mod feedback;
 mod hubs;
 mod initializing;
+mod observed;
 mod outcome;
 #[cfg(test)]
 mod outcome_tests;
@@ -106,6 +107,8 @@ struct Ctx {
     recorder: Recorder,
     /// Every migration, as the controller sees them (for the metrics).
     migrations: kube::runtime::reflector::Store<ManagedClusterMigration>,
+    /// What the migrations read of the global hub, from the watches.
+    observed: observed::Observed,
 }
 
 /// Why a reconcile failed (it is retried).
@@ -124,9 +127,9 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), kube::Error> {
     let mcms: Api<ManagedClusterMigration> = Api::all(client.clone());
-    let owned = watcher::Config::default().labels(labels::MIGRATION);
     let controller = Controller::new(mcms.clone(), watcher::Config::default());
     let store = controller.store();
+    let (observed, controller) = observed::Observed::start(&client, controller);
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -139,18 +142,9 @@ pub async fn run(
         config,
         recorder,
         migrations: store.clone(),
+        observed,
     });
     controller
-        .watches(
-            Api::<ManifestWork>::all(client.clone()),
-            owned.clone(),
-            owner_of,
-        )
-        .watches(
-            Api::<ManagedServiceAccount>::all(client.clone()),
-            owned,
-            owner_of,
-        )
         // A migration waiting for another on the same hub pair starts when that one ends; one
         // waiting for free names of a target's pool of bootstrap identities gets them when
         // another gives them back (and ends).
@@ -343,6 +337,7 @@ async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<A
 }
 
 async fn reconcile_one(mcm: Arc<ManagedClusterMigration>, ctx: &Ctx) -> Result<Action, Error> {
+    ctx.observed.ready().await;
     let deleting = mcm.metadata.deletion_timestamp.is_some();
     let current = phase(&mcm);
     let has_finalizer = mcm

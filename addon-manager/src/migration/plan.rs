@@ -45,10 +45,10 @@ pub(super) async fn plan(
         .next()
         .map(|c| (c.url, c.ca_bundle));
     let (server, ca) = url.unwrap_or_default();
-    let proxy = target_proxy(ctx, &m.to).await?;
+    let proxy = target_proxy(ctx, &m.to);
     let kubeconfig =
         mr::bootstrap_kubeconfig(&server, ca.as_deref(), mr::REDACTED, proxy.as_ref())?;
-    let msa_ns = addon_namespace(hub_addon(ctx, &m.to, MSA_ADDON).await?.as_ref());
+    let msa_ns = addon_namespace(hub_addon(ctx, &m.to, MSA_ADDON).as_deref());
     let mut source = base_task(
         mcm,
         MigrationRole::Source,

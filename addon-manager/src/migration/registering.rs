@@ -137,26 +137,31 @@ pub(super) async fn registering(
     // reported on a revision that lists it (and so has recorded when it was released, the
     // earliest its bootstrap CSR may be asked for); until then the source keeps what it had.
     let tgt_rev = deliver_target(ctx, mcm, m, step, TaskStage::Registering, vec![], true).await?;
-    let (target, _) = report(ctx, m, MigrationRole::Target, &tgt_rev).await?;
+    let (target, _) = report(ctx, m, MigrationRole::Target, &tgt_rev);
     let release = if target.is_some() {
         released(&names, &states)
     } else {
         // The target is silent: release no more than was released; if the source's work is
         // gone, what status records as in flight.
-        existing_work(ctx, m, MigrationRole::Source)
-            .await?
-            .as_ref()
-            .and_then(delivered_task)
-            .filter(|t| t.stage == TaskStage::Registering)
-            .and_then(|t| t.released)
-            .unwrap_or_else(|| {
-                names
-                    .iter()
-                    .zip(&states)
-                    .filter(|(_, s)| s.in_flight())
-                    .map(|(n, _)| n.clone())
-                    .collect()
-            })
+        // (As the API server has it: the watch may not have seen the last delivery yet.)
+        work_now(
+            ctx,
+            &m.from,
+            &names::migration_work(&m.key, MigrationRole::Source),
+        )
+        .await?
+        .as_ref()
+        .and_then(delivered_task)
+        .filter(|t| t.stage == TaskStage::Registering)
+        .and_then(|t| t.released)
+        .unwrap_or_else(|| {
+            names
+                .iter()
+                .zip(&states)
+                .filter(|(_, s)| s.in_flight())
+                .map(|(n, _)| n.clone())
+                .collect()
+        })
     };
     let part = SourcePart {
         released: release,
@@ -168,7 +173,7 @@ pub(super) async fn registering(
         let timed_out = remaining(step, timeout).is_none();
         return Ok(step.settle(token_missing(timed_out, timeout, CLUSTER_REGISTERED)));
     };
-    let (source, _) = report(ctx, m, MigrationRole::Source, &src_rev).await?;
+    let (source, _) = report(ctx, m, MigrationRole::Source, &src_rev);
     let before = states.clone();
     let max_conc = mcm
         .spec

@@ -30,9 +30,7 @@ pub(super) async fn rollbacking(
     }
     // The target first: it stops admitting them and removes what it pre-created; the source
     // then takes back each cluster the target has let go.
-    let target_view = existing_work(ctx, m, MigrationRole::Target)
-        .await?
-        .map(|w| Feedback::of(&w));
+    let target_view = existing_work(ctx, m, MigrationRole::Target).map(|w| Feedback::of(&w));
     let target_states = target_view.as_ref().map(|f| f.states(names.len()));
     let target_done: BTreeSet<&String> = match &target_states {
         Some(ts) => names
@@ -55,7 +53,7 @@ pub(super) async fn rollbacking(
         true,
     )
     .await?;
-    let (target, _) = report(ctx, m, MigrationRole::Target, &target_rev).await?;
+    let (target, _) = report(ctx, m, MigrationRole::Target, &target_rev);
     // A target that does not answer (its API or agent down) cannot hold the clusters hostage:
     // after half the stage timeout the source takes back every cluster the target was never
     // seen to admit; the target's pre-created copies go in Cleaning, once it answers again.
@@ -77,7 +75,7 @@ pub(super) async fn rollbacking(
     let src_rev = deliver_source(ctx, mcm, m, step, TaskStage::Rollbacking, part, false)
         .await?
         .unwrap_or_default();
-    let (source, _) = report(ctx, m, MigrationRole::Source, &src_rev).await?;
+    let (source, _) = report(ctx, m, MigrationRole::Source, &src_rev);
     let target_ok = target.as_ref().is_some_and(Feedback::succeeded);
     let source_ok =
         source.as_ref().is_some_and(Feedback::succeeded) && source_list.len() == to_roll.len();

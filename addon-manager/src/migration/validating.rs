@@ -26,16 +26,8 @@ pub(super) async fn validating(
         return Ok(step.settle(Outcome::invalid(reason, message)));
     }
     // The source resolves and checks its clusters.
-    let source_ns = addon_namespace(
-        hub_addon(ctx, &m.from, &ctx.config.addon_name)
-            .await?
-            .as_ref(),
-    );
-    let target_ns = addon_namespace(
-        hub_addon(ctx, &m.to, &ctx.config.addon_name)
-            .await?
-            .as_ref(),
-    );
+    let source_ns = addon_namespace(hub_addon(ctx, &m.from, &ctx.config.addon_name).as_deref());
+    let target_ns = addon_namespace(hub_addon(ctx, &m.to, &ctx.config.addon_name).as_deref());
     let mut source_task = base_task(
         mcm,
         MigrationRole::Source,
@@ -140,7 +132,7 @@ async fn ask(
 ) -> Result<Result<Feedback, Outcome>, Error> {
     let hub = m.hub(role);
     let rev = deliver(ctx, m, role, manifests, task_namespace).await?;
-    let (report, err) = report(ctx, m, role, &rev).await?;
+    let (report, err) = report(ctx, m, role, &rev);
     if let Some(problem) = work_agent_refused(&ctx.config.addon_name, hub, err.as_deref()) {
         return Ok(Err(Outcome::invalid(reasons::HUB_INVALID, problem)));
     }

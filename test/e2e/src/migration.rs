@@ -88,6 +88,11 @@ impl Setup {
         self.manager.as_ref().map(Manager::logs).unwrap_or_default()
     }
 
+    /// The log of the manager last stopped (before another is started in its place).
+    pub fn logs_of_stopped_manager(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("addon-manager.log")).unwrap_or_default()
+    }
+
     /// The last `n` lines above DEBUG of each hub agent's log (`pods/<hub>/*/agent.log`).
     pub fn agent_logs(&self, n: usize) -> String {
         let mut out = String::new();

@@ -324,4 +324,21 @@ async fn an_addon_upgrade_shows_in_the_manager_metrics() {
         )
         .is_some_and(|n| n > 0.0)
     );
+    // The 0.1.0 agent was stopped as the kubelet stops a container (SIGTERM): it stopped
+    // cleanly, and its shutdown (the API connections going away) logged no warning or error.
+    let pods = dir.path().join("pods/hub1");
+    let previous = eventually(LONG, "the 0.1.0 agent stopped", || async {
+        let found = std::fs::read_dir(&pods)
+            .ok()?
+            .flatten()
+            .find_map(|pod| std::fs::read_to_string(pod.path().join("agent.previous.log")).ok())?;
+        found.contains("addon-agent stopped").then_some(found)
+    })
+    .await;
+    let loud: Vec<&str> = previous
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
+    assert!(loud.is_empty(), "the stopped agent: {loud:#?}");
+    drop(manager);
 }

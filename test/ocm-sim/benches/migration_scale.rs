@@ -76,6 +76,15 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         .tempdir()
         .unwrap();
     println!("run directory: {}", dir.path().display());
+    // BENCH_LOG=<filter> logs the simulators (klusterlets, hubs) to fleet.log there.
+    if let Ok(filter) = std::env::var("BENCH_LOG") {
+        let log = std::fs::File::create(dir.path().join("fleet.log")).unwrap();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::sync::Mutex::new(log))
+            .with_ansi(false)
+            .try_init();
+    }
     let fleet_defaults = ocm_sim::fleet::FleetOptions::default();
     let opts = DemoOptions {
         hubs: 2,
@@ -171,6 +180,54 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
             agent(m) as f64 / n,
             m.total(None, None) as f64 / n
         );
+    }
+    // Where the requests went: the most frequent kinds, by verb and resource.
+    let breakdown = |m: &kube_sim::Metrics, who: &dyn Fn(&str) -> bool| {
+        let mut by: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for (a, c) in m.access_log() {
+            if who(&a.user) {
+                *by.entry((a.verb.clone(), a.resource.clone())).or_default() += c;
+            }
+        }
+        let mut by: Vec<_> = by.into_iter().collect();
+        by.sort_by_key(|b| std::cmp::Reverse(b.1));
+        by.iter()
+            .take(6)
+            .map(|((v, r), c)| format!("{v} {r} {:.1}", *c as f64 / n))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "    manager: {}",
+        breakdown(global, &|u: &str| u == MANAGER_USER)
+    );
+    let is_agent =
+        |u: &str| u.starts_with("system:serviceaccount:open-cluster-management-agent-addon:");
+    for (name, hub) in [("hub1", hub1), ("hub2", hub2)] {
+        println!(
+            "    {name} agent: {}",
+            breakdown(hub.api.metrics(), &is_agent)
+        );
+    }
+    // And who asked the most of each hub.
+    for (name, m) in [
+        ("global hub", global),
+        ("hub1", hub1.api.metrics()),
+        ("hub2", hub2.api.metrics()),
+    ] {
+        let mut by: BTreeMap<String, u64> = BTreeMap::new();
+        for (a, c) in m.access_log() {
+            let who = a.user.split(':').take(4).collect::<Vec<_>>().join(":");
+            *by.entry(who).or_default() += c;
+        }
+        let mut by: Vec<_> = by.into_iter().collect();
+        by.sort_by_key(|b| std::cmp::Reverse(b.1));
+        let top: Vec<String> = by
+            .iter()
+            .take(4)
+            .map(|(u, c)| format!("{u} {:.1}", *c as f64 / n))
+            .collect();
+        println!("    {name} busiest: {}", top.join(", "));
     }
     println!(
         "  manager peak memory        {:>8.1} MiB",

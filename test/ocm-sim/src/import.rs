@@ -38,7 +38,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::names::BOOTSTRAP_HUB_KUBECONFIG;
@@ -421,6 +421,14 @@ pub fn read_only_configs(manifests: &[Value]) -> Vec<Value> {
 
 struct Ctx {
     client: Client,
+    /// What the controller reads, from its watches (upstream reads through informers too):
+    /// KlusterletConfigs, the bootstrap kubeconfig Secrets of its namespace, every
+    /// `auto-import-secret`, the klusterlet works.
+    configs: Store<DynamicObject>,
+    kc_type: ApiResource,
+    secrets: Store<Secret>,
+    auto_import: Store<Secret>,
+    works: Store<ManifestWork>,
     /// The hub's own bootstrap kubeconfig, which the klusterlet work keeps on every cluster
     /// (so a cluster that moved here restarts against this hub, not the one it left).
     bootstrap_kubeconfig: String,
@@ -428,33 +436,104 @@ struct Ctx {
 }
 
 /// Runs until aborted.
+/// The bootstrap kubeconfig Secrets a cluster's KlusterletConfigs (the global one merged
+/// under its own) name.
+fn secrets_named(
+    mc: &ManagedCluster,
+    configs: &Store<DynamicObject>,
+    kc_type: &ApiResource,
+    older: Option<OlderMce>,
+) -> Vec<String> {
+    listed_secrets(&merged_config(mc, configs, kc_type), older).0
+}
+
+/// A cluster's KlusterletConfig spec: its own merged over the global one, as JSON (hubs with
+/// the older CRD keep `bootstrapKubeConfigs` under `spec`).
+fn merged_config(
+    mc: &ManagedCluster,
+    configs: &Store<DynamicObject>,
+    kc_type: &ApiResource,
+) -> Value {
+    let spec_of = |name: &str| {
+        configs
+            .get(&ObjectRef::new_with(name, kc_type.clone()))
+            .and_then(|k| k.data.get("spec").cloned())
+    };
+    let global = spec_of(GLOBAL_KLUSTERLET_CONFIG);
+    let own = mc
+        .annotations()
+        .get(KLUSTERLET_CONFIG)
+        .and_then(|n| spec_of(n));
+    merge_klusterlet_configs(global.as_ref(), own.as_ref())
+}
+
 pub async fn run(client: Client, bootstrap_kubeconfig: String, older: Option<OlderMce>) {
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::reflector::{self, store::Writer};
     let clusters: Api<ManagedCluster> = Api::all(client.clone());
-    let configs: Api<DynamicObject> =
-        Api::all_with(client.clone(), &ApiResource::erase::<KlusterletConfig>(&()));
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), BOOTSTRAP_SECRETS_NAMESPACE);
+    let kc_type = ApiResource::erase::<KlusterletConfig>(&());
+    let configs_api: Api<DynamicObject> = Api::all_with(client.clone(), &kc_type);
+    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), BOOTSTRAP_SECRETS_NAMESPACE);
+    let kc_writer = Writer::<DynamicObject>::new(kc_type.clone());
+    let configs = kc_writer.as_reader();
+    let config_events = reflector::reflector(
+        kc_writer,
+        watcher::watcher(configs_api, watcher::Config::default()),
+    )
+    .default_backoff()
+    .touched_objects();
+    let (secrets, w) = reflector::store::<Secret>();
+    let secret_events =
+        reflector::reflector(w, watcher::watcher(secrets_api, watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+    let (auto_import, w) = reflector::store::<Secret>();
+    let auto_import_events = reflector::reflector(
+        w,
+        watcher::watcher(
+            Api::<Secret>::all(client.clone()),
+            watcher::Config::default().fields(&format!("metadata.name={AUTO_IMPORT_SECRET}")),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+    let (works, w) = reflector::store::<ManifestWork>();
+    let work_events = reflector::reflector(
+        w,
+        watcher::watcher(
+            Api::<ManifestWork>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
     let controller = Controller::new(clusters, watcher::Config::default());
     let store = controller.store();
     let by_config = store.clone();
     let by_secret = store.clone();
     let by_work = store;
+    let (secret_configs, secret_kc_type) = (configs.clone(), kc_type.clone());
     tokio::spawn(delete_namespaces(client.clone()));
+    let ctx = Arc::new(Ctx {
+        client,
+        configs,
+        kc_type: kc_type.clone(),
+        secrets,
+        auto_import,
+        works,
+        bootstrap_kubeconfig,
+        older,
+    });
     controller
-        .watches(
-            Api::<ManifestWork>::all(client.clone()),
-            watcher::Config::default(),
-            move |w: ManifestWork| {
-                let r = ObjectRef::<ManagedCluster>::new(&w.namespace()?);
-                by_work
-                    .get(&r)
-                    .filter(|mc| mc.metadata.deletion_timestamp.is_some())
-                    .map(|_| r)
-            },
-        )
-        .watches_with(
-            configs,
-            ApiResource::erase::<KlusterletConfig>(&()),
-            watcher::Config::default(),
+        .watches_stream(work_events, move |w: ManifestWork| {
+            let r = ObjectRef::<ManagedCluster>::new(&w.namespace()?);
+            by_work
+                .get(&r)
+                .filter(|mc| mc.metadata.deletion_timestamp.is_some())
+                .map(|_| r)
+        })
+        .watches_stream_with(
+            config_events,
             move |kc: DynamicObject| {
                 let name = kc.name_any();
                 by_config
@@ -467,39 +546,48 @@ pub async fn run(client: Client, bootstrap_kubeconfig: String, older: Option<Old
                     .map(|mc| ObjectRef::from_obj(&*mc))
                     .collect::<Vec<_>>()
             },
+            kc_type,
         )
-        .watches(secrets, watcher::Config::default(), move |_: Secret| {
+        // A bootstrap kubeconfig Secret wakes the clusters whose configs name it.
+        .watches_stream(secret_events, move |s: Secret| {
+            let name = s.name_any();
             by_secret
                 .state()
                 .into_iter()
+                .filter(|mc| {
+                    secrets_named(mc, &secret_configs, &secret_kc_type, older).contains(&name)
+                })
                 .map(|mc| ObjectRef::from_obj(&*mc))
                 .collect::<Vec<_>>()
         })
-        .watches(
-            Api::<Secret>::all(client.clone()),
-            watcher::Config::default().fields(&format!("metadata.name={AUTO_IMPORT_SECRET}")),
-            |s: Secret| {
-                s.namespace()
-                    .map(|ns| ObjectRef::<ManagedCluster>::new(&ns))
-            },
-        )
+        .watches_stream(auto_import_events, |s: Secret| {
+            s.namespace()
+                .map(|ns| ObjectRef::<ManagedCluster>::new(&ns))
+        })
         .run(
             reconcile,
             |_, e: &RenderError, _| {
                 tracing::debug!(error = %e, "import reconcile failed");
                 Action::requeue(Duration::from_millis(500))
             },
-            Arc::new(Ctx {
-                client,
-                bootstrap_kubeconfig,
-                older,
-            }),
+            ctx,
         )
         .for_each(|_| async {})
         .await;
 }
 
 async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, RenderError> {
+    // Nothing is rendered from caches that have not listed yet.
+    for ready in [
+        ctx.configs.wait_until_ready().await,
+        ctx.secrets.wait_until_ready().await,
+        ctx.auto_import.wait_until_ready().await,
+        ctx.works.wait_until_ready().await,
+    ] {
+        if ready.is_err() {
+            return Ok(Action::await_change());
+        }
+    }
     if mc.metadata.deletion_timestamp.is_some() {
         return Ok(clean_up(&ctx.client, &mc).await?);
     }
@@ -511,38 +599,36 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, Ren
     let cluster = mc.name_any();
     let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), &cluster);
     let name = klusterlet_work(&cluster);
+    let current = ctx.works.get(&ObjectRef::new(&name).within(&cluster));
     if mc.annotations().contains_key(DISABLE_AUTO_IMPORT) {
         // The works stay as they are, read-only (upstream's DR restore guard): written through
         // the same apply as ever, so that the configs go again once the annotation does.
-        if let Some(w) = works.get_opt(&name).await? {
+        if let Some(w) = current {
             let manifests = w.manifests().to_vec();
             let configs = read_only_configs(&manifests);
-            apply_klusterlet_work(&works, &cluster, manifests, configs).await?;
+            apply_klusterlet_work(
+                &works,
+                current_spec(&ctx, &cluster),
+                &cluster,
+                manifests,
+                configs,
+            )
+            .await?;
         }
         return Ok(Action::await_change());
     }
-    // Read as JSON: hubs with the older CRD keep `bootstrapKubeConfigs` under `spec`.
-    let configs: Api<DynamicObject> = Api::all_with(
-        ctx.client.clone(),
-        &ApiResource::erase::<KlusterletConfig>(&()),
-    );
-    let spec_of = |kc: Option<DynamicObject>| kc.and_then(|k| k.data.get("spec").cloned());
-    let global = spec_of(configs.get_opt(GLOBAL_KLUSTERLET_CONFIG).await?);
-    let own = match mc.annotations().get(KLUSTERLET_CONFIG) {
-        Some(n) => spec_of(configs.get_opt(n).await?),
-        None => None,
-    };
-    let spec = merge_klusterlet_configs(global.as_ref(), own.as_ref());
-    let (names, _) = listed_secrets(&spec, ctx.older);
-    let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), BOOTSTRAP_SECRETS_NAMESPACE);
-    let mut secrets = Vec::new();
-    for n in names {
-        let text = secrets_api
-            .get_opt(&n)
-            .await?
-            .and_then(|s| crate::klusterlet::secret_text(&s, "kubeconfig"));
-        secrets.push((n, text));
-    }
+    let names = secrets_named(&mc, &ctx.configs, &ctx.kc_type, ctx.older);
+    let secrets: Vec<(String, Option<String>)> = names
+        .into_iter()
+        .map(|n| {
+            let text = ctx
+                .secrets
+                .get(&ObjectRef::new(&n).within(BOOTSTRAP_SECRETS_NAMESPACE))
+                .and_then(|s| crate::klusterlet::secret_text(&s, "kubeconfig"));
+            (n, text)
+        })
+        .collect();
+    let spec = merged_config(&mc, &ctx.configs, &ctx.kc_type);
     let manifests = render(&RenderInput {
         cluster: &cluster,
         spec: &spec,
@@ -550,20 +636,56 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, Ren
         secrets: &secrets,
         older: ctx.older,
     })?;
-    auto_import(&ctx.client, &cluster, &manifests).await?;
+    if let Some(secret) = ctx
+        .auto_import
+        .get(&ObjectRef::new(AUTO_IMPORT_SECRET).within(&cluster))
+    {
+        auto_import(&ctx.client, &cluster, &secret, &manifests).await?;
+    }
     // Klusterlet works only for clusters the hub accepts.
     if !mc.spec.hub_accepts_client {
         return Ok(Action::await_change());
     }
-    apply_klusterlet_work(&works, &cluster, manifests, Vec::new()).await?;
+    apply_klusterlet_work(
+        &works,
+        current_spec(&ctx, &cluster),
+        &cluster,
+        manifests,
+        Vec::new(),
+    )
+    .await?;
     Ok(Action::await_change())
+}
+
+/// The spec of a cluster's klusterlet work as the watch last saw it.
+fn current_spec(ctx: &Ctx, cluster: &str) -> Option<Value> {
+    ctx.works
+        .get(&ObjectRef::new(&klusterlet_work(cluster)).within(cluster))
+        .and_then(|w| serde_json::to_value(&w.spec).ok())
 }
 
 /// Writes a cluster's klusterlet work whole, `manifestConfigs` included, as upstream's
 /// `createManifestWorks` and `buildManifestConfigs` (`manifestwork_controller.go`) build it
 /// afresh on every apply: ReadOnly configs while auto-import is disabled, none otherwise.
+/// Whether a klusterlet work's spec (as read back) is `desired` in what this controller writes.
+fn same_work_spec(current: &Value, desired: &Value) -> bool {
+    let configs = |v: &Value| {
+        v.get("manifestConfigs")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    current.pointer("/workload/manifests") == desired.pointer("/workload/manifests")
+        && current.pointer("/deleteOption/propagationPolicy")
+            == desired.pointer("/deleteOption/propagationPolicy")
+        && configs(current) == configs(desired)
+}
+
+/// (Not written when `current`, the work's spec as last seen, is already the one it would
+/// write: upstream compares too before it updates.)
 async fn apply_klusterlet_work(
     works: &Api<ManifestWork>,
+    current: Option<Value>,
     cluster: &str,
     manifests: Vec<Value>,
     configs: Vec<Value>,
@@ -573,6 +695,9 @@ async fn apply_klusterlet_work(
                           "deleteOption": {"propagationPolicy": "Orphan"}});
     if !configs.is_empty() {
         spec["manifestConfigs"] = Value::Array(configs);
+    }
+    if current.is_some_and(|c| same_work_spec(&c, &spec)) {
+        return Ok(());
     }
     works
         .patch(
@@ -599,13 +724,11 @@ async fn apply_klusterlet_work(
 async fn auto_import(
     client: &Client,
     cluster: &str,
+    secret: &Secret,
     manifests: &[Value],
 ) -> Result<(), RenderError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), cluster);
-    let Some(secret) = secrets.get_opt(AUTO_IMPORT_SECRET).await? else {
-        return Ok(());
-    };
-    let Some(kubeconfig) = crate::klusterlet::secret_text(&secret, "kubeconfig") else {
+    let Some(kubeconfig) = crate::klusterlet::secret_text(secret, "kubeconfig") else {
         return Ok(());
     };
     let managed = kube_sim::client_from_kubeconfig(&kubeconfig)

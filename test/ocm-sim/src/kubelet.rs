@@ -50,6 +50,30 @@ struct Pod {
     child: tokio::process::Child,
     template_hash: u64,
     health_port: u16,
+    /// The pod's `terminationGracePeriodSeconds` (Kubernetes' default: 30 s).
+    grace: Duration,
+}
+
+/// Stops a container as the kubelet does (kubernetes `pkg/kubelet/kuberuntime/
+/// kuberuntime_container.go`, `killContainer`): SIGTERM, then SIGKILL once the pod's
+/// termination grace period has passed. In the background: the kubelet goes on meanwhile,
+/// and a replacement may start while the old process is still stopping.
+fn terminate(mut pod: Pod) {
+    tokio::spawn(async move {
+        if let Some(pid) = pod.child.id() {
+            let _ = tokio::process::Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status()
+                .await;
+        }
+        if tokio::time::timeout(pod.grace, pod.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = pod.child.kill().await;
+        }
+    });
 }
 
 struct Ctx {
@@ -277,8 +301,8 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Er
     let pods = all.entry(key.clone()).or_default();
     // Scaled down: the highest replicas go.
     while pods.len() > want {
-        if let Some(mut p) = pods.pop() {
-            let _ = p.child.kill().await;
+        if let Some(p) = pods.pop() {
+            terminate(p);
         }
     }
     let pod_spec = current
@@ -294,9 +318,6 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Er
         if alive {
             continue;
         }
-        if let Some(old) = pods.get_mut(i) {
-            let _ = old.child.kill().await;
-        }
         // Replica 0 keeps the Deployment's name for its directory; others get a suffix.
         let pod = if i == 0 {
             name.clone()
@@ -309,9 +330,16 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Er
                     child,
                     template_hash: hash,
                     health_port: port,
+                    grace: Duration::from_secs(
+                        pod_spec
+                            .termination_grace_period_seconds
+                            .and_then(|s| u64::try_from(s).ok())
+                            .unwrap_or(30),
+                    ),
                 };
                 if i < pods.len() {
-                    pods[i] = p;
+                    // The replaced container stops in the background.
+                    terminate(std::mem::replace(&mut pods[i], p));
                 } else {
                     pods.push(p);
                 }
@@ -354,8 +382,8 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Er
 
 async fn stop(ctx: &Ctx, key: &(String, String)) {
     if let Some(pods) = ctx.pods.lock().await.remove(key) {
-        for mut p in pods {
-            let _ = p.child.kill().await;
+        for p in pods {
+            terminate(p);
         }
     }
 }
@@ -457,7 +485,13 @@ async fn start(
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
         .port();
-    let log = std::fs::File::create(dir.join("agent.log")).map_err(|e| e.to_string())?;
+    // The previous container's log stays readable (`kubectl logs --previous`); a container
+    // still stopping goes on writing there.
+    let log_path = dir.join("agent.log");
+    if log_path.exists() {
+        let _ = std::fs::rename(&log_path, dir.join("agent.previous.log"));
+    }
+    let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
     let log2 = log.try_clone().map_err(|e| e.to_string())?;
     let image = container.image.clone().unwrap_or_default();
     let binary = executable(&ctx.opts, &image)

@@ -112,6 +112,73 @@ async fn reconcile(
     if secret_exists && fresh {
         return Ok(());
     }
+    let token = match issue(hub, sas, cluster, ca_pem, msa, validity).await {
+        Ok(t) => t,
+        Err(e) => {
+            // As upstream's token reconciler on a failed sync (managed-serviceaccount
+            // pkg/addon/agent/controller/token.go, Reconcile): TokenReported False with the
+            // error, the rest of the status (tokenSecretRef, expiry) as it was.
+            let mut conditions: Vec<Condition> = status.conditions.clone().unwrap_or_default();
+            set_condition(
+                &mut conditions,
+                "TokenReported",
+                "False",
+                "TokenReportFailed",
+                &e.to_string(),
+                None,
+            );
+            let msas: Api<ManagedServiceAccount> = Api::namespaced(hub.clone(), cluster);
+            msas.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"conditions": conditions}})),
+            )
+            .await?;
+            return Err(e);
+        }
+    };
+    let mut conditions: Vec<Condition> = status.conditions.clone().unwrap_or_default();
+    set_condition(
+        &mut conditions,
+        "SecretCreated",
+        "True",
+        "SecretCreated",
+        "The token secret is created",
+        None,
+    );
+    set_condition(
+        &mut conditions,
+        "TokenReported",
+        "True",
+        "TokenReported",
+        "The token is reported",
+        None,
+    );
+    let msas: Api<ManagedServiceAccount> = Api::namespaced(hub.clone(), cluster);
+    msas.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "conditions": conditions,
+            "expirationTimestamp": token.expiration_timestamp,
+            "tokenSecretRef": {"name": name, "lastRefreshTimestamp": migration_api::common::now()}
+        }})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Requests a token for `msa`'s ServiceAccount and writes it to the hub Secret of the same name.
+async fn issue(
+    hub: &Client,
+    sas: &Api<ServiceAccount>,
+    cluster: &str,
+    ca_pem: &str,
+    msa: &ManagedServiceAccount,
+    validity: Duration,
+) -> Result<k8s_openapi::api::authentication::v1::TokenRequestStatus, Error> {
+    let name = msa.name_any();
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), cluster);
     let tr: TokenRequest = serde_json::from_value(
         json!({"spec": {"audiences": [], "expirationSeconds": validity.as_secs()}}),
     )?;
@@ -145,33 +212,5 @@ async fn reconcile(
             &Patch::Apply(&secret),
         )
         .await?;
-    let mut conditions: Vec<Condition> = status.conditions.clone().unwrap_or_default();
-    set_condition(
-        &mut conditions,
-        "SecretCreated",
-        "True",
-        "SecretCreated",
-        "The token secret is created",
-        None,
-    );
-    set_condition(
-        &mut conditions,
-        "TokenReported",
-        "True",
-        "TokenReported",
-        "The token is reported",
-        None,
-    );
-    let msas: Api<ManagedServiceAccount> = Api::namespaced(hub.clone(), cluster);
-    msas.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {
-            "conditions": conditions,
-            "expirationTimestamp": token.expiration_timestamp,
-            "tokenSecretRef": {"name": name, "lastRefreshTimestamp": migration_api::common::now()}
-        }})),
-    )
-    .await?;
-    Ok(())
+    Ok(token)
 }
