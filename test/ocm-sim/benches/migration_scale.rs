@@ -229,6 +229,39 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
             .collect();
         println!("    {name} busiest: {}", top.join(", "));
     }
+    // Time in each phase, from the manager's log of its phase changes.
+    let log = std::fs::read_to_string(dir.path().join("addon-manager.log")).unwrap_or_default();
+    let changes: Vec<(jiff::Timestamp, String)> = log
+        .lines()
+        .filter_map(|l| {
+            let (_, change) = l.split_once("addon_manager::migration: ")?;
+            let (from, _) = change.split_once(" -> ")?;
+            Some((l.split_whitespace().next()?.parse().ok()?, from.to_owned()))
+        })
+        .collect();
+    let phases: Vec<String> = changes
+        .windows(2)
+        .map(|w| {
+            let took = w[1].0.duration_since(w[0].0).as_secs_f64();
+            format!("{} {took:.1} s", w[1].1)
+        })
+        .collect();
+    println!("  time in each phase         {}", phases.join(", "));
+    // The migration's own size (its status grows with the clusters).
+    let mcm = Api::<migration_api::migration::ManagedClusterMigration>::namespaced(
+        fleet.global.cluster.admin.clone(),
+        "default",
+    )
+    .get("demo")
+    .await
+    .unwrap();
+    let size = |v: &serde_json::Value| serde_json::to_vec(v).map_or(0, |b| b.len());
+    let whole = serde_json::to_value(&mcm).unwrap();
+    println!(
+        "  migration object           {:>8.1} KiB (status {:.1} KiB)",
+        size(&whole) as f64 / 1024.0,
+        size(&whole["status"]) as f64 / 1024.0
+    );
     println!(
         "  manager peak memory        {:>8.1} MiB",
         report.manager_peak_kib.unwrap_or(0) as f64 / 1024.0
