@@ -598,6 +598,32 @@ impl ApiError {
     }
 }
 
+/// A watch of `api` and the cache it fills: each event comes out of the stream once the cache
+/// holds it, so a controller woken by the stream reads what woke it (for `watches_stream`).
+pub fn cached_watch<K>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+) -> (
+    kube::runtime::reflector::Store<K>,
+    impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    let (store, writer) = kube::runtime::reflector::store();
+    let events = kube::runtime::reflector(writer, kube::runtime::watcher(api, config))
+        .default_backoff()
+        .touched_objects();
+    (store, events)
+}
+
 /// Whether an error is a 409 Conflict (see [`ApiError::is_conflict`]).
 pub fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)

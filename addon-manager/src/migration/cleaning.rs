@@ -317,8 +317,7 @@ pub(super) async fn remove_everything(ctx: &Ctx, m: &Migration) -> Result<bool, 
         }
     }
     if left.is_empty() {
-        let names: Vec<String> = m.identity_names.clone();
-        ctx.observed.forget_tokens(&m.to, &names);
+        ctx.observed.forget_tokens(&m.to, &m.identity_names);
     }
     Ok(left.is_empty())
 }

@@ -21,7 +21,7 @@ pub(super) async fn initializing(
             own.get(n)
                 .is_some_and(|msa| msa.labels().get(labels::MIGRATION_KEY) == Some(&m.key))
         }) {
-        pool_holders(&own.values().map(|msa| (**msa).clone()).collect::<Vec<_>>())
+        pool_holders(own.values().map(|msa| &**msa))
     } else {
         pool_of(ctx, &m.to).await?
     };
@@ -95,10 +95,10 @@ pub(super) async fn pool_of(
 /// Who holds each name of the target hub's pool of bootstrap identities in use: the key of the
 /// migration whose ManagedServiceAccount has it (`None`: not one of ours, the name is taken all
 /// the same).
-pub(super) fn pool_holders(
-    msas: &[ManagedServiceAccount],
+pub(super) fn pool_holders<'a>(
+    msas: impl IntoIterator<Item = &'a ManagedServiceAccount>,
 ) -> std::collections::BTreeMap<String, Option<String>> {
-    msas.iter()
+    msas.into_iter()
         .filter(|msa| names::pool_index(&msa.name_any()).is_some())
         .map(|msa| {
             (

@@ -14,8 +14,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use migration_api::runtime::cached_watch;
 
 use super::*;
 
@@ -57,31 +58,6 @@ fn none<K>(_: K) -> Vec<ObjectRef<ManagedClusterMigration>> {
     Vec::new()
 }
 
-/// A watch and the cache it fills: the watch's events come out of the stream once the cache
-/// holds them.
-fn cache<K>(
-    api: Api<K>,
-    config: watcher::Config,
-) -> (
-    Store<K>,
-    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config))
-        .default_backoff()
-        .touched_objects();
-    (store, stream)
-}
-
 impl Observed {
     /// Wires the caches' watches into `controller` (so they run, and stop, with it).
     pub(super) fn start(
@@ -90,11 +66,11 @@ impl Observed {
     ) -> (Self, Controller<ManagedClusterMigration>) {
         let owned = watcher::Config::default().labels(labels::MIGRATION);
         let every = watcher::Config::default;
-        let (works, w) = cache(Api::<ManifestWork>::all(client.clone()), owned.clone());
-        let (msas, s) = cache(Api::<ManagedServiceAccount>::all(client.clone()), owned);
-        let (addons, a) = cache(Api::<ManagedClusterAddOn>::all(client.clone()), every());
-        let (hubs, h) = cache(Api::<ManagedCluster>::all(client.clone()), every());
-        let (configs, c) = cache(Api::<AddOnDeploymentConfig>::all(client.clone()), every());
+        let (works, w) = cached_watch(Api::<ManifestWork>::all(client.clone()), owned.clone());
+        let (msas, s) = cached_watch(Api::<ManagedServiceAccount>::all(client.clone()), owned);
+        let (addons, a) = cached_watch(Api::<ManagedClusterAddOn>::all(client.clone()), every());
+        let (hubs, h) = cached_watch(Api::<ManagedCluster>::all(client.clone()), every());
+        let (configs, c) = cached_watch(Api::<AddOnDeploymentConfig>::all(client.clone()), every());
         // The works and ManagedServiceAccounts wake their migration; the hubs' objects are
         // read when a migration runs for another reason.
         let controller = controller

@@ -435,7 +435,6 @@ struct Ctx {
     older: Option<OlderMce>,
 }
 
-/// Runs until aborted.
 /// The bootstrap kubeconfig Secrets a cluster's KlusterletConfigs (the global one merged
 /// under its own) name.
 fn secrets_named(
@@ -467,6 +466,7 @@ fn merged_config(
     merge_klusterlet_configs(global.as_ref(), own.as_ref())
 }
 
+/// Runs until aborted.
 pub async fn run(client: Client, bootstrap_kubeconfig: String, older: Option<OlderMce>) {
     use kube::runtime::WatchStreamExt;
     use kube::runtime::reflector::{self, store::Writer};
@@ -482,31 +482,16 @@ pub async fn run(client: Client, bootstrap_kubeconfig: String, older: Option<Old
     )
     .default_backoff()
     .touched_objects();
-    let (secrets, w) = reflector::store::<Secret>();
-    let secret_events =
-        reflector::reflector(w, watcher::watcher(secrets_api, watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
-    let (auto_import, w) = reflector::store::<Secret>();
-    let auto_import_events = reflector::reflector(
-        w,
-        watcher::watcher(
-            Api::<Secret>::all(client.clone()),
-            watcher::Config::default().fields(&format!("metadata.name={AUTO_IMPORT_SECRET}")),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
-    let (works, w) = reflector::store::<ManifestWork>();
-    let work_events = reflector::reflector(
-        w,
-        watcher::watcher(
-            Api::<ManifestWork>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
+    let (secrets, secret_events) =
+        migration_api::runtime::cached_watch(secrets_api, watcher::Config::default());
+    let (auto_import, auto_import_events) = migration_api::runtime::cached_watch(
+        Api::<Secret>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={AUTO_IMPORT_SECRET}")),
+    );
+    let (works, work_events) = migration_api::runtime::cached_watch(
+        Api::<ManifestWork>::all(client.clone()),
+        watcher::Config::default(),
+    );
     let controller = Controller::new(clusters, watcher::Config::default());
     let store = controller.store();
     let by_config = store.clone();
@@ -600,25 +585,22 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, Ren
     let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), &cluster);
     let name = klusterlet_work(&cluster);
     let current = ctx.works.get(&ObjectRef::new(&name).within(&cluster));
+    let current_spec = current
+        .as_ref()
+        .and_then(|w| serde_json::to_value(&w.spec).ok());
     if mc.annotations().contains_key(DISABLE_AUTO_IMPORT) {
         // The works stay as they are, read-only (upstream's DR restore guard): written through
         // the same apply as ever, so that the configs go again once the annotation does.
         if let Some(w) = current {
             let manifests = w.manifests().to_vec();
             let configs = read_only_configs(&manifests);
-            apply_klusterlet_work(
-                &works,
-                current_spec(&ctx, &cluster),
-                &cluster,
-                manifests,
-                configs,
-            )
-            .await?;
+            apply_klusterlet_work(&works, current_spec, &cluster, manifests, configs).await?;
         }
         return Ok(Action::await_change());
     }
-    let names = secrets_named(&mc, &ctx.configs, &ctx.kc_type, ctx.older);
-    let secrets: Vec<(String, Option<String>)> = names
+    let spec = merged_config(&mc, &ctx.configs, &ctx.kc_type);
+    let secrets: Vec<(String, Option<String>)> = listed_secrets(&spec, ctx.older)
+        .0
         .into_iter()
         .map(|n| {
             let text = ctx
@@ -628,7 +610,6 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, Ren
             (n, text)
         })
         .collect();
-    let spec = merged_config(&mc, &ctx.configs, &ctx.kc_type);
     let manifests = render(&RenderInput {
         cluster: &cluster,
         spec: &spec,
@@ -646,27 +627,10 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, Ren
     if !mc.spec.hub_accepts_client {
         return Ok(Action::await_change());
     }
-    apply_klusterlet_work(
-        &works,
-        current_spec(&ctx, &cluster),
-        &cluster,
-        manifests,
-        Vec::new(),
-    )
-    .await?;
+    apply_klusterlet_work(&works, current_spec, &cluster, manifests, Vec::new()).await?;
     Ok(Action::await_change())
 }
 
-/// The spec of a cluster's klusterlet work as the watch last saw it.
-fn current_spec(ctx: &Ctx, cluster: &str) -> Option<Value> {
-    ctx.works
-        .get(&ObjectRef::new(&klusterlet_work(cluster)).within(cluster))
-        .and_then(|w| serde_json::to_value(&w.spec).ok())
-}
-
-/// Writes a cluster's klusterlet work whole, `manifestConfigs` included, as upstream's
-/// `createManifestWorks` and `buildManifestConfigs` (`manifestwork_controller.go`) build it
-/// afresh on every apply: ReadOnly configs while auto-import is disabled, none otherwise.
 /// Whether a klusterlet work's spec (as read back) is `desired` in what this controller writes.
 fn same_work_spec(current: &Value, desired: &Value) -> bool {
     let configs = |v: &Value| {
@@ -681,6 +645,9 @@ fn same_work_spec(current: &Value, desired: &Value) -> bool {
         && configs(current) == configs(desired)
 }
 
+/// Writes a cluster's klusterlet work whole, `manifestConfigs` included, as upstream's
+/// `createManifestWorks` and `buildManifestConfigs` (`manifestwork_controller.go`) build it
+/// afresh on every apply: ReadOnly configs while auto-import is disabled, none otherwise.
 /// (Not written when `current`, the work's spec as last seen, is already the one it would
 /// write: upstream compares too before it updates.)
 async fn apply_klusterlet_work(

@@ -102,6 +102,7 @@ async fn reconcile(
         .unwrap_or(DEFAULT_VALIDITY);
     let now = jiff::Timestamp::now();
     let status = msa.status.clone().unwrap_or_default();
+    let msas: Api<ManagedServiceAccount> = Api::namespaced(hub.clone(), cluster);
     let secrets: Api<Secret> = Api::namespaced(hub.clone(), cluster);
     let secret_exists = secrets.get_opt(&name).await?.is_some();
     // Refresh when missing, or with less than a fifth of the validity left.
@@ -127,7 +128,6 @@ async fn reconcile(
                 &e.to_string(),
                 None,
             );
-            let msas: Api<ManagedServiceAccount> = Api::namespaced(hub.clone(), cluster);
             msas.patch_status(
                 &name,
                 &PatchParams::default(),
@@ -154,7 +154,6 @@ async fn reconcile(
         "The token is reported",
         None,
     );
-    let msas: Api<ManagedServiceAccount> = Api::namespaced(hub.clone(), cluster);
     msas.patch_status(
         &name,
         &PatchParams::default(),
