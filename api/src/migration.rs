@@ -77,10 +77,13 @@ pub struct ManagedClusterMigrationSpec {
     pub included_managed_clusters: Option<Vec<String>>,
     /// The clusters to move, by labels evaluated on the source hub.
     pub included_managed_clusters_selector: Option<LabelSelector>,
-    /// Timeout of each stage but Registering (Go duration, default `5m`).
+    /// Timeout of each stage but Registering (Go duration; default `5m` plus 100ms per
+    /// cluster).
     #[schemars(regex(pattern = DURATION_PATTERN))]
     pub stage_timeout: Option<String>,
-    /// Timeout of the Registering stage (Go duration, default `12m`).
+    /// Timeout of each wave of the Registering stage (Go duration; default `12m` plus 200ms
+    /// per cluster of the wave): Registering may take this long for each wave of
+    /// `maxConcurrency` clusters.
     #[schemars(regex(pattern = DURATION_PATTERN))]
     pub registering_timeout: Option<String>,
     /// How many clusters switch hubs at once (default: all).
@@ -941,18 +944,72 @@ impl ManagedClusterMigrationSpec {
         )
     }
 
+    /// The timeouts a migration of `clusters` clusters works with ([`Timeouts`]); an
+    /// invalid value (refused at validation) counts as unset.
+    pub fn timeouts(&self, clusters: usize) -> Timeouts {
+        let n = u32::try_from(clusters).unwrap_or(u32::MAX);
+        let stage = match &self.stage_timeout {
+            Some(_) => self.stage_timeout().ok(),
+            None => None,
+        }
+        .unwrap_or_else(|| DEFAULT_STAGE_TIMEOUT.saturating_add(STAGE_TIMEOUT_PER_CLUSTER * n))
+        .min(MAX_TIMEOUT);
+        let concurrency = self
+            .max_concurrency
+            .and_then(|c| u32::try_from(c).ok())
+            .filter(|c| *c > 0)
+            .unwrap_or(n.max(1));
+        let wave_size = concurrency.min(n);
+        let waves = n.div_ceil(concurrency).max(1);
+        let wave = match &self.registering_timeout {
+            Some(_) => self.registering_timeout().ok(),
+            None => None,
+        }
+        .unwrap_or_else(|| {
+            DEFAULT_REGISTERING_TIMEOUT.saturating_add(REGISTERING_TIMEOUT_PER_CLUSTER * wave_size)
+        })
+        .min(MAX_TIMEOUT);
+        Timeouts {
+            stage,
+            wave,
+            registering: wave.saturating_mul(waves).min(MAX_TIMEOUT),
+        }
+    }
+
     /// How long the migration's bootstrap token is valid: as long as clusters may bootstrap
     /// with it (Initializing, Deploying and Registering, each to its timeout, plus one stage
     /// timeout of margin), and at least the ten minutes Kubernetes' TokenRequest asks for. The
     /// token is revoked at the end anyway; its validity bounds what a leaked copy is worth if
     /// the revocation cannot happen.
-    pub fn token_validity(&self) -> std::time::Duration {
-        let stage = self.stage_timeout().unwrap_or(DEFAULT_STAGE_TIMEOUT);
-        let registering = self
-            .registering_timeout()
-            .unwrap_or(DEFAULT_REGISTERING_TIMEOUT);
-        (stage * 3 + registering).max(MIN_TOKEN_VALIDITY)
+    pub fn token_validity(&self, clusters: usize) -> std::time::Duration {
+        let t = self.timeouts(clusters);
+        (t.stage * 3 + t.registering).max(MIN_TOKEN_VALIDITY)
     }
+}
+
+/// What each cluster adds to the default stage timeout (a stage's work grows with the clusters:
+/// 3 000 clusters get 10 minutes instead of 5).
+pub const STAGE_TIMEOUT_PER_CLUSTER: std::time::Duration = std::time::Duration::from_millis(100);
+/// What each cluster of a wave adds to the default Registering timeout of that wave (the
+/// target's registration controllers accept, approve and sign one cluster after another).
+pub const REGISTERING_TIMEOUT_PER_CLUSTER: std::time::Duration =
+    std::time::Duration::from_millis(200);
+
+/// The timeouts of one migration, scaled to its clusters so that a large move is never cut
+/// off by a default meant for a few: a default grows with the clusters, a value the spec sets
+/// is taken as it is, and Registering gets its timeout for each wave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Each stage but Registering: `stageTimeout`, else [`DEFAULT_STAGE_TIMEOUT`] plus
+    /// [`STAGE_TIMEOUT_PER_CLUSTER`] for each cluster.
+    pub stage: std::time::Duration,
+    /// One wave of Registering (`maxConcurrency` clusters, all of them without it):
+    /// `registeringTimeout`, else [`DEFAULT_REGISTERING_TIMEOUT`] plus
+    /// [`REGISTERING_TIMEOUT_PER_CLUSTER`] for each cluster of the wave.
+    pub wave: std::time::Duration,
+    /// Registering as a whole, from the moment it starts: `wave` for each wave, at most
+    /// [`MAX_TIMEOUT`].
+    pub registering: std::time::Duration,
 }
 
 /// The shortest token a TokenRequest issues (Kubernetes' `expirationSeconds` minimum).
@@ -977,6 +1034,21 @@ fn optional_duration(
         });
     }
     Ok(d)
+}
+
+/// A duration as a Go duration to whole seconds (`45s`, `5m`, `12m30s`, `1h0m5s`), as a
+/// status message shows a timeout.
+pub fn format_duration(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    let (h, m, s) = (s / 3600, s / 60 % 60, s % 60);
+    match (h, m, s) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, 0, 0) => format!("{h}h"),
+        (h, m, 0) => format!("{h}h{m}m"),
+        (h, m, s) => format!("{h}h{m}m{s}s"),
+    }
 }
 
 /// Parses a Go duration (`300ms`, `90s`, `5m`, `1h30m`, `1.5h`); `None` if malformed.
@@ -1173,6 +1245,95 @@ mod tests {
     }
 
     #[test]
+    fn timeouts_grow_with_the_clusters_and_registering_gets_one_per_wave() {
+        let secs = std::time::Duration::from_secs;
+        let m = |stage: Option<&str>, registering: Option<&str>, conc: Option<i32>| {
+            ManagedClusterMigrationSpec {
+                stage_timeout: stage.map(Into::into),
+                registering_timeout: registering.map(Into::into),
+                max_concurrency: conc,
+                ..spec()
+            }
+        };
+        // (spec, clusters, (stage, wave, registering))
+        let cases = [
+            // Defaults, for a few clusters: what they were before.
+            (m(None, None, None), 0, (secs(300), secs(720), secs(720))),
+            (m(None, None, None), 20, (secs(302), secs(724), secs(724))),
+            // 3 000 clusters in one wave: 10 minutes a stage, 22 for Registering.
+            (
+                m(None, None, None),
+                3000,
+                (secs(600), secs(1320), secs(1320)),
+            ),
+            // In waves of 100: each wave's default grows with the wave, and there are 30.
+            (
+                m(None, None, Some(100)),
+                3000,
+                (secs(600), secs(740), secs(740 * 30)),
+            ),
+            // A wave wider than the migration is one wave of all its clusters.
+            (
+                m(None, None, Some(500)),
+                20,
+                (secs(302), secs(724), secs(724)),
+            ),
+            // Values the spec sets are taken as they are; Registering's is per wave.
+            (
+                m(Some("1m"), Some("2m"), None),
+                3000,
+                (secs(60), secs(120), secs(120)),
+            ),
+            (
+                m(Some("1m"), Some("2m"), Some(1000)),
+                3000,
+                (secs(60), secs(120), secs(360)),
+            ),
+            // Whole migration bounded by the longest timeout there is.
+            (
+                m(None, Some("1h"), Some(1)),
+                3000,
+                (secs(600), secs(3600), MAX_TIMEOUT),
+            ),
+            // An invalid value (refused at validation) counts as unset.
+            (
+                m(Some("forever"), Some("-1s"), None),
+                0,
+                (secs(300), secs(720), secs(720)),
+            ),
+        ];
+        for (spec, n, (stage, wave, registering)) in cases {
+            let want = Timeouts {
+                stage,
+                wave,
+                registering,
+            };
+            assert_eq!(spec.timeouts(n), want, "{spec:?} with {n} clusters");
+        }
+        // The token outlives them all.
+        let big = m(None, None, Some(100));
+        assert_eq!(big.token_validity(3000), secs(600 * 3 + 740 * 30));
+    }
+
+    #[test]
+    fn durations_read_as_go_durations() {
+        let secs = std::time::Duration::from_secs;
+        for (d, text) in [
+            (secs(0), "0s"),
+            (secs(45), "45s"),
+            (secs(300), "5m"),
+            (secs(750), "12m30s"),
+            (secs(3600), "1h"),
+            (secs(3660), "1h1m"),
+            (secs(3605), "1h0m5s"),
+            (secs(86_400), "24h"),
+        ] {
+            assert_eq!(format_duration(d), text);
+            assert_eq!(parse_duration(text), Some(d), "{text}");
+        }
+    }
+
+    #[test]
     fn the_token_lives_as_long_as_clusters_may_bootstrap() {
         let m = |stage: Option<&str>, registering: Option<&str>| ManagedClusterMigrationSpec {
             stage_timeout: stage.map(Into::into),
@@ -1191,7 +1352,7 @@ mod tests {
         ];
         for (stage, registering, want) in cases {
             assert_eq!(
-                m(stage, registering).token_validity(),
+                m(stage, registering).token_validity(0),
                 want,
                 "{stage:?} {registering:?}"
             );

@@ -77,7 +77,7 @@ async fn hubs_clean(
     // has it; the verdict goes into status before the source hears of it.
     let (target, _) = report(ctx, m, MigrationRole::Target, &tgt);
     let before = states.clone();
-    let late = remaining(step, stage_timeout(mcm)).is_none();
+    let late = remaining(step, timeouts(mcm).stage).is_none();
     recheck_arrived(
         &mut states,
         target.as_ref().map(|f| f.states(names.len())).as_deref(),
@@ -115,7 +115,7 @@ async fn hubs_clean(
         source: source.as_ref().map(Feedback::succeeded),
         target: target.as_ref().map(Feedback::succeeded),
         late,
-        timeout: stage_timeout(mcm),
+        timeout: timeouts(mcm).stage,
     };
     Ok(step.settle(seen.outcome(&m.from, &m.to)))
 }

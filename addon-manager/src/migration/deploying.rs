@@ -20,10 +20,10 @@ pub(super) async fn deploying(
     )
     .await?
     else {
-        let timed_out = remaining(step, stage_timeout(mcm)).is_none();
+        let timed_out = remaining(step, timeouts(mcm).stage).is_none();
         return Ok(step.settle(token_missing(
             timed_out,
-            stage_timeout(mcm),
+            timeouts(mcm).stage,
             RESOURCE_DEPLOYED,
         )));
     };
@@ -39,10 +39,10 @@ pub(super) async fn deploying(
         ready: source.as_ref().is_some_and(Feedback::succeeded)
             && target.as_ref().is_some_and(Feedback::succeeded),
         work_error: source_err.or(bootstrap_err).or(target_err),
-        timed_out: remaining(step, stage_timeout(mcm)).is_none(),
+        timed_out: remaining(step, timeouts(mcm).stage).is_none(),
         what: delivered_what(step),
         clusters: step.status.resolved_clusters.as_ref().map_or(0, Vec::len),
-        timeout: stage_timeout(mcm),
+        timeout: timeouts(mcm).stage,
     };
     Ok(step.settle(seen.outcome(&m.from, &m.to)))
 }

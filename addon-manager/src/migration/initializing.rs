@@ -28,9 +28,9 @@ pub(super) async fn initializing(
     let mut seen = Initialized {
         pool: Pool::Claimed,
         token: Ok(false),
-        timed_out: remaining(step, stage_timeout(mcm)).is_none(),
+        timed_out: remaining(step, timeouts(mcm).stage).is_none(),
         shape: shape_of(step),
-        timeout: stage_timeout(mcm),
+        timeout: timeouts(mcm).stage,
     };
     match claim(m.identities(), &m.key, &recorded, &held) {
         Err(free) => seen.pool = Pool::TooFew { free },

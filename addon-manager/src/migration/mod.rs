@@ -29,7 +29,7 @@ use migration_api::common::{Condition, condition_is_true, find_condition, now, s
 use migration_api::migration::{
     CarriedCluster, ClusterCounts, ClusterState, ManagedClusterMigration,
     ManagedClusterMigrationSpec, ManagedClusterMigrationStatus, MigrationPhase, MigrationPlan,
-    MigrationRole, MigrationTaskSpec, PlannedObject, TaskStage,
+    MigrationRole, MigrationTaskSpec, PlannedObject, TaskStage, Timeouts, format_duration,
 };
 use migration_api::names::conditions::{
     AVAILABLE, CLUSTER_AVAILABLE, CLUSTER_REGISTERED, MIGRATION_STARTED, RESOURCE_CLEANED,
@@ -196,7 +196,7 @@ fn migration_of(mcm: &ManagedClusterMigration) -> Migration {
         name: mcm.name_any(),
         namespace: mcm.namespace().unwrap_or_default(),
         key: key_of(mcm),
-        token_validity: mcm.effective_spec().token_validity(),
+        token_validity: mcm.effective_spec().token_validity(cluster_count(mcm)),
         from: mcm.spec.from.clone(),
         to: mcm.spec.to.clone(),
         clusters: mcm
@@ -543,19 +543,21 @@ fn until(step: &Step, timeout: Duration) -> Action {
     )
 }
 
-fn registering_timeout(mcm: &ManagedClusterMigration) -> Duration {
-    mcm.spec
-        .registering_timeout()
-        .unwrap_or(migration_api::migration::DEFAULT_REGISTERING_TIMEOUT)
+/// The migration's timeouts, scaled to its clusters (those it resolved, else those it names).
+fn timeouts(mcm: &ManagedClusterMigration) -> Timeouts {
+    mcm.spec.timeouts(cluster_count(mcm))
+}
+
+/// How many clusters the migration resolved, else names.
+fn cluster_count(mcm: &ManagedClusterMigration) -> usize {
+    mcm.status
+        .as_ref()
+        .and_then(|s| s.resolved_clusters.as_ref())
+        .or(mcm.spec.included_managed_clusters.as_ref())
+        .map_or(0, Vec::len)
 }
 
 /// How many clusters may fail (`maxFailures`, none below zero).
 fn max_failures(mcm: &ManagedClusterMigration) -> usize {
     mcm.spec.max_failures.unwrap_or(0).max(0) as usize
-}
-
-fn stage_timeout(mcm: &ManagedClusterMigration) -> Duration {
-    mcm.spec
-        .stage_timeout()
-        .unwrap_or(migration_api::migration::DEFAULT_STAGE_TIMEOUT)
 }

@@ -131,7 +131,7 @@ pub(super) async fn registering(
     step: &mut Step,
 ) -> Result<Action, Error> {
     let (names, mut states) = step.clusters();
-    let timeout = registering_timeout(mcm);
+    let timeout = timeouts(mcm).registering;
     // Deliver what the status says (the release list), then read the reports on it. The
     // target hears of a release first: the source lets a cluster go only once the target has
     // reported on a revision that lists it (and so has recorded when it was released, the
@@ -200,7 +200,7 @@ pub(super) async fn registering(
         timed_out: remaining(step, timeout).is_none(),
         changed: states != before,
         timeout,
-        timeout_text: mcm.spec.registering_timeout.as_deref().unwrap_or("12m"),
+        timeout_text: &format_duration(timeout),
     };
     Ok(step.settle(seen.outcome(&m.to)))
 }

@@ -57,7 +57,7 @@ pub(super) async fn rollbacking(
     // A target that does not answer (its API or agent down) cannot hold the clusters hostage:
     // after half the stage timeout the source takes back every cluster the target was never
     // seen to admit; the target's pre-created copies go in Cleaning, once it answers again.
-    let target_silent = target.is_none() && remaining(step, stage_timeout(mcm) / 2).is_none();
+    let target_silent = target.is_none() && remaining(step, timeouts(mcm).stage / 2).is_none();
     let source_list = source_takes_back(&names, &states, &to_roll, &target_done, target_silent);
     // Clusters that arrived after all stay where they are.
     if let Some(t) = &target {
@@ -92,7 +92,7 @@ pub(super) async fn rollbacking(
         target_ok,
         target_silent,
         source_ok,
-        timed_out: remaining(step, stage_timeout(mcm)).is_none(),
+        timed_out: remaining(step, timeouts(mcm).stage).is_none(),
         cause: step
             .status
             .conditions
@@ -100,7 +100,7 @@ pub(super) async fn rollbacking(
             .and_then(|c| find_condition(c, RESOURCE_ROLLED_BACK))
             .map(|c| c.reason.clone())
             .unwrap_or_default(),
-        timeout: stage_timeout(mcm),
+        timeout: timeouts(mcm).stage,
     };
     Ok(step.settle(seen.outcome(&m.from, &m.to)))
 }

@@ -98,12 +98,12 @@ async fn precheck(
     if let Err(e) = mcm.spec.validate() {
         return Ok(Some(Outcome::invalid(reasons::INVALID_SPEC, e.to_string())));
     }
-    if remaining(step, stage_timeout(mcm)).is_none() {
+    if remaining(step, timeouts(mcm).stage).is_none() {
         return Ok(Some(Outcome::invalid(
             reasons::TIMEOUT,
             format!(
                 "the hubs' agents did not report validation within {}; are the {} addons Available on {} and {}?",
-                mcm.spec.stage_timeout.as_deref().unwrap_or("5m"),
+                format_duration(timeouts(mcm).stage),
                 ctx.config.addon_name,
                 m.from,
                 m.to
@@ -148,7 +148,7 @@ async fn ask(
     }
     Ok(Err(Outcome::Wait(
         Said::no(RESOURCE_VALIDATED, reasons::WAITING, msg),
-        Wake::Deadline(stage_timeout(mcm)),
+        Wake::Deadline(timeouts(mcm).stage),
     )))
 }
 
