@@ -30,7 +30,7 @@ pub(super) fn import_took_over(works: &Store<ManifestWork>, cluster: &str) -> bo
 /// the watch on the agent's namespace holds it.
 pub(super) fn bootstrap_secret_data(ctx: &Ctx, task: &MigrationTask, name: &str) -> Option<Value> {
     let ns = task.namespace().unwrap_or_default();
-    get(&ctx.bootstrap_secrets, Some(&ns), name)
+    get(&ctx.caches.bootstrap_secrets, Some(&ns), name)
         .and_then(|s| s.data.clone())
         .and_then(|d| serde_json::to_value(d).ok())
 }
@@ -103,7 +103,7 @@ pub(super) fn klusterlet_work(
     cluster: &str,
 ) -> Option<Arc<ManifestWork>> {
     get(
-        &ctx.works,
+        &ctx.caches.works,
         Some(cluster),
         &names::migration_klusterlet_work(task.spec.key()),
     )
@@ -238,6 +238,7 @@ pub(super) async fn force_delete_work(ctx: &Ctx, work: &ManifestWork) -> Result<
 /// serves take it over).
 pub(super) async fn release_works(ctx: &Ctx, cluster: &str) -> Result<(), Error> {
     for work in ctx
+        .caches
         .works
         .state()
         .iter()

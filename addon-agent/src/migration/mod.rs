@@ -98,15 +98,7 @@ type Awaited = Arc<std::sync::Mutex<BTreeSet<String>>>;
 
 struct Ctx {
     client: Client,
-    clusters: Store<ManagedCluster>,
-    works: Store<ManifestWork>,
-    leases: Store<Lease>,
-    awaited: Awaited,
-    csrs: Store<CertificateSigningRequest>,
-    /// The KlusterletConfigs migrations render and derive (labelled managed-by).
-    bootstrap_configs: Store<migration_api::ocm::config::KlusterletConfig>,
-    /// Plain OCM: the bootstrap Secrets migrations deliver to the agent's namespace.
-    bootstrap_secrets: Store<Secret>,
+    caches: Caches,
     metrics: crate::metrics::Metrics,
     /// The hub's KlusterletConfig shape ([`klusterlet_config_shape`]) and when it was read.
     shape: std::sync::Mutex<Option<(std::time::Instant, String)>>,
@@ -122,13 +114,28 @@ pub enum Error {
     Config(String),
 }
 
-/// Runs the handler until aborted.
-pub async fn run(client: Client, opts: Options) {
-    let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded::<()>();
+/// The agent's caches of its hub, each change that matters to a task sent to `trigger`.
+struct Caches {
+    clusters: Store<ManagedCluster>,
+    works: Store<ManifestWork>,
+    leases: Store<Lease>,
+    awaited: Awaited,
+    csrs: Store<CertificateSigningRequest>,
+    /// The KlusterletConfigs migrations render and derive (labelled managed-by).
+    bootstrap_configs: Store<migration_api::ocm::config::KlusterletConfig>,
+    /// Plain OCM: the bootstrap Secrets migrations deliver to the agent's namespace.
+    bootstrap_secrets: Store<Secret>,
+}
+
+fn spawn_caches(
+    client: &Client,
+    namespace: &str,
+    trigger: futures::channel::mpsc::UnboundedSender<()>,
+) -> Caches {
     let clusters = spawn_reflector(
         Api::<ManagedCluster>::all(client.clone()),
         watcher::Config::default(),
-        trigger_tx.clone(),
+        trigger.clone(),
         |mc: &ManagedCluster| {
             Some(
                 serde_json::to_string(&(&mc.metadata.annotations, &mc.spec, mc.conditions()))
@@ -141,7 +148,7 @@ pub async fn run(client: Client, opts: Options) {
     let works = spawn_reflector(
         Api::<ManifestWork>::all(client.clone()),
         watcher::Config::default(),
-        trigger_tx.clone(),
+        trigger.clone(),
         |w: &ManifestWork| {
             w.name_any().ends_with("-klusterlet").then(|| {
                 let applied = w
@@ -163,7 +170,7 @@ pub async fn run(client: Client, opts: Options) {
     let leases = spawn_reflector(
         Api::<Lease>::all(client.clone()),
         watcher::Config::default().fields(&format!("metadata.name={CLUSTER_LEASE}")),
-        trigger_tx.clone(),
+        trigger.clone(),
         move |l: &Lease| {
             let ns = l.namespace().unwrap_or_default();
             let awaited = watching.lock().is_ok_and(|a| a.contains(&ns));
@@ -182,19 +189,19 @@ pub async fn run(client: Client, opts: Options) {
     let bootstrap_configs = spawn_reflector(
         Api::<migration_api::ocm::config::KlusterletConfig>::all(client.clone()),
         watcher::Config::default().labels(&managed),
-        trigger_tx.clone(),
+        trigger.clone(),
         |_| Some(String::new()),
     );
     let bootstrap_secrets = spawn_reflector(
-        Api::<Secret>::namespaced(client.clone(), &opts.namespace),
+        Api::<Secret>::namespaced(client.clone(), namespace),
         watcher::Config::default().labels(&managed),
-        trigger_tx.clone(),
+        trigger.clone(),
         |_| Some(String::new()),
     );
     let csrs = spawn_reflector(
         Api::<CertificateSigningRequest>::all(client.clone()),
         watcher::Config::default(),
-        trigger_tx,
+        trigger,
         |c: &CertificateSigningRequest| {
             Some(format!(
                 "{:?}",
@@ -204,11 +211,26 @@ pub async fn run(client: Client, opts: Options) {
             ))
         },
     );
+    Caches {
+        clusters,
+        works,
+        leases,
+        awaited,
+        csrs,
+        bootstrap_configs,
+        bootstrap_secrets,
+    }
+}
+
+/// Runs the handler until aborted.
+pub async fn run(client: Client, opts: Options) {
+    let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded::<()>();
+    let caches = spawn_caches(&client, &opts.namespace, trigger_tx);
     for (what, ready) in [
-        ("ManagedClusters", clusters.wait_until_ready().await),
-        ("ManifestWorks", works.wait_until_ready().await),
-        ("CSRs", csrs.wait_until_ready().await),
-        ("Leases", leases.wait_until_ready().await),
+        ("ManagedClusters", caches.clusters.wait_until_ready().await),
+        ("ManifestWorks", caches.works.wait_until_ready().await),
+        ("CSRs", caches.csrs.wait_until_ready().await),
+        ("Leases", caches.leases.wait_until_ready().await),
     ] {
         if ready.is_err() {
             tracing::warn!(%what, "cache never became ready; migration handler not started");
@@ -232,13 +254,7 @@ pub async fn run(client: Client, opts: Options) {
     let controller = Controller::new(tasks, watcher::Config::default());
     let ctx = Arc::new(Ctx {
         client,
-        clusters,
-        works,
-        leases,
-        awaited,
-        csrs,
-        bootstrap_configs,
-        bootstrap_secrets,
+        caches,
         metrics: opts.metrics,
         shape: std::sync::Mutex::default(),
     });
@@ -367,7 +383,7 @@ async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Actio
     if task.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let names = cluster_list(&task, &ctx.clusters);
+    let names = cluster_list(&task, &ctx.caches.clusters);
     let report = match (task.spec.role, task.spec.stage) {
         (MigrationRole::Source, TaskStage::Validating) => {
             source_validate(&ctx, &task, &names).await?

@@ -38,7 +38,7 @@ fn bootstrap_in_place(ctx: &Ctx, task: &MigrationTask, names: &[String]) -> (boo
             }
         } else {
             let name = spec.klusterlet_config_at(i).unwrap_or_default();
-            if get(&ctx.bootstrap_configs, None, &name).is_none() {
+            if get(&ctx.caches.bootstrap_configs, None, &name).is_none() {
                 return (false, format!("KlusterletConfig {name}"));
             }
         }
@@ -82,7 +82,7 @@ async fn source_register_all(
     let mut states = Vec::with_capacity(names.len());
     let mut planned = Vec::with_capacity(names.len());
     for (index, name) in names.iter().enumerate() {
-        let Some(mc) = get(&ctx.clusters, None, name) else {
+        let Some(mc) = get(&ctx.caches.clusters, None, name) else {
             states.push(ClusterState::NotFound);
             continue;
         };
@@ -104,7 +104,7 @@ async fn source_register_all(
             derived_ready,
             switched: plain(task) && !release && klusterlet_done(ctx, task, name, true),
             delivered: bootstrap_delivered(
-                &ctx.works,
+                &ctx.caches.works,
                 name,
                 &spec.bootstrap_secret_at(index).unwrap_or_default(),
             ),
@@ -121,7 +121,7 @@ pub(super) fn lease_renewed_since(ctx: &Ctx, cluster: &str, since: &str) -> bool
     let Ok(since) = since.parse::<jiff::Timestamp>() else {
         return false;
     };
-    get(&ctx.leases, Some(cluster), CLUSTER_LEASE)
+    get(&ctx.caches.leases, Some(cluster), CLUSTER_LEASE)
         .and_then(|l| l.spec.clone())
         .and_then(|s| s.renew_time)
         .is_some_and(|t| t.0 > since)
@@ -129,7 +129,7 @@ pub(super) fn lease_renewed_since(ctx: &Ctx, cluster: &str, since: &str) -> bool
 
 /// Marks a cluster as awaited (its lease renewals wake the handler) or not.
 pub(super) fn await_return(ctx: &Ctx, cluster: &str, awaited: bool) {
-    if let Ok(mut a) = ctx.awaited.lock() {
+    if let Ok(mut a) = ctx.caches.awaited.lock() {
         if awaited {
             a.insert(cluster.to_owned());
         } else {
@@ -171,7 +171,7 @@ async fn source_take_back(
     name: &str,
     finish: bool,
 ) -> Result<ClusterState, Error> {
-    let Some(mc) = get(&ctx.clusters, None, name) else {
+    let Some(mc) = get(&ctx.caches.clusters, None, name) else {
         return Ok(ClusterState::NotFound);
     };
     // Plain OCM: the Klusterlet's own settings go back too (its work applies them once the
@@ -207,7 +207,7 @@ pub(super) async fn source_clean(
             states.push(source_take_back(ctx, task, name, true).await?);
             continue;
         }
-        let mc = get(&ctx.clusters, None, name);
+        let mc = get(&ctx.caches.clusters, None, name);
         let (state, effects) = let_go(detach.contains(name), mc.as_deref());
         planned.push((name.as_str(), effects));
         states.push(state);

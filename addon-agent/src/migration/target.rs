@@ -231,7 +231,7 @@ pub(super) async fn target_register(
     let mut states = Vec::with_capacity(names.len());
     let mut planned = Vec::with_capacity(names.len());
     for (index, name) in names.iter().enumerate() {
-        let mc = get(&ctx.clusters, None, name);
+        let mc = get(&ctx.caches.clusters, None, name);
         // Only the cluster's own bootstrap identity may ask for its certificate.
         let csrs = if registering {
             own_csrs(ctx, task, index, name)
@@ -253,7 +253,7 @@ pub(super) async fn target_register(
             settles,
             settled: settles && klusterlet_done(ctx, task, name, false),
             acm_target,
-            import_took_over: acm_target && import_took_over(&ctx.works, name),
+            import_took_over: acm_target && import_took_over(&ctx.caches.works, name),
             requests: &requests,
             now: jiff::Timestamp::now(),
         };
@@ -294,7 +294,7 @@ fn count_refused(ctx: &Ctx, task: &MigrationTask, names: &[String]) {
     let users: BTreeSet<String> = (0..names.len())
         .filter_map(|i| task.spec.bootstrap_user_at(i))
         .collect();
-    for csr in ctx.csrs.state() {
+    for csr in ctx.caches.csrs.state() {
         let by_identity = csr
             .spec
             .username
@@ -326,7 +326,8 @@ fn own_csrs(
     let Some(user) = task.spec.bootstrap_user_at(index) else {
         return Vec::new();
     };
-    ctx.csrs
+    ctx.caches
+        .csrs
         .state()
         .iter()
         .filter(|c| expected_csr(c, &user, cluster))
@@ -353,7 +354,7 @@ pub(super) async fn target_rollback(
         states.push(if rollback.contains(name) {
             target_let_back(ctx, task, index, name, false).await?
         } else {
-            target_state(get(&ctx.clusters, None, name).as_deref())
+            target_state(get(&ctx.caches.clusters, None, name).as_deref())
         });
     }
     Ok(rollback_report(
@@ -372,7 +373,7 @@ async fn target_let_back(
     name: &str,
     remove: bool,
 ) -> Result<ClusterState, Error> {
-    let mc = get(&ctx.clusters, None, name);
+    let mc = get(&ctx.caches.clusters, None, name);
     let pending = own_csrs(ctx, task, index, name)
         .into_iter()
         .filter(|(_, _, d)| *d == admission::Decision::Pending)
@@ -437,7 +438,7 @@ pub(super) async fn target_clean(
     let mut planned = Vec::with_capacity(names.len());
     let mut works_left = 0;
     for (index, name) in names.iter().enumerate() {
-        let mc = get(&ctx.clusters, None, name);
+        let mc = get(&ctx.caches.clusters, None, name);
         if settles && !target_work_removed(ctx, task, name, mc.as_deref()).await? {
             works_left += 1;
         }

@@ -67,7 +67,7 @@ pub(super) async fn source_validate(
             name: name.clone(),
             ..Default::default()
         };
-        let Some(mc) = get(&ctx.clusters, None, name) else {
+        let Some(mc) = get(&ctx.caches.clusters, None, name) else {
             states.push(ClusterState::NotFound);
             carry.push(record);
             continue;
@@ -181,7 +181,7 @@ pub(super) async fn target_validate(
 ) -> Result<Report, Error> {
     let states = names
         .iter()
-        .map(|n| match get(&ctx.clusters, None, n) {
+        .map(|n| match get(&ctx.caches.clusters, None, n) {
             Some(mc) if !marked(&mc, PRE_CREATED, task) => ClusterState::Exists,
             _ => ClusterState::Valid,
         })
