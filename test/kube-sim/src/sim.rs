@@ -108,7 +108,41 @@ pub struct Options {
     pub bookmark_interval: Duration,
     /// Shortest ServiceAccount token lifetime accepted (the real server: 600 s).
     pub min_token_expiration_secs: i64,
+    /// Largest object stored, in bytes of its JSON: etcd refuses a request over its
+    /// `--max-request-bytes` (1.5 MiB by default), and the API server answers 500
+    /// `etcdserver: request is too large` (kubernetes/kubernetes#112152).
+    pub max_object_bytes: usize,
+    /// Validating admission of the server's webhooks, run on create and on update of an object
+    /// (not of its status).
+    pub validators: Vec<Validator>,
 }
+
+/// A validating admission webhook of one kind: `check` returns why an object is refused, and
+/// the request fails 403 `admission webhook "<name>" denied the request: <why>`.
+#[derive(Clone)]
+pub struct Validator {
+    /// The webhook's name in the message.
+    pub name: String,
+    pub group: String,
+    pub kind: String,
+    pub check: Check,
+}
+
+/// What a [`Validator`] runs on an object: why it is refused, if it is.
+pub type Check = Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>;
+
+impl std::fmt::Debug for Validator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Validator")
+            .field("name", &self.name)
+            .field("group", &self.group)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+/// etcd's default `--max-request-bytes`.
+pub const DEFAULT_MAX_OBJECT_BYTES: usize = 1536 * 1024;
 
 impl Default for Options {
     fn default() -> Self {
@@ -120,6 +154,8 @@ impl Default for Options {
             watch_buffer: 4096,
             bookmark_interval: Duration::from_secs(5),
             min_token_expiration_secs: 600,
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+            validators: Vec::new(),
         }
     }
 }
@@ -439,6 +475,30 @@ impl Sim {
     }
 
     /// Creates an object.
+    /// The validating webhooks of `rt`'s kind.
+    fn webhooks(&self, rt: &ResourceType, obj: &Value) -> ApiResult<()> {
+        for v in &self.inner.opts.validators {
+            if v.group == rt.group && v.kind == rt.kind {
+                (v.check)(obj).map_err(|why| {
+                    ApiError::forbidden(format!(
+                        "admission webhook \"{}\" denied the request: {why}",
+                        v.name
+                    ))
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether etcd would store `obj` ([`Options::max_object_bytes`]).
+    fn fits(&self, obj: &Value) -> ApiResult<()> {
+        let size = serde_json::to_vec(obj).map_or(0, |b| b.len());
+        if size > self.inner.opts.max_object_bytes {
+            return Err(ApiError::internal("etcdserver: request is too large"));
+        }
+        Ok(())
+    }
+
     pub fn create(
         &self,
         user: &UserInfo,
@@ -515,6 +575,7 @@ impl Sim {
         }
         admit_create(user, rt, &mut obj)?;
         let warnings = self.validate(rt, &mut obj, opts.field_validation)?;
+        self.webhooks(rt, &obj)?;
         let now = meta::now();
         set_meta(&mut obj, "uid", json!(meta::uid()));
         set_meta(&mut obj, "creationTimestamp", json!(now));
@@ -541,6 +602,7 @@ impl Sim {
                 created: true,
             });
         }
+        self.fits(&obj)?;
         let rv = store.next_rv();
         set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
         if rt.builtin == Some(Builtin::CustomResourceDefinition) {
@@ -774,6 +836,9 @@ impl Sim {
         }
         admit_update(rt, old, &mut new)?;
         let warnings = self.validate(rt, &mut new, opts.field_validation)?;
+        if sub.is_empty() {
+            self.webhooks(rt, &new)?;
+        }
         if rt.tracks_generation
             && spec_part(&new, rt.has_status()) != spec_part(old, rt.has_status())
         {
@@ -816,6 +881,7 @@ impl Sim {
                 created: false,
             });
         }
+        self.fits(&new)?;
         let rv = store.next_rv();
         set_meta(&mut new, "resourceVersion", json!(rv.to_string()));
         if deleting && finalizers(&new).is_empty() && !namespace_held(rt, &new) {

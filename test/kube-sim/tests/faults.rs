@@ -136,3 +136,78 @@ async fn requests_are_counted_by_verb_resource_and_code() {
     );
     assert_eq!(sim.metrics().total(None, Some("configmaps")), 3);
 }
+
+#[tokio::test]
+async fn an_object_over_etcds_request_limit_is_refused_as_the_real_server_does() {
+    let sim = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(sim.client().await.unwrap(), "default");
+    let with = |name: &str, bytes: usize| -> ConfigMap {
+        serde_json::from_value(
+            json!({"metadata": {"name": name}, "data": {"k": "x".repeat(bytes)}}),
+        )
+        .unwrap()
+    };
+    // Just under 1.5 MiB is stored; over it, the server answers as it does when etcd refuses
+    // (500 `etcdserver: request is too large`), on create and on update alike.
+    let limit = kube_sim::DEFAULT_MAX_OBJECT_BYTES;
+    cms.create(&PostParams::default(), &with("fits", limit - 1024))
+        .await
+        .unwrap();
+    match cms
+        .create(&PostParams::default(), &with("big", limit))
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert_eq!(
+            (s.code, s.message.as_str()),
+            (500, "etcdserver: request is too large")
+        ),
+        other => panic!("expected 500, got {other:?}"),
+    }
+    let mut grown = cms.get("fits").await.unwrap();
+    grown.data = with("fits", limit).data;
+    assert!(
+        cms.replace("fits", &PostParams::default(), &grown)
+            .await
+            .is_err()
+    );
+    assert!(cms.get_opt("big").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_validating_webhook_refuses_its_kind_on_create_and_update() {
+    let sim = kube_sim::KubeSim::start(kube_sim::Options {
+        validators: vec![kube_sim::Validator {
+            name: "no-bad.example.io".into(),
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            check: std::sync::Arc::new(|o: &serde_json::Value| match o.pointer("/data/bad") {
+                Some(_) => Err("bad is not allowed".into()),
+                None => Ok(()),
+            }),
+        }],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(sim.client().await.unwrap(), "default");
+    let bad: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "a"}, "data": {"bad": "1"}})).unwrap();
+    match cms.create(&PostParams::default(), &bad).await {
+        Err(kube::Error::Api(s)) => assert_eq!(
+            (s.code, s.message.as_str()),
+            (
+                403,
+                "admission webhook \"no-bad.example.io\" denied the request: bad is not allowed"
+            )
+        ),
+        other => panic!("expected 403, got {other:?}"),
+    }
+    cms.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let mut edited = cms.get("a").await.unwrap();
+    edited.data = bad.data;
+    assert!(
+        cms.replace("a", &PostParams::default(), &edited)
+            .await
+            .is_err()
+    );
+}

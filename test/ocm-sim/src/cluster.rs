@@ -26,6 +26,67 @@ pub enum Role {
     Managed,
 }
 
+/// Upstream's limit on the manifests of one ManifestWork (ocm `pkg/work/webhook/option.go`:
+/// `ManifestLimit`, 500 KiB).
+pub const MANIFEST_LIMIT: usize = 500 * 1024;
+
+/// A hub's ManifestWork validating webhook, as strict as upstream's
+/// (ocm `pkg/work/webhook/common/validator.go` `ValidateManifests`): at least one manifest,
+/// all of them together at most [`MANIFEST_LIMIT`] bytes, each named (no `generateName`),
+/// none twice.
+pub fn manifest_work_webhook() -> kube_sim::Validator {
+    kube_sim::Validator {
+        name: "manifestworkvalidators.admission.work.open-cluster-management.io".into(),
+        group: "work.open-cluster-management.io".into(),
+        kind: "ManifestWork".into(),
+        check: std::sync::Arc::new(|work: &serde_json::Value| {
+            let manifests = work
+                .pointer("/spec/workload/manifests")
+                .and_then(serde_json::Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            if manifests.is_empty() {
+                return Err("Workload manifests should not be empty".into());
+            }
+            let size: usize = manifests
+                .iter()
+                .map(|m| serde_json::to_vec(m).map_or(0, |b| b.len()))
+                .sum();
+            if size > MANIFEST_LIMIT {
+                return Err(format!(
+                    "the size of manifests is {size} bytes which exceeds the {MANIFEST_LIMIT} limit"
+                ));
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for m in manifests {
+                let text = |p: &str| {
+                    m.pointer(p)
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or("")
+                };
+                if text("/metadata/name").is_empty() {
+                    return Err("name must be set in manifest".into());
+                }
+                if !text("/metadata/generateName").is_empty() {
+                    return Err("generateName must not be set in manifest".into());
+                }
+                let (api, kind, ns, name) = (
+                    text("/apiVersion"),
+                    text("/kind"),
+                    text("/metadata/namespace"),
+                    text("/metadata/name"),
+                );
+                if !seen.insert(format!("{api}/{kind}/{ns}/{name}")) {
+                    return Err(format!(
+                        "duplicate manifest for resource {ns}/{name} with resource type {api}.{kind}"
+                    ));
+                }
+            }
+            Ok(())
+        }),
+    }
+}
+
 /// A running simulated cluster.
 pub struct SimCluster {
     pub name: String,
@@ -53,8 +114,13 @@ const ACM_KINDS: &[&str] = &["KlusterletConfig", "KlusterletAddonConfig"];
 impl SimCluster {
     /// Starts a cluster on 127.0.0.1 with the CRDs its role needs.
     pub async fn start(name: &str, role: Role) -> Result<Self, Error> {
+        let validators = match role {
+            Role::Managed => Vec::new(),
+            _ => vec![manifest_work_webhook()],
+        };
         let api = KubeSim::start(Options {
             name: name.to_owned(),
+            validators,
             ..Default::default()
         })
         .await?;

@@ -416,3 +416,71 @@ async fn the_work_agent_reaches_custom_resources_only_through_an_aggregated_role
     eventually(LIMIT, "the claim applied", condition("True")).await;
     assert!(claims.get_opt("region.example.io").await.unwrap().is_some());
 }
+
+#[tokio::test]
+async fn the_hub_refuses_a_work_upstreams_webhook_refuses() {
+    let hub = SimCluster::start("hub1", Role::Hub).await.unwrap();
+    let cm = |name: &str, bytes: usize| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "default"},
+               "data": {"k": "x".repeat(bytes)}})
+    };
+    let work = |name: &str, manifests: Vec<serde_json::Value>| -> ManifestWork {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"workload": {"manifests": manifests}}
+        }))
+        .unwrap()
+    };
+    let works: Api<ManifestWork> = Api::namespaced(hub.admin.clone(), "default");
+    let refused = |w: ManifestWork| {
+        let works = works.clone();
+        async move {
+            match works.create(&PostParams::default(), &w).await {
+                Err(kube::Error::Api(s)) => (s.code, s.message),
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
+    };
+    // 500 KiB of manifests in all (ocm `pkg/work/webhook/common/validator.go`).
+    let limit = ocm_sim::cluster::MANIFEST_LIMIT;
+    works
+        .create(
+            &PostParams::default(),
+            &work(
+                "fits",
+                vec![cm("a", limit / 2 - 200), cm("b", limit / 2 - 200)],
+            ),
+        )
+        .await
+        .unwrap();
+    let (code, message) = refused(work("big", vec![cm("a", limit / 2), cm("b", limit / 2)])).await;
+    assert_eq!(code, 403);
+    assert!(
+        message.starts_with("admission webhook \"manifestworkvalidators.admission.work.open-cluster-management.io\" denied the request: the size of manifests is ")
+            && message.ends_with("bytes which exceeds the 512000 limit"),
+        "{message}"
+    );
+    let (_, message) = refused(work("twice", vec![cm("a", 1), cm("a", 2)])).await;
+    assert!(
+        message
+            .ends_with("duplicate manifest for resource default/a with resource type v1.ConfigMap"),
+        "{message}"
+    );
+    let (_, message) = refused(work("none", vec![])).await;
+    assert!(
+        message.ends_with("Workload manifests should not be empty"),
+        "{message}"
+    );
+    // Growing a work past the limit is refused as well.
+    let mut grown = works.get("fits").await.unwrap();
+    if let Some(w) = grown.spec.workload.as_mut() {
+        w.manifests.get_or_insert_with(Vec::new).push(cm("c", 1024));
+    }
+    assert!(
+        works
+            .replace("fits", &PostParams::default(), &grown)
+            .await
+            .is_err()
+    );
+}
