@@ -4,7 +4,10 @@
 //! Templates live in `templates/migration-*.yaml.hbs`; nothing here does I/O.
 
 use base64::Engine;
-use migration_api::migration::{BootstrapDelivery, MigrationRole, MigrationTaskSpec};
+use migration_api::migration::{
+    BootstrapDelivery, CARRY_OVER_DIGEST_KEY, CARRY_OVER_RECORDS_KEY, MigrationRole,
+    MigrationTaskSpec,
+};
 use migration_api::names::{self, labels};
 use migration_api::ocm::addon::ProxyConfig;
 use serde_json::{Value, json};
@@ -415,6 +418,58 @@ pub fn bootstrap_work(m: &Migration, manifests: Vec<Value>) -> Value {
         "metadata": {"name": names::migration_bootstrap_work(&m.key), "namespace": m.from, "labels": m.labels()},
         "spec": {
             "workload": {"manifests": manifests},
+            "deleteOption": {"propagationPolicy": "Foreground"},
+        }
+    })
+}
+
+/// The read-only ManifestWork that reads part `index` of the source's carry-over back (the
+/// ConfigMap the source agent wrote in `agent_namespace`): the work agent never writes it
+/// (upstream `pkg/work/spoke/apply/read_only_apply.go`) and reports its records and digest as
+/// status feedback.
+pub fn carry_read_work(m: &Migration, agent_namespace: &str, index: usize) -> Value {
+    let name = names::carry_over_part(&m.key, MigrationRole::Source, index);
+    json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": name, "namespace": m.from, "labels": m.labels()},
+        "spec": {
+            "workload": {"manifests": [{
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": agent_namespace}
+            }]},
+            "manifestConfigs": [{
+                "resourceIdentifier": {"group": "", "resource": "configmaps", "name": name, "namespace": agent_namespace},
+                "updateStrategy": {"type": "ReadOnly"},
+                "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [
+                    {"name": CARRY_OVER_RECORDS_KEY, "path": format!(".data.{CARRY_OVER_RECORDS_KEY}")},
+                    {"name": CARRY_OVER_DIGEST_KEY, "path": format!(".data.{CARRY_OVER_DIGEST_KEY}")}
+                ]}]
+            }]
+        }
+    })
+}
+
+/// The ManifestWork that delivers part `index` of the carry-over to the target (`records`, of
+/// the whole's `digest`) as a ConfigMap in its agent's namespace.
+pub fn carry_work(
+    m: &Migration,
+    agent_namespace: &str,
+    index: usize,
+    records: &str,
+    digest: &str,
+) -> Value {
+    let name = names::carry_over_part(&m.key, MigrationRole::Target, index);
+    json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": name, "namespace": m.to, "labels": m.labels()},
+        "spec": {
+            "workload": {"manifests": [{
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": agent_namespace, "labels": {
+                    labels::MANAGED_BY: labels::MANAGED_BY_VALUE
+                }},
+                "data": {CARRY_OVER_RECORDS_KEY: records, CARRY_OVER_DIGEST_KEY: digest}
+            }]},
             "deleteOption": {"propagationPolicy": "Foreground"},
         }
     })

@@ -186,6 +186,11 @@ pub struct ManagedClusterMigrationStatus {
     /// `resolvedClusters`: recorded before the target pre-creates anything, and what it
     /// pre-creates from (a work deleted by hand loses nothing).
     pub carry_over: Option<Vec<CarriedCluster>>,
+    /// Where what the clusters take along is kept when it is too large for status (more than
+    /// one part of [`CARRY_OVER_PART_BYTES`]): in parts on the source hub, read back through
+    /// read-only ManifestWorks ([`crate::names::carry_over_part`]); `carryOverParts` names how
+    /// many and their digest, and `carryOver` is then unset.
+    pub carry_over_parts: Option<CarryOverParts>,
     /// The names its bootstrap identities hold in the target hub's pool of
     /// `cluster-migration-bootstrap-<n>` names (its ManagedServiceAccounts and their token
     /// Secrets), in the order of the identities: claimed in Initializing, given back (the
@@ -415,6 +420,9 @@ pub struct MigrationTaskSpec {
     pub detach: Option<Vec<String>>,
     /// Target only: what to pre-create for each cluster.
     pub carry_over: Option<Vec<CarriedCluster>>,
+    /// Target only: what to pre-create comes in ConfigMaps next to the task instead
+    /// ([`crate::names::carry_over_part`]), this many, of this digest.
+    pub carry_over_parts: Option<CarryOverParts>,
     /// Source: clusters annotated `disable-auto-import` may move (the annotation is lifted
     /// while the migration configures them).
     pub lift_disable_auto_import: Option<bool>,
@@ -751,6 +759,11 @@ pub struct MigrationTaskStatus {
     /// is a scalar, so ManifestWork status feedback carries it whole; a list would need the
     /// work agent's `RawFeedbackJsonString` gate (alpha, off by default) and 1 KiB at most.
     pub carry_over_json: Option<String>,
+    /// Source, at validation, when the records are larger than one part
+    /// ([`CARRY_OVER_PART_BYTES`]): they are in ConfigMaps next to the task
+    /// ([`crate::names::carry_over_part`]), this many, of this digest, and `carryOverJson` is
+    /// unset.
+    pub carry_over_parts: Option<CarryOverParts>,
     /// Source, at validation: the KlusterletConfig API the hub serves (`multipleHubsConfig`,
     /// `bootstrapKubeConfigs`, or `None`).
     pub klusterlet_config_shape: Option<String>,
@@ -758,14 +771,76 @@ pub struct MigrationTaskStatus {
 
 /// Most a cluster may carry over (its record as JSON).
 pub const MAX_CARRY_OVER_PER_CLUSTER: usize = 16 * 1024;
-/// Most a migration may carry over (every record, as JSON): the records travel back in the
-/// source work's status feedback and down again in the target's task, whose ManifestWork
-/// must stay under upstream's 500 KiB manifest limit.
-pub const MAX_CARRY_OVER_TOTAL: usize = 256 * 1024;
+/// Most a migration may carry over (every record, as JSON): the parts are held in memory by
+/// the manager and the agents (3 000 clusters of 2 KiB each are 6 MiB).
+pub const MAX_CARRY_OVER_TOTAL: usize = 32 * 1024 * 1024;
+/// Most one part of the carry-over holds (records, as a JSON array). A part travels whole as
+/// one status feedback value of a ManifestWork (its status must stay under etcd's 1.5 MiB)
+/// and as one ConfigMap inside a ManifestWork (upstream caps a work's manifests at 500 KiB,
+/// ocm `pkg/work/webhook/common/validator.go`); records that fit one part stay inline, in
+/// the task's status and the migration's.
+pub const CARRY_OVER_PART_BYTES: usize = 200 * 1024;
+/// The ConfigMap keys of a carry-over part: the records (a JSON array), and the digest of
+/// the whole carry-over the part belongs to.
+pub const CARRY_OVER_RECORDS_KEY: &str = "records";
+pub const CARRY_OVER_DIGEST_KEY: &str = "digest";
+
+/// How many parts a carry-over travels in, and the digest of all of them
+/// ([`carry_over_digest`]): a part of another digest is stale.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CarryOverParts {
+    pub count: u32,
+    pub digest: String,
+}
 
 /// The carry-over records a source task reports (see `MigrationTaskStatus::carry_over_json`).
 pub fn decode_carry_over(json: &str) -> Result<Vec<CarriedCluster>, serde_json::Error> {
     serde_json::from_str(json)
+}
+
+/// The records in parts of at most [`CARRY_OVER_PART_BYTES`] (a record larger than that, which
+/// the per-cluster limit rules out, gets a part of its own), each a JSON array; at least one.
+pub fn split_carry_over(records: &[CarriedCluster]) -> Result<Vec<String>, serde_json::Error> {
+    let mut parts = Vec::new();
+    let mut part = String::from("[");
+    for record in records {
+        let json = serde_json::to_string(record)?;
+        if part.len() > 1 && part.len() + json.len() + 2 > CARRY_OVER_PART_BYTES {
+            part.push(']');
+            parts.push(std::mem::replace(&mut part, String::from("[")));
+        }
+        if part.len() > 1 {
+            part.push(',');
+        }
+        part.push_str(&json);
+    }
+    part.push(']');
+    parts.push(part);
+    Ok(parts)
+}
+
+/// The records of all `parts`, in order.
+pub fn join_carry_over<S: AsRef<str>>(
+    parts: &[S],
+) -> Result<Vec<CarriedCluster>, serde_json::Error> {
+    let mut records = Vec::new();
+    for part in parts {
+        records.extend(decode_carry_over(part.as_ref())?);
+    }
+    Ok(records)
+}
+
+/// The digest of a carry-over's parts (SHA-256 over each part's length and bytes, hex).
+pub fn carry_over_digest<S: AsRef<str>>(parts: &[S]) -> String {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    for part in parts {
+        let part = part.as_ref();
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part.as_bytes());
+    }
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Default timeout of each stage but Registering.
@@ -1331,6 +1406,40 @@ mod tests {
             assert_eq!(format_duration(d), text);
             assert_eq!(parse_duration(text), Some(d), "{text}");
         }
+    }
+
+    #[test]
+    fn a_large_carry_over_splits_into_parts_that_join_back_whole() {
+        let record = |i: usize| CarriedCluster {
+            name: format!("cluster-{i}"),
+            labels: [("big".to_owned(), "x".repeat(10_000))].into(),
+            ..Default::default()
+        };
+        // Nothing, or what fits one part: a single part, as the inline JSON always was.
+        assert_eq!(split_carry_over(&[]).unwrap(), vec!["[]".to_owned()]);
+        let few: Vec<CarriedCluster> = (0..3).map(record).collect();
+        let one = split_carry_over(&few).unwrap();
+        assert_eq!(one, vec![serde_json::to_string(&few).unwrap()]);
+        // 100 records of 10 KB: parts of at most 200 KiB, in order, all records in them.
+        let many: Vec<CarriedCluster> = (0..100).map(record).collect();
+        let parts = split_carry_over(&many).unwrap();
+        assert_eq!(
+            parts.len(),
+            5,
+            "{:?}",
+            parts.iter().map(String::len).collect::<Vec<_>>()
+        );
+        assert!(parts.iter().all(|p| p.len() <= CARRY_OVER_PART_BYTES));
+        assert_eq!(join_carry_over(&parts).unwrap(), many);
+        // The digest names the parts: any other split or content is another digest.
+        let digest = carry_over_digest(&parts);
+        assert_eq!(digest.len(), 64);
+        assert_eq!(digest, carry_over_digest(&parts.clone()));
+        let mut swapped = parts.clone();
+        swapped.swap(0, 1);
+        assert_ne!(carry_over_digest(&swapped), digest);
+        assert_ne!(carry_over_digest(&parts[..4]), digest);
+        assert!(join_carry_over(&["[{\"name\": 1}]"]).is_err());
     }
 
     #[test]

@@ -157,6 +157,13 @@ pub fn migration_work(key: &str, role: crate::migration::MigrationRole) -> Strin
     format!("migration-{key}-{}", role.as_str())
 }
 
+/// Part `index` of a migration's carry-over on a hub: the ConfigMap in the agent's namespace
+/// that holds it, and the ManifestWork that reads it back (source, read-only) or delivers it
+/// (target).
+pub fn carry_over_part(key: &str, role: crate::migration::MigrationRole, index: usize) -> String {
+    format!("migration-{key}-{}-carry-{index}", role.as_str())
+}
+
 /// Signer of client certificates for the kube-apiserver.
 pub const KUBE_APISERVER_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
 /// Klusterlet's bootstrap kubeconfig secret.

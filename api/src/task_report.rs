@@ -63,11 +63,15 @@ pub enum Field {
     Shape,
     /// Source, at validation: the carry-over records as one JSON string.
     Carry,
+    /// Source, at validation: how many parts the carry-over is in, when it is not inline.
+    CarryParts,
+    /// Source, at validation: the digest of those parts.
+    CarryDigest,
 }
 
 impl Field {
     /// Every field, in the order the feedback rule lists them.
-    pub const ALL: [Field; 7] = [
+    pub const ALL: [Field; 9] = [
         Field::Revision,
         Field::State,
         Field::Message,
@@ -75,6 +79,8 @@ impl Field {
         Field::Total,
         Field::Shape,
         Field::Carry,
+        Field::CarryParts,
+        Field::CarryDigest,
     ];
 
     /// The feedback value's name.
@@ -87,6 +93,8 @@ impl Field {
             Field::Total => "total",
             Field::Shape => "shape",
             Field::Carry => "carry",
+            Field::CarryParts => "carryParts",
+            Field::CarryDigest => "carryDigest",
         }
     }
 
@@ -100,6 +108,8 @@ impl Field {
             Field::Total => ".status.clusters.total",
             Field::Shape => ".status.klusterletConfigShape",
             Field::Carry => ".status.carryOverJson",
+            Field::CarryParts => ".status.carryOverParts.count",
+            Field::CarryDigest => ".status.carryOverParts.digest",
         }
     }
 }
@@ -125,6 +135,8 @@ pub struct TaskReport {
     pub shape: Option<String>,
     /// The carry-over records as one JSON string (`decode_carry_over`).
     pub carry: Option<String>,
+    /// Where the carry-over is when it is not inline.
+    pub carry_parts: Option<crate::migration::CarryOverParts>,
 }
 
 impl TaskReport {
@@ -139,6 +151,11 @@ impl TaskReport {
             total: feedback_value(values, Field::Total.name()).and_then(|v| v.integer),
             shape: text(Field::Shape),
             carry: text(Field::Carry),
+            carry_parts: feedback_value(values, Field::CarryParts.name())
+                .and_then(|v| v.integer)
+                .and_then(|n| u32::try_from(n).ok())
+                .zip(text(Field::CarryDigest))
+                .map(|(count, digest)| crate::migration::CarryOverParts { count, digest }),
         }
     }
 
@@ -201,6 +218,10 @@ mod tests {
             }),
             klusterlet_config_shape: Some("None".into()),
             carry_over_json: Some(r#"[{"name":"a"}]"#.into()),
+            carry_over_parts: Some(crate::migration::CarryOverParts {
+                count: 3,
+                digest: "d1".into(),
+            }),
             ..Default::default()
         };
         let task = json!({"status": status});
@@ -223,6 +244,10 @@ mod tests {
                 total: Some(2),
                 shape: Some("None".into()),
                 carry: Some(r#"[{"name":"a"}]"#.into()),
+                carry_parts: Some(crate::migration::CarryOverParts {
+                    count: 3,
+                    digest: "d1".into(),
+                }),
             }
         );
         assert!(report.failed() && !report.succeeded());

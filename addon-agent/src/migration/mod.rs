@@ -39,6 +39,7 @@ use migration_api::common::{condition_is_true, selector_matches};
 use migration_api::migration::{
     BootstrapDelivery, CarriedAddOn, CarriedCluster, ClusterState, MAX_CARRY_OVER_PER_CLUSTER,
     MAX_CARRY_OVER_TOTAL, MigrationRole, MigrationTask, MigrationTaskStatus, TaskStage,
+    split_carry_over,
 };
 use migration_api::names;
 use migration_api::names::annotations::{
@@ -62,6 +63,7 @@ use crate::klusterlet_work::{self as kw, Registration, Step};
 use crate::report::FIELD_MANAGER;
 use crate::{admission, flight};
 
+mod carry;
 mod configs;
 mod effects;
 mod klusterlets;
@@ -71,6 +73,7 @@ mod target;
 mod tests;
 mod validate;
 
+use carry::*;
 use configs::*;
 use effects::*;
 use klusterlets::*;
@@ -102,6 +105,8 @@ struct Ctx {
     metrics: crate::metrics::Metrics,
     /// The hub's KlusterletConfig shape ([`klusterlet_config_shape`]) and when it was read.
     shape: std::sync::Mutex<Option<(std::time::Instant, String)>>,
+    /// The last carry-over decoded from parts, by digest (`carry`).
+    carry_memo: std::sync::Mutex<Option<(String, Arc<Vec<CarriedCluster>>)>>,
 }
 
 /// Why a reconcile failed.
@@ -125,6 +130,8 @@ struct Caches {
     bootstrap_configs: Store<migration_api::ocm::config::KlusterletConfig>,
     /// Plain OCM: the bootstrap Secrets migrations deliver to the agent's namespace.
     bootstrap_secrets: Store<Secret>,
+    /// The parts of carry-overs in the agent's namespace (`carry`).
+    carry_parts: Store<k8s_openapi::api::core::v1::ConfigMap>,
 }
 
 fn spawn_caches(
@@ -198,6 +205,17 @@ fn spawn_caches(
         trigger.clone(),
         |_| Some(String::new()),
     );
+    let carry_parts = spawn_reflector(
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), namespace),
+        watcher::Config::default().labels(&managed),
+        trigger.clone(),
+        |cm: &k8s_openapi::api::core::v1::ConfigMap| {
+            cm.data.as_ref().and_then(|d| {
+                d.get(migration_api::migration::CARRY_OVER_DIGEST_KEY)
+                    .cloned()
+            })
+        },
+    );
     let csrs = spawn_reflector(
         Api::<CertificateSigningRequest>::all(client.clone()),
         watcher::Config::default(),
@@ -219,6 +237,7 @@ fn spawn_caches(
         csrs,
         bootstrap_configs,
         bootstrap_secrets,
+        carry_parts,
     }
 }
 
@@ -257,6 +276,7 @@ pub async fn run(client: Client, opts: Options) {
         caches,
         metrics: opts.metrics,
         shape: std::sync::Mutex::default(),
+        carry_memo: std::sync::Mutex::default(),
     });
     controller
         .reconcile_all_on(trigger_rx)
@@ -361,6 +381,8 @@ struct Report {
     message: String,
     /// The carry-over records, as one JSON array.
     carry_over: Option<String>,
+    /// Or where its parts are.
+    carry_parts: Option<migration_api::migration::CarryOverParts>,
     shape: Option<String>,
 }
 
@@ -384,6 +406,19 @@ async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Actio
         return Ok(Action::await_change());
     }
     let names = cluster_list(&task, &ctx.caches.clusters);
+    // A target that pre-creates clusters from a carry-over in parts waits for all of them.
+    let task = match (&task.spec.carry_over_parts, task.spec.role, task.spec.stage) {
+        (Some(parts), MigrationRole::Target, TaskStage::Deploying | TaskStage::Registering) => {
+            let Some(records) = target_carry_over(&ctx, &task, parts)? else {
+                tracing::info!(parts = parts.count, "waiting for the carry-over's parts");
+                return Ok(Action::requeue(Duration::from_secs(60)));
+            };
+            let mut whole = (*task).clone();
+            whole.spec.carry_over = Some((*records).clone());
+            Arc::new(whole)
+        }
+        _ => task,
+    };
     let report = match (task.spec.role, task.spec.stage) {
         (MigrationRole::Source, TaskStage::Validating) => {
             source_validate(&ctx, &task, &names).await?
@@ -576,6 +611,7 @@ async fn write_status(
         clusters: Some(ClusterState::counts(&report.states)),
         failures: Some(failures),
         carry_over_json: report.carry_over,
+        carry_over_parts: report.carry_parts,
         klusterlet_config_shape: report.shape,
     };
     let api: Api<MigrationTask> =

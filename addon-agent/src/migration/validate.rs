@@ -130,13 +130,27 @@ pub(super) async fn source_validate(
         .map(|r| serde_json::to_string(r).map_or(usize::MAX, |s| s.len()))
         .collect();
     apply_carry_over_limits(&mut states, &sizes);
+    // A cluster that cannot carry its record takes its name alone (it fails validation).
+    for (record, state) in carry.iter_mut().zip(&states) {
+        if *state == ClusterState::TooLarge {
+            *record = CarriedCluster {
+                name: record.name.clone(),
+                ..Default::default()
+            };
+        }
+    }
     let mut report = verdict(names, states);
-    report.carry_over = Some(serde_json::to_string(&carry).map_err(|e| {
+    let mut parts = split_carry_over(&carry).map_err(|e| {
         Error::Kube(ApiError::new(
             "encoding the carry-over",
             kube::Error::SerdeError(e),
         ))
-    })?);
+    })?;
+    if parts.len() == 1 {
+        report.carry_over = parts.pop();
+    } else {
+        report.carry_parts = Some(publish(ctx, task, &parts).await?);
+    }
     report.shape = Some(shape);
     Ok(report)
 }

@@ -20,7 +20,7 @@ pub(super) async fn cleaning(
         return hubs_clean(ctx, mcm, m, step).await;
     }
     // Works first (their objects go with them), and the bootstrap credentials last.
-    if !remove_everything(ctx, m).await? {
+    if !remove_everything(ctx, m, step.status.carry_over_parts.as_ref()).await? {
         return Ok(step.settle(Outcome::Wait(
             Said::no(
                 RESOURCE_CLEANED,
@@ -287,8 +287,13 @@ pub(super) fn touched(status: &ManagedClusterMigrationStatus) -> bool {
 /// Deletes the works (the bootstrap work too) and the ManagedServiceAccounts; true once all
 /// are gone. The ManagedServiceAccounts go only after the works, so a klusterlet mid-switch
 /// never loses its bootstrap credentials while the target still expects it.
-pub(super) async fn remove_everything(ctx: &Ctx, m: &Migration) -> Result<bool, Error> {
+pub(super) async fn remove_everything(
+    ctx: &Ctx,
+    m: &Migration,
+    parts: Option<&CarryOverParts>,
+) -> Result<bool, Error> {
     let mut gone = true;
+    let parts = part_works(ctx, m, parts.map_or(0, |p| p.count as usize));
     let works_of = [
         (m.from.as_str(), names::migration_bootstrap_work(&m.key)),
         (
@@ -302,6 +307,9 @@ pub(super) async fn remove_everything(ctx: &Ctx, m: &Migration) -> Result<bool, 
     ];
     for (hub, name) in works_of {
         gone &= remove_work(ctx, hub, &name).await?;
+    }
+    for (hub, name) in parts {
+        gone &= remove_work(ctx, &hub, &name).await?;
     }
     if !gone {
         return Ok(false);

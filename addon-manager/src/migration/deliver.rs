@@ -124,14 +124,15 @@ pub(super) async fn deliver_target(
     let names = step.names();
     let target_ns = addon_namespace(hub_addon(ctx, &m.to, &ctx.config.addon_name).as_deref());
     let msa_ns = addon_namespace(hub_addon(ctx, &m.to, MSA_ADDON).as_deref());
-    // What the clusters carry, from status (a migration validated by an older manager kept
-    // it in the target's task only).
-    let carry = match step.status.carry_over.clone() {
-        Some(c) => Some(c),
-        None => existing_work(ctx, m, MigrationRole::Target)
+    // What the clusters carry, from status or its parts (a migration validated by an older
+    // manager kept it in the target's task only).
+    let carry = match (&step.status.carry_over, &step.status.carry_over_parts) {
+        (None, None) => existing_work(ctx, m, MigrationRole::Target)
             .as_deref()
             .and_then(delivered_task)
-            .and_then(|t| t.carry_over),
+            .and_then(|t| t.carry_over)
+            .map(Arc::new),
+        _ => carried(ctx, m, &step.status),
     };
     // The target approves the CSRs of the clusters the source released, and of no other.
     let released_now = if stage == TaskStage::Registering {
@@ -140,7 +141,14 @@ pub(super) async fn deliver_target(
         None
     };
     let mut target = base_task(mcm, MigrationRole::Target, stage, names);
-    target.carry_over = carry;
+    match &step.status.carry_over_parts {
+        // Too large for the task: in works of their own, next to it.
+        Some(parts) => {
+            deliver_parts(ctx, m, parts, &target_ns).await?;
+            target.carry_over_parts = Some(parts.clone());
+        }
+        None => target.carry_over = carry.as_deref().cloned(),
+    }
     target.bootstrap_users = Some(mr::bootstrap_users(m, &msa_ns));
     target.rollback = non_empty(rollback);
     target.released = released_now;
@@ -162,7 +170,13 @@ pub(super) async fn deliver_target(
     } else {
         Vec::new()
     };
-    let grants = agent_grants(ctx, &target, &[], &target_ns, release);
+    let grants = agent_grants(
+        ctx,
+        &target,
+        carry.as_deref().map_or(&[], Vec::as_slice),
+        &target_ns,
+        release,
+    );
     let mut manifests = mr::agent_grants(m, MigrationRole::Target, &grants)?;
     manifests.extend(mr::target_manifests(
         m,
@@ -175,12 +189,12 @@ pub(super) async fn deliver_target(
 
 /// What a task's hub agent may write for it ([`mr::AgentGrants`]): nothing while it validates
 /// (it only reads); then the task's clusters, on the target what they carry, and on the
-/// source the KlusterletConfigs it derives from the clusters' own (`source_carry`: the
-/// records the source reported).
+/// source the KlusterletConfigs it derives from the clusters' own (`carry`: the records the
+/// source reported).
 pub(super) fn agent_grants(
     ctx: &Ctx,
     task: &MigrationTaskSpec,
-    source_carry: &[CarriedCluster],
+    carry: &[CarriedCluster],
     agent_namespace: &str,
     release: Vec<String>,
 ) -> mr::AgentGrants {
@@ -194,6 +208,10 @@ pub(super) fn agent_grants(
         .enumerate()
         .map(|(i, c)| (c.as_str(), i))
         .collect();
+    let (source_carry, target_carry) = match task.role {
+        MigrationRole::Source => (carry, &[][..]),
+        MigrationRole::Target => (&[][..], carry),
+    };
     let derived: BTreeSet<String> = source_carry
         .iter()
         .filter_map(|c| {
@@ -202,9 +220,11 @@ pub(super) fn agent_grants(
             Some(names::derived_klusterlet_config(&base, Some(own)))
         })
         .collect();
-    let carry = task.carry_over.as_deref().unwrap_or_default();
-    let sets: BTreeSet<String> = carry.iter().filter_map(|c| c.cluster_set.clone()).collect();
-    let addons: BTreeSet<String> = carry
+    let sets: BTreeSet<String> = target_carry
+        .iter()
+        .filter_map(|c| c.cluster_set.clone())
+        .collect();
+    let addons: BTreeSet<String> = target_carry
         .iter()
         .flat_map(|c| c.addons.iter().map(|a| a.name.clone()))
         .collect();
@@ -258,7 +278,7 @@ pub(super) async fn deliver_source(
     // Grants first, so that they are in place when the agent reads its task; in Cleaning the
     // agent also releases the works of the clusters it detaches.
     let release = source.detach.clone().unwrap_or_default();
-    let carried = step.status.carry_over.clone().unwrap_or_default();
+    let carried = carried(ctx, m, &step.status).unwrap_or_default();
     let grants = agent_grants(ctx, &source, &carried, &source_ns, release);
     let mut manifests = mr::agent_grants(m, MigrationRole::Source, &grants)?;
     manifests.extend(mr::source_manifests(m, &source_ns, source)?);

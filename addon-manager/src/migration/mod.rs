@@ -27,7 +27,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use migration_api::common::{Condition, condition_is_true, find_condition, now, set_condition};
 use migration_api::migration::{
-    CarriedCluster, ClusterCounts, ClusterState, ManagedClusterMigration,
+    CarriedCluster, CarryOverParts, ClusterCounts, ClusterState, ManagedClusterMigration,
     ManagedClusterMigrationSpec, ManagedClusterMigrationStatus, MigrationPhase, MigrationPlan,
     MigrationRole, MigrationTaskSpec, PlannedObject, TaskStage, Timeouts, format_duration,
 };
@@ -51,6 +51,7 @@ use serde_json::{Value, json};
 use crate::migration_render::{self as mr, Migration, Shape};
 use crate::render::RenderError;
 
+mod carry;
 mod cleaning;
 mod deliver;
 mod deploying;
@@ -71,6 +72,7 @@ mod start_tests;
 mod tests;
 mod validating;
 
+use carry::*;
 use cleaning::*;
 use deliver::*;
 use deploying::*;
@@ -109,7 +111,12 @@ struct Ctx {
     migrations: kube::runtime::reflector::Store<ManagedClusterMigration>,
     /// What the migrations read of the global hub, from the watches.
     observed: observed::Observed,
+    /// Each migration's carry-over decoded from its parts, by key, with their digest.
+    carry_memo: std::sync::Mutex<std::collections::HashMap<String, CarryMemo>>,
 }
+
+/// A carry-over's digest and its records.
+type CarryMemo = (String, Arc<Vec<CarriedCluster>>);
 
 /// Why a reconcile failed (it is retried).
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +150,7 @@ pub async fn run(
         recorder,
         migrations: store.clone(),
         observed,
+        carry_memo: std::sync::Mutex::default(),
     });
     controller
         // A migration waiting for another on the same hub pair starts when that one ends; one
@@ -368,7 +376,10 @@ async fn reconcile_one(mcm: Arc<ManagedClusterMigration>, ctx: &Ctx) -> Result<A
         MigrationPhase::Rollbacking => rollbacking(ctx, &mcm, &m, &mut step).await?,
         MigrationPhase::Cleaning => cleaning(ctx, &mcm, &m, &mut step).await?,
         MigrationPhase::Completed | MigrationPhase::Failed => {
-            let clean = remove_everything(ctx, &m).await?;
+            let clean = remove_everything(ctx, &m, step.status.carry_over_parts.as_ref()).await?;
+            if clean && let Ok(mut memo) = ctx.carry_memo.lock() {
+                memo.remove(&m.key);
+            }
             if clean && has_finalizer && step.status == mcm.status.clone().unwrap_or_default() {
                 set_finalizer(ctx, &mcm, false).await?;
             }

@@ -63,7 +63,18 @@ pub(super) async fn plan(
         TaskStage::Registering,
         clusters.to_vec(),
     );
-    target.carry_over = Some(carry.to_vec());
+    // As it would be delivered: inline, or (too large for the task's work) in parts, which
+    // the plan names without their records.
+    let parts = migration_api::migration::split_carry_over(carry)
+        .map_err(|e| ApiError::new("encoding the carry-over", kube::Error::SerdeError(e)))?;
+    if parts.len() > 1 {
+        target.carry_over_parts = Some(CarryOverParts {
+            count: u32::try_from(parts.len()).unwrap_or(u32::MAX),
+            digest: migration_api::migration::carry_over_digest(&parts),
+        });
+    } else {
+        target.carry_over = Some(carry.to_vec());
+    }
     target.bootstrap_users = Some(mr::bootstrap_users(m, &msa_ns));
     target.released = Some(clusters.to_vec());
     target.bootstrap_connection = Some(mr::without_credentials(&kubeconfig)?);

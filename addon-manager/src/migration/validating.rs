@@ -36,10 +36,25 @@ pub(super) async fn validating(
     );
     source_task.cluster_selector = mcm.spec.included_managed_clusters_selector.clone();
     let manifests = mr::source_manifests(m, &source_ns, source_task)?;
-    let source = match ask(ctx, mcm, m, MigrationRole::Source, manifests, &source_ns).await? {
+    let mut source = match ask(ctx, mcm, m, MigrationRole::Source, manifests, &source_ns).await? {
         Ok(f) => f,
         Err(wait) => return Ok(step.settle(wait)),
     };
+    // What the clusters carry, when it is too large to come back inline, comes in parts.
+    if source.carry.is_none()
+        && let Some(parts) = &source.report.carry_parts
+    {
+        match gather(ctx, m, parts, &source_ns).await? {
+            Gathered::Records(records) => source.carry = Some(Ok(records)),
+            Gathered::Unreadable(why) => source.carry = Some(Err(why)),
+            Gathered::Waiting(waiting) => {
+                return Ok(step.settle(Outcome::Wait(
+                    Said::no(RESOURCE_VALIDATED, reasons::WAITING, waiting),
+                    Wake::Deadline(timeouts(mcm).stage),
+                )));
+            }
+        }
+    }
     let checked = match judge_source(named.as_deref(), &source, &m.from) {
         Ok(c) => c,
         Err(refusal) => return Ok(refusal.settle(step)),
@@ -81,8 +96,12 @@ pub(super) async fn validating(
         .await?;
         step.status.plan = Some(plan);
     } else {
-        // What the clusters carry is recorded before anything is pre-created from it.
-        step.status.carry_over = Some(checked.carry.clone());
+        // What the clusters carry is recorded before anything is pre-created from it: in
+        // status, or, too large for it, where its parts are.
+        match &source.report.carry_parts {
+            Some(parts) => step.status.carry_over_parts = Some(parts.clone()),
+            None => step.status.carry_over = Some(checked.carry.clone()),
+        }
     }
     Ok(step.settle(validated(&checked, mcm.spec.dry_run == Some(true), m)))
 }

@@ -405,8 +405,9 @@ fn works_and_feedback() {
     assert_eq!(w["metadata"]["name"], "migration-move-0a1b2c3d-target");
     assert_eq!(w["metadata"]["namespace"], "hub2");
     let paths = &w["spec"]["manifestConfigs"][0]["feedbackRules"][0]["jsonPaths"];
-    assert_eq!(paths.as_array().unwrap().len(), 7);
+    assert_eq!(paths.as_array().unwrap().len(), 9);
     assert_eq!(paths[6]["path"], ".status.carryOverJson");
+    assert_eq!(paths[7]["path"], ".status.carryOverParts.count");
     let carried = CarriedCluster {
         name: "c1".into(),
         ..Default::default()
@@ -438,4 +439,45 @@ fn the_bootstrap_objects_travel_in_a_work_of_their_own() {
     let task = source_manifests(&m(), "ns", MigrationTaskSpec::default()).unwrap();
     assert_eq!(task.len(), 1);
     assert_eq!(task[0]["kind"], "MigrationTask");
+}
+
+#[test]
+fn carry_over_parts_are_read_back_read_only_and_delivered_as_config_maps() {
+    // The source's part: never written by the work agent, its records and digest fed back.
+    let read = carry_read_work(&m(), "agent-ns", 2);
+    assert_eq!(
+        read["metadata"]["name"],
+        "migration-move-0a1b2c3d-source-carry-2"
+    );
+    assert_eq!(read["metadata"]["namespace"], "hub1");
+    assert_eq!(read["metadata"]["labels"], json!(m().labels()));
+    let cfg = &read["spec"]["manifestConfigs"][0];
+    assert_eq!(cfg["updateStrategy"]["type"], "ReadOnly");
+    assert_eq!(
+        cfg["resourceIdentifier"],
+        json!({"group": "", "resource": "configmaps", "name": "migration-move-0a1b2c3d-source-carry-2", "namespace": "agent-ns"})
+    );
+    assert_eq!(
+        cfg["feedbackRules"][0]["jsonPaths"],
+        json!([{"name": "records", "path": ".data.records"}, {"name": "digest", "path": ".data.digest"}])
+    );
+    let manifest = &read["spec"]["workload"]["manifests"][0];
+    assert_eq!(manifest["metadata"]["namespace"], "agent-ns");
+    assert!(manifest.get("data").is_none());
+    // The target's part: a ConfigMap with the records and the digest of the whole.
+    let put = carry_work(&m(), "agent-ns", 0, "[{\"name\":\"c1\"}]", "d");
+    assert_eq!(
+        put["metadata"]["name"],
+        "migration-move-0a1b2c3d-target-carry-0"
+    );
+    assert_eq!(put["metadata"]["namespace"], "hub2");
+    let cm = &put["spec"]["workload"]["manifests"][0];
+    assert_eq!(
+        cm["data"],
+        json!({"records": "[{\"name\":\"c1\"}]", "digest": "d"})
+    );
+    assert_eq!(
+        cm["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "cluster-migration-addon"
+    );
 }

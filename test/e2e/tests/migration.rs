@@ -22,6 +22,7 @@ use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::config::KlusterletConfig;
 use migration_api::ocm::msa::ManagedServiceAccount;
 use migration_api::ocm::work::ManifestWork;
+use serde_json::json;
 
 /// The tests in this file run one at a time: each runs a whole fleet, and six at once on a
 /// two-core machine slowed a rollback past its deadline in CI.
@@ -192,6 +193,76 @@ async fn happy_path_moves_every_cluster_and_leaves_nothing_behind() {
     );
     let out = kubectl_ok(&s.global_kc, &["get", "mcm", "-n", NS], None);
     assert!(out.contains("Completed") && out.contains("20"), "{out}");
+}
+
+/// 40 clusters of about 14 KiB each to carry (140 labels): 560 KiB in all, more than a
+/// ManifestWork may hold (500 KiB, the hubs' webhook refuses more) and more than the 256 KiB a
+/// migration could carry before (its clusters failed validation as too large).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_carry_over_larger_than_a_work_moves_in_parts() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 40).await;
+    let moving = names(1, 40);
+    let labels: serde_json::Map<String, serde_json::Value> = (0..140)
+        .map(|j| (format!("example.com/label-{j:03}"), json!("v".repeat(63))))
+        .collect();
+    let clusters: Api<ManagedCluster> = Api::all(s.hub(1));
+    for name in &moving {
+        clusters
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"metadata": {"labels": labels}})),
+            )
+            .await
+            .unwrap();
+    }
+    s.apply(
+        "big",
+        &format!(
+            r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": {}}}"#,
+            json_list(&moving)
+        ),
+    );
+    let m = s
+        .phase("big", MigrationPhase::Completed, Duration::from_secs(420))
+        .await;
+    let status = m.status.clone().unwrap();
+    let counts = status.clusters.unwrap();
+    assert_eq!(
+        (counts.registered, counts.failed),
+        (40, 0),
+        "{:?}",
+        status.conditions
+    );
+    // Kept in parts, not in status: the status stays small.
+    let parts = status
+        .carry_over_parts
+        .clone()
+        .expect("the carry-over went in parts");
+    assert!(parts.count >= 3, "{parts:?}");
+    assert!(status.carry_over.is_none());
+    let size = serde_json::to_vec(&status).unwrap().len();
+    assert!(size < 32 * 1024, "status of {size} bytes");
+    // Every cluster on the target with every label it had.
+    let mut expected = s.homes();
+    for name in &moving {
+        expected.insert(name.clone(), 2);
+    }
+    s.invariant(&expected).await;
+    for name in &moving {
+        let mc = Api::<ManagedCluster>::all(s.hub(2))
+            .get(name)
+            .await
+            .unwrap();
+        let carried = mc
+            .labels()
+            .iter()
+            .filter(|(k, v)| k.starts_with("example.com/label-") && v.len() == 63)
+            .count();
+        assert_eq!(carried, 140, "{name} on hub2");
+    }
+    no_leftovers(&s, "big").await;
 }
 
 /// The phase a migration ended in, and its ResourceValidated reason and message.

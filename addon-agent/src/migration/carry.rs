@@ -1,0 +1,103 @@
+//! A carry-over too large for one status value travels in parts: ConfigMaps in the agent's
+//! namespace ([`names::carry_over_part`]), each a JSON array of records with the digest of the
+//! whole. The source writes its parts at validation (owned by its task, so they go with it)
+//! and the manager reads them back through read-only ManifestWorks; the target's parts arrive
+//! in ManifestWorks of their own, and the target reads them from its cache.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use migration_api::migration::{
+    CARRY_OVER_DIGEST_KEY, CARRY_OVER_RECORDS_KEY, CarryOverParts, carry_over_digest,
+    join_carry_over,
+};
+
+use super::*;
+
+/// Writes the source's `parts` next to its task (those already there as they should be are
+/// left alone) and says where they are.
+pub(super) async fn publish(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    parts: &[String],
+) -> Result<CarryOverParts, Error> {
+    let digest = carry_over_digest(parts);
+    let namespace = task.namespace().unwrap_or_default();
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
+    for (i, part) in parts.iter().enumerate() {
+        let name = names::carry_over_part(task.spec.key(), MigrationRole::Source, i);
+        if part_of(ctx, &namespace, &name).is_some_and(|(d, _)| d == digest) {
+            continue;
+        }
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {
+                "name": name, "namespace": namespace,
+                "labels": {names::labels::MANAGED_BY: names::labels::MANAGED_BY_VALUE},
+                // Gone with the task.
+                "ownerReferences": [{
+                    "apiVersion": "migration.open-cluster-management.io/v1alpha1",
+                    "kind": "MigrationTask", "name": task.name_any(),
+                    "uid": task.uid().unwrap_or_default()
+                }]
+            },
+            "data": {CARRY_OVER_RECORDS_KEY: part, CARRY_OVER_DIGEST_KEY: digest}
+        });
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&cm),
+        )
+        .await
+        .map_err(ctx_err(format!("writing carry-over part {name}")))?;
+    }
+    Ok(CarryOverParts {
+        count: u32::try_from(parts.len()).unwrap_or(u32::MAX),
+        digest,
+    })
+}
+
+/// A part in the cache: its digest and records.
+fn part_of(ctx: &Ctx, namespace: &str, name: &str) -> Option<(String, String)> {
+    let cm = get(&ctx.caches.carry_parts, Some(namespace), name)?;
+    let data = cm.data.as_ref()?;
+    Some((
+        data.get(CARRY_OVER_DIGEST_KEY)?.clone(),
+        data.get(CARRY_OVER_RECORDS_KEY)?.clone(),
+    ))
+}
+
+/// What a target task's clusters carry, from its parts: `Ok(None)` while some part has not
+/// arrived (or is of another digest), an error when they do not decode. Decoded once per
+/// digest.
+pub(super) fn target_carry_over(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    parts: &CarryOverParts,
+) -> Result<Option<Arc<Vec<CarriedCluster>>>, Error> {
+    if let Ok(memo) = ctx.carry_memo.lock()
+        && let Some((digest, records)) = memo.as_ref()
+        && *digest == parts.digest
+    {
+        return Ok(Some(records.clone()));
+    }
+    let namespace = task.namespace().unwrap_or_default();
+    let mut found = Vec::with_capacity(parts.count as usize);
+    for i in 0..parts.count as usize {
+        let name = names::carry_over_part(task.spec.key(), MigrationRole::Target, i);
+        match part_of(ctx, &namespace, &name) {
+            Some((digest, records)) if digest == parts.digest => found.push(records),
+            _ => return Ok(None),
+        }
+    }
+    if carry_over_digest(&found) != parts.digest {
+        return Ok(None);
+    }
+    let records = Arc::new(join_carry_over(&found).map_err(|e| {
+        Error::Config(format!(
+            "the carry-over parts of this task do not decode ({e}); run the same addon version as the manager"
+        ))
+    })?);
+    if let Ok(mut memo) = ctx.carry_memo.lock() {
+        *memo = Some((parts.digest.clone(), records.clone()));
+    }
+    Ok(Some(records))
+}
