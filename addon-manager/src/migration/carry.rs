@@ -45,13 +45,29 @@ fn reported_part(ctx: &Ctx, m: &Migration, parts: &CarryOverParts, i: usize) -> 
 
 /// Part `i` as its work delivers it to the target.
 fn delivered_part(ctx: &Ctx, m: &Migration, parts: &CarryOverParts, i: usize) -> Option<String> {
+    delivered(ctx, m, parts, i, |data| {
+        data.get(CARRY_OVER_RECORDS_KEY)?
+            .as_str()
+            .map(str::to_owned)
+    })
+}
+
+/// What `read` finds in the data of part `i`'s work to the target, if that work carries the
+/// parts' digest.
+fn delivered<T>(
+    ctx: &Ctx,
+    m: &Migration,
+    parts: &CarryOverParts,
+    i: usize,
+    read: impl FnOnce(&serde_json::Value) -> Option<T>,
+) -> Option<T> {
     let name = names::carry_over_part(&m.key, MigrationRole::Target, i);
     let work = work_named(ctx, &m.to, &name)?;
     let data = work.manifests().first()?.get("data")?;
-    let text = |key: &str| data.get(key)?.as_str().map(str::to_owned);
-    (text(CARRY_OVER_DIGEST_KEY)? == parts.digest)
-        .then(|| text(CARRY_OVER_RECORDS_KEY))
-        .flatten()
+    if data.get(CARRY_OVER_DIGEST_KEY)?.as_str()? != parts.digest {
+        return None;
+    }
+    read(data)
 }
 
 /// What reading a carry-over's parts back came to.
@@ -113,20 +129,28 @@ pub(super) fn carried(
     Some(records)
 }
 
-/// Delivers each part to the target's agent (`target_ns`), as [`read_parts`] has them.
+/// Delivers to the target's agent (`target_ns`) each part its work does not yet carry (of this
+/// digest), as [`read_parts`] has them: once delivered, a part is not read, hashed or sent
+/// again on every reconcile.
 pub(super) async fn deliver_parts(
     ctx: &Ctx,
     m: &Migration,
     parts: &CarryOverParts,
     target_ns: &str,
 ) -> Result<(), Error> {
+    let missing: Vec<usize> = (0..parts.count as usize)
+        .filter(|&i| delivered(ctx, m, parts, i, |_| Some(())).is_none())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
     let Ok(found) = read_parts(ctx, m, parts) else {
         return Ok(());
     };
-    for (i, records) in found.iter().enumerate() {
+    for i in missing {
         apply_work(
             ctx,
-            &mr::carry_work(m, target_ns, i, records, &parts.digest),
+            &mr::carry_work(m, target_ns, i, &found[i], &parts.digest),
         )
         .await?;
     }

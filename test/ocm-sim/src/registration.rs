@@ -192,6 +192,28 @@ pub enum ReconcileError {
 
 struct Ctx {
     client: Client,
+    /// The clusters (by uid) whose namespace, RBAC and lease this controller has applied and
+    /// not revoked since. Upstream applies them through `resourceapply` with a resource cache
+    /// (ocm pkg/registration/hub/managedcluster/controller.go), which writes nothing while
+    /// what is required has not changed; so the simulator applies them once per acceptance,
+    /// not on every status update of the cluster.
+    granted: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl Ctx {
+    fn granted(&self, uid: &str) -> bool {
+        self.granted.lock().is_ok_and(|g| g.contains(uid))
+    }
+
+    fn set_granted(&self, uid: String, granted: bool) {
+        if let Ok(mut g) = self.granted.lock() {
+            if granted {
+                g.insert(uid);
+            } else {
+                g.remove(&uid);
+            }
+        }
+    }
 }
 
 async fn run_cluster_controller(client: Client) {
@@ -202,6 +224,7 @@ async fn run_cluster_controller(client: Client) {
     let by_addon = deleting.clone();
     let ctx = Arc::new(Ctx {
         client: client.clone(),
+        granted: std::sync::Mutex::default(),
     });
     controller
         .watches(
@@ -252,13 +275,20 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, Rec
                 return Ok(Action::await_change());
             }
         }
+        let uid = mc.uid().unwrap_or_default();
         if mc.spec.hub_accepts_client {
-            accept(client, &mc).await?;
+            if !ctx.granted(&uid) {
+                grant(client, &mc).await?;
+                ctx.set_granted(uid, true);
+            }
+            accepted(client, &mc).await?;
         } else {
+            ctx.set_granted(uid, false);
             deny(client, &mc).await?;
         }
         return Ok(Action::await_change());
     }
+    ctx.set_granted(mc.uid().unwrap_or_default(), false);
     let mut requeue = false;
     if mc.finalizers().iter().any(|f| f == GC_FINALIZER) {
         match collect_garbage(client, &name).await? {
@@ -367,7 +397,8 @@ fn ssa() -> PatchParams {
     PatchParams::apply(MANAGER).force()
 }
 
-async fn accept(client: &Client, mc: &ManagedCluster) -> Result<(), ReconcileError> {
+/// What an accepted cluster's agent needs on the hub: its namespace, RBAC and lease.
+async fn grant(client: &Client, mc: &ManagedCluster) -> Result<(), ReconcileError> {
     let name = mc.name_any();
     let role = names::cluster_role(&name);
     let group = names::cluster_group(&name);
@@ -434,6 +465,10 @@ async fn accept(client: &Client, mc: &ManagedCluster) -> Result<(), ReconcileErr
             )
             .await?;
     }
+    Ok(())
+}
+
+async fn accepted(client: &Client, mc: &ManagedCluster) -> Result<(), ReconcileError> {
     apply_condition(
         client,
         mc,
@@ -542,33 +577,51 @@ async fn apply_condition(
 }
 
 /// Marks clusters Available while their lease is fresh, Unknown (with the unreachable taint)
-/// once it is older than five lease durations.
+/// once it is older than five lease durations. Clusters and leases are read from watch caches,
+/// as upstream's lease controller reads them from informers
+/// (ocm pkg/registration/hub/lease/controller.go), never listed from the API server per round.
 async fn judge_leases(client: Client, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    loop {
-        tick.tick().await;
-        if let Err(e) = judge_once(&client).await {
-            tracing::debug!(error = %e, "lease judge");
+    let (clusters, cluster_events) = migration_api::runtime::cached_watch(
+        Api::<ManagedCluster>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let (leases, lease_events) = migration_api::runtime::cached_watch(
+        Api::<Lease>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={CLUSTER_LEASE}")),
+    );
+    let feeding = futures::future::join(
+        cluster_events.for_each(|_| async {}),
+        lease_events.for_each(|_| async {}),
+    );
+    let judging = async {
+        // Judged only once both caches are filled: an empty lease cache would make every
+        // cluster look stale.
+        if clusters.wait_until_ready().await.is_err() || leases.wait_until_ready().await.is_err() {
+            return;
         }
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            judge_once(&client, &clusters, &leases).await;
+        }
+    };
+    tokio::select! {
+        _ = feeding => {}
+        () = judging => {}
     }
 }
 
-async fn judge_once(client: &Client) -> Result<(), ReconcileError> {
-    let clusters: Api<ManagedCluster> = Api::all(client.clone());
-    // One list of the cluster leases per round (the real controller reads them from an
-    // informer's cache), not a read per cluster.
-    let leases: Api<Lease> = Api::all(client.clone());
+async fn judge_once(client: &Client, clusters: &Store<ManagedCluster>, leases: &Store<Lease>) {
     let renewed: std::collections::HashMap<String, jiff::Timestamp> = leases
-        .list(&ListParams::default().fields(&format!("metadata.name={CLUSTER_LEASE}")))
-        .await?
-        .into_iter()
+        .state()
+        .iter()
         .filter_map(|l| {
             let ns = l.namespace()?;
-            Some((ns, l.spec?.renew_time?.0))
+            Some((ns, l.spec.as_ref()?.renew_time.as_ref()?.0))
         })
         .collect();
     let now = jiff::Timestamp::now();
-    for mc in clusters.list(&ListParams::default()).await? {
+    for mc in clusters.state() {
         let conds = mc.conditions();
         if !mc.spec.hub_accepts_client || !condition_is_true(conds, JOINED) {
             continue;
@@ -583,7 +636,6 @@ async fn judge_once(client: &Client) -> Result<(), ReconcileError> {
             tracing::debug!(cluster = %name, error = %e, "lease judge");
         }
     }
-    Ok(())
 }
 
 async fn judge_cluster(

@@ -15,6 +15,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalize, finalizer};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, set_condition};
@@ -57,7 +58,16 @@ struct Ctx {
     /// What the Update strategy last wrote, per object: the manifest's hash and the
     /// resourceVersion it left.
     applied: AppliedCache,
+    /// The kinds found by discovery, kept as upstream's work agent keeps them: it maps
+    /// kinds with controller-runtime's lazy `apiutil.NewDynamicRESTMapper`
+    /// (ocm pkg/work/spoke/spokeagent.go), which discovers a group version once and asks
+    /// again only for a kind it does not know. A kind not served is not remembered, so a
+    /// CRD installed later is found on the next try.
+    kinds: KindCache,
 }
+
+type KindCache =
+    std::sync::Mutex<std::collections::HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>>;
 
 type AppliedCache = std::sync::Mutex<std::collections::HashMap<String, (u64, String)>>;
 
@@ -98,6 +108,7 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             resync: opts.status_sync_interval,
             raw_feedback_json: opts.raw_feedback_json,
             applied: AppliedCache::default(),
+            kinds: KindCache::default(),
         });
         let works: Api<ManifestWork> = Api::namespaced(hub, &opts.cluster_name);
         // When the process restarts (a pod replaced), reconciles under way finish first, as in
@@ -110,18 +121,20 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
                 tracing::debug!(cluster = %cluster, "the agent process is restarting; the work agent finishes what it does");
             }
         };
+        let controller = Controller::new(works, watcher::Config::default());
         let evicting = {
             let ended = ended(connection.clone(), seen.clone());
             let ctx = ctx.clone();
             let grace = opts.eviction_grace;
+            let works = controller.store();
             async move {
                 tokio::select! {
-                    () = evict_unmanaged(&ctx, grace) => {}
+                    () = evict_unmanaged(&ctx, &works, grace) => {}
                     () = ended => {}
                 }
             }
         };
-        let serving = Controller::new(works, watcher::Config::default())
+        let serving = controller
             .graceful_shutdown_on(restarted)
             .run(
                 reconcile,
@@ -166,19 +179,29 @@ async fn ended(
 /// belongs to another hub (its name does not start with this hub's hash), is marked with
 /// `evictionStartTime` and, after the grace period, deleted together with what it alone owns.
 /// One whose work is back loses the mark.
-async fn evict_unmanaged(ctx: &Ctx, grace: Duration) {
+async fn evict_unmanaged(ctx: &Ctx, works: &Store<ManifestWork>, grace: Duration) {
+    // Which works exist is read from the controller's cache, as upstream's evictor reads its
+    // work lister (ocm pkg/work/spoke/controllers/finalizercontroller/
+    // unmanaged_appliedmanifestwork_controller.go); only once it is filled, or every work
+    // would look gone.
+    if works.wait_until_ready().await.is_err() {
+        return;
+    }
     let mut tick = tokio::time::interval(ctx.resync.max(Duration::from_millis(200)));
     loop {
         tick.tick().await;
-        if let Err(e) = evict_once(ctx, grace).await {
+        if let Err(e) = evict_once(ctx, works, grace).await {
             tracing::debug!(cluster = %ctx.cluster, error = %e, "eviction");
         }
     }
 }
 
-async fn evict_once(ctx: &Ctx, grace: Duration) -> Result<(), WorkError> {
+async fn evict_once(
+    ctx: &Ctx,
+    works: &Store<ManifestWork>,
+    grace: Duration,
+) -> Result<(), WorkError> {
     let amws: Api<AppliedManifestWork> = Api::all(ctx.managed.clone());
-    let works: Api<ManifestWork> = Api::namespaced(ctx.hub.clone(), &ctx.cluster);
     for amw in amws.list(&kube::api::ListParams::default()).await? {
         if amw.spec.agent_id.as_deref() != Some(ctx.cluster.as_str())
             || amw.metadata.deletion_timestamp.is_some()
@@ -187,7 +210,10 @@ async fn evict_once(ctx: &Ctx, grace: Duration) -> Result<(), WorkError> {
         }
         let name = amw.name_any();
         let work = amw.spec.manifest_work_name.clone();
-        let unmanaged = !name.starts_with(&ctx.hub_hash) || works.get_opt(&work).await?.is_none();
+        let unmanaged = !name.starts_with(&ctx.hub_hash)
+            || works
+                .get(&ObjectRef::new(&work).within(&ctx.cluster))
+                .is_none();
         let started = amw
             .status
             .as_ref()
@@ -260,9 +286,10 @@ fn applied_name(ctx: &Ctx, work: &ManifestWork) -> String {
     format!("{}-{}", ctx.hub_hash, work.name_any())
 }
 
-/// The API resource of a manifest, found by discovery on the managed cluster.
+/// The API resource of a manifest, found by discovery on the managed cluster (once per kind:
+/// see `Ctx::kinds`).
 async fn resource_of(
-    client: &Client,
+    ctx: &Ctx,
     manifest: &Value,
 ) -> Result<(ApiResource, ApiCapabilities), WorkError> {
     let api_version = manifest
@@ -275,13 +302,23 @@ async fn resource_of(
         .unwrap_or_default();
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, kind);
-    kube::discovery::pinned_kind(client, &gvk)
+    if let Some(known) = lock(&ctx.kinds).get(&gvk) {
+        return Ok(known.clone());
+    }
+    let found = kube::discovery::pinned_kind(&ctx.managed, &gvk)
         .await
         .map_err(|e| {
             WorkError::Other(format!(
                 "{api_version} {kind} is not served by the cluster: {e}"
             ))
-        })
+        })?;
+    lock(&ctx.kinds).insert(gvk, found.clone());
+    Ok(found)
+}
+
+/// A cache's lock; a poisoned one is still a valid map (every writer inserts whole entries).
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn dynamic_api(
@@ -313,26 +350,33 @@ fn config_for<'a>(
 }
 
 async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError> {
-    // The controller's cache can lag behind a deletion: act only on the work as it is now, so
-    // a late resync never re-creates what a cleanup just removed.
+    // The work as the controller's cache has it (the runtime looks it up when the reconcile
+    // starts), as upstream's ManifestWorkController reads its lister (ocm pkg/work/spoke/
+    // controllers/manifestcontroller/manifestwork_controller.go): the cache never goes back
+    // to before a deletion it has seen, and a cleanup runs only once it has seen one, so a
+    // late resync cannot re-create what a cleanup removed.
     let works: Api<ManifestWork> = Api::namespaced(ctx.hub.clone(), &ctx.cluster);
-    let Some(current) = works.get_opt(&work.name_any()).await? else {
-        return Ok(Action::await_change());
-    };
-    if current.metadata.deletion_timestamp.is_some() || current.uid() != work.uid() {
-        return Ok(Action::await_change());
-    }
-    let work = &current;
     tracing::debug!(cluster = %ctx.cluster, work = %work.name_any(), "applying work");
     let amws: Api<AppliedManifestWork> = Api::all(ctx.managed.clone());
     let amw_name = applied_name(ctx, work);
-    let amw = amws
-        .patch(&amw_name, &PatchParams::apply("work-agent").force(), &Patch::Apply(json!({
-            "apiVersion": "work.open-cluster-management.io/v1", "kind": "AppliedManifestWork",
-            "metadata": {"name": amw_name},
-            "spec": {"hubHash": ctx.hub_hash, "agentID": ctx.cluster, "manifestWorkName": work.name_any()}
-        })))
-        .await?;
+    // Created (or put right) only when it is not as it should be, as upstream's controller
+    // creates it only when its lister has none.
+    let spec = json!({"hubHash": ctx.hub_hash, "agentID": ctx.cluster, "manifestWorkName": work.name_any()});
+    let amw = match amws.get_opt(&amw_name).await? {
+        Some(amw)
+            if serde_json::to_value(&amw.spec).is_ok_and(|s| s == spec)
+                && amw.metadata.deletion_timestamp.is_none() =>
+        {
+            amw
+        }
+        _ => {
+            amws.patch(&amw_name, &PatchParams::apply("work-agent").force(), &Patch::Apply(json!({
+                "apiVersion": "work.open-cluster-management.io/v1", "kind": "AppliedManifestWork",
+                "metadata": {"name": amw_name}, "spec": spec
+            })))
+            .await?
+        }
+    };
     let manifests = work.manifests().to_vec();
     // Per-manifest conditions carry on from the last report (by ordinal), so a transition
     // time only moves on a transition and an unchanged status is not written again.
@@ -367,7 +411,7 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
             })
             .map(|p| p.conditions.clone())
             .unwrap_or_default();
-        let outcome = match resource_of(&ctx.managed, manifest).await {
+        let outcome = match resource_of(ctx, manifest).await {
             Err(e) => Err(e),
             Ok((ar, caps)) => {
                 meta["group"] = json!(ar.group);
@@ -504,12 +548,17 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
         .filter(|p| !now_keys.contains(&key(p)))
         .collect();
     delete_applied(&ctx.managed, &stale, &amw.uid().unwrap_or_default()).await?;
-    amws.patch_status(
-        &amw_name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"appliedResources": applied_resources}})),
-    )
-    .await?;
+    // Written only when it changed, as upstream's AppliedManifestWork reconciler compares
+    // before it updates (ocm pkg/work/spoke/controllers/manifestcontroller/
+    // appliedmanifestwork_reconciler.go).
+    if previous != applied_resources {
+        amws.patch_status(
+            &amw_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"appliedResources": applied_resources}})),
+        )
+        .await?;
+    }
     let generation = work.metadata.generation;
     let mut work_conditions = work
         .status

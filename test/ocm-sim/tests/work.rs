@@ -204,11 +204,13 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
     let data = live.data.unwrap_or_default();
     assert_eq!(data.get("mode").map(String::as_str), Some("blue"));
     assert!(!data.contains_key("other"), "drift replaced: {data:?}");
-    // While nothing changes, the agent keeps reconciling (re-reading the work from the hub)
-    // without writing the work again: per-manifest conditions keep their transition times.
+    // While nothing changes, the agent keeps reconciling (each reconcile reads its
+    // AppliedManifestWork on the cluster) without writing the work again: per-manifest
+    // conditions keep their transition times.
     let settled = works.get("app").await.unwrap().resource_version();
     let hub_metrics = hub.cluster.api.metrics();
-    let gets = |m: &kube_sim::Metrics| m.total(Some("get"), Some("manifestworks"));
+    let cluster_metrics = clusters[0].0.api.metrics();
+    let gets = |m: &kube_sim::Metrics| m.total(Some("get"), Some("appliedmanifestworks"));
     // The work agent's writes to works (the import controller re-applies its own work).
     let patches = |m: &kube_sim::Metrics| -> u64 {
         m.access_log()
@@ -222,14 +224,19 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
             .map(|(_, n)| n)
             .sum()
     };
-    let (gets_before, since) = (gets(hub_metrics), std::time::Instant::now());
+    let (gets_before, since) = (gets(cluster_metrics), std::time::Instant::now());
     let patches_before = patches(hub_metrics);
+    let amw_writes = |m: &kube_sim::Metrics| {
+        m.total(Some("patch"), Some("appliedmanifestworks"))
+            + m.total(Some("patch"), Some("appliedmanifestworks/status"))
+    };
+    let amw_writes_before = amw_writes(cluster_metrics);
     // Transition times have second resolution: let a second pass, and ten reconciles.
     eventually(
         LIMIT,
         "ten more reconciles, a second apart from the report",
         || {
-            let done = gets(hub_metrics) >= gets_before + 10
+            let done = gets(cluster_metrics) >= gets_before + 10
                 && since.elapsed() > Duration::from_millis(1100);
             async move { done.then_some(()) }
         },
@@ -244,6 +251,13 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         patches(hub_metrics),
         patches_before,
         "nor even sent: the agent compares before it writes"
+    );
+    // Nor is the AppliedManifestWork, as upstream creates it only when its lister has none
+    // and updates its list only when it changed.
+    assert_eq!(
+        amw_writes(cluster_metrics),
+        amw_writes_before,
+        "the AppliedManifestWork is not written while nothing changes"
     );
     let amws: Api<AppliedManifestWork> = Api::all(clusters[0].0.admin.clone());
     // One AppliedManifestWork for this work (the import controller's klusterlet work has its own).
