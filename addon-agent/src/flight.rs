@@ -21,6 +21,8 @@ use migration_api::names::annotations::{
     DISABLE_AUTO_IMPORT, KLUSTERLET_CONFIG, MIGRATING, ORIGINAL_DISABLE_AUTO_IMPORT,
     ORIGINAL_KLUSTERLET_CONFIG,
 };
+use migration_api::names::taints;
+use migration_api::ocm::cluster::Taint;
 use serde_json::{Value, json};
 
 /// What a cluster in flight had before the migration touched it.
@@ -143,6 +145,36 @@ pub fn restored(
             was.disable_auto_import.then(|| "true".to_owned()),
         ),
     ])
+}
+
+/// A cluster's taints with the migrating taint ([`taints::MIGRATING`], valued `migration`) when
+/// `present`, without any migrating taint when not; `None` when they are that already. The
+/// others are kept as they are (with their `timeAdded`); the new one comes without
+/// `timeAdded`, which the hub's ManagedCluster webhook sets and refuses from a client
+/// (ocm `pkg/registration/webhook/v1/managedcluster_mutating.go` `processTaints`).
+pub fn taints(current: &[Taint], migration: &str, present: bool) -> Option<Vec<Value>> {
+    let ours = |t: &Taint| t.key == taints::MIGRATING;
+    let mine = |t: &Taint| {
+        ours(t) && t.value.as_deref() == Some(migration) && t.effect == taints::MIGRATING_EFFECT
+    };
+    let has = current.iter().filter(|t| ours(t)).count();
+    let settled = if present {
+        has == 1 && current.iter().any(mine)
+    } else {
+        has == 0
+    };
+    if settled {
+        return None;
+    }
+    let mut list: Vec<Value> = current
+        .iter()
+        .filter(|t| !ours(t))
+        .map(|t| serde_json::to_value(t).unwrap_or_default())
+        .collect();
+    if present {
+        list.push(json!({"key": taints::MIGRATING, "value": migration, "effect": taints::MIGRATING_EFFECT}));
+    }
+    Some(list)
 }
 
 /// Whether the changes would change nothing.
@@ -294,6 +326,53 @@ mod tests {
             restored(&theirs, &|k| k == "migration-hub2")[KLUSTERLET_CONFIG].as_deref(),
             Some("own")
         );
+    }
+
+    fn taint(key: &str, value: &str, effect: &str, added: bool) -> Taint {
+        Taint {
+            key: key.into(),
+            value: Some(value.into()),
+            effect: effect.into(),
+            time_added: added.then(migration_api::common::now),
+        }
+    }
+
+    #[test]
+    fn the_migrating_taint_is_added_without_a_time_and_removed_leaving_the_others_as_they_are() {
+        let unreachable = taint(
+            "cluster.open-cluster-management.io/unreachable",
+            "",
+            "NoSelect",
+            true,
+        );
+        let added = taints(std::slice::from_ref(&unreachable), "m", true).unwrap();
+        assert_eq!(added.len(), 2);
+        assert_eq!(added[0], serde_json::to_value(&unreachable).unwrap());
+        assert_eq!(
+            added[1],
+            json!({"key": taints::MIGRATING, "value": "m", "effect": "NoSelectIfNew"})
+        );
+        // As the hub stores it (with the time it was added): nothing more to do.
+        let stored: Vec<Taint> = added
+            .iter()
+            .map(|t| {
+                let mut t: Taint = serde_json::from_value(t.clone()).unwrap();
+                t.time_added = Some(migration_api::common::now());
+                t
+            })
+            .collect();
+        assert_eq!(taints(&stored, "m", true), None);
+        // Another migration's taint (a leftover) is replaced, as a new taint.
+        let other = [taint(taints::MIGRATING, "old", "NoSelectIfNew", true)];
+        assert_eq!(
+            taints(&other, "m", true).unwrap(),
+            vec![json!({"key": taints::MIGRATING, "value": "m", "effect": "NoSelectIfNew"})]
+        );
+        // Removed: the others stay exactly as they were; none left to remove: nothing to do.
+        let removed = taints(&stored, "m", false).unwrap();
+        assert_eq!(removed, vec![serde_json::to_value(&stored[0]).unwrap()]);
+        assert_eq!(taints(&stored[..1], "m", false), None);
+        assert_eq!(taints(&[], "m", false), None);
     }
 
     #[test]

@@ -304,6 +304,18 @@ pub mod annotations {
     pub const SKIP_PRE_DELETE: &str = "migration.open-cluster-management.io/skip-pre-delete";
 }
 
+/// ManagedCluster taints.
+pub mod taints {
+    /// ManagedCluster in flight (on the source from the moment the migration marks it until it
+    /// is detached or taken back; on the target from pre-creation until it is registered there).
+    /// The value names the migration.
+    pub const MIGRATING: &str = "migration.open-cluster-management.io/migrating";
+    /// Its effect: placements choose no new cluster that carries it, and keep the ones they
+    /// already chose (`NoSelect` would withdraw their workloads from a cluster that only moves;
+    /// ocm api `cluster/v1/types.go` `TaintEffectNoSelectIfNew`).
+    pub const MIGRATING_EFFECT: &str = "NoSelectIfNew";
+}
+
 /// Finalizers.
 pub mod finalizers {
     /// Work agent's finalizer on ManifestWork.

@@ -30,6 +30,27 @@ pub(super) enum Effect {
     Settle,
     /// Plain OCM source: drive the cluster's klusterlet work toward the MultipleHubs settings.
     Switch,
+    /// Merge-patch the ManagedCluster's taints ([`taint`]): a conflict is no failure, the
+    /// decision is taken again on the newer version.
+    Taint(Value),
+}
+
+/// The migrating taint of `mc` put on (`present`) or taken off, as an effect, when that changes
+/// its taints ([`flight::taints`]). The whole list goes with the uid and resourceVersion it was
+/// read at, as upstream's patcher sends them (sdk-go `pkg/patcher/patcher.go`): a list changed
+/// since by another writer (the hub's taint controller) fails with a conflict instead of being
+/// overwritten.
+pub(super) fn taint(mc: &ManagedCluster, migration: &str, present: bool) -> Option<Effect> {
+    let list = flight::taints(
+        mc.spec.taints.as_deref().unwrap_or_default(),
+        migration,
+        present,
+    )?;
+    let mut patch = json!({"spec": {"taints": list}});
+    if let (Some(uid), Some(version)) = (mc.uid(), mc.resource_version()) {
+        patch["metadata"] = json!({"uid": uid, "resourceVersion": version});
+    }
+    Some(Effect::Taint(patch))
 }
 
 /// How many clusters' effects are carried out at once: a stage writes to hundreds of clusters,
@@ -96,6 +117,24 @@ pub(super) async fn apply(
             Effect::Switch => {
                 klusterlet_switch(ctx, task, cluster).await?;
             }
+            Effect::Taint(patch) => {
+                let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
+                match api
+                    .patch(cluster, &merge_params(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                        tracing::debug!(cluster = %cluster, "taints changed meanwhile; deciding again");
+                    }
+                    Err(e) => {
+                        return Err(Error::Kube(ApiError::new(
+                            format!("updating the taints of ManagedCluster {cluster}"),
+                            e,
+                        )));
+                    }
+                }
+            }
         }
     }
     Ok(())
@@ -124,6 +163,8 @@ pub(super) fn take_back(
 ) -> (ClusterState, Vec<Effect>) {
     let mc = seen.mc;
     let restored_at = mc.annotations().get(RESTORED_AT);
+    // Placements may choose it again.
+    let untaint = taint(mc, task.spec.key(), false);
     if (restored_at.is_none() && !seen.finish)
         || !mc.spec.hub_accepts_client
         || restore_needed(mc, task)
@@ -132,9 +173,15 @@ pub(super) fn take_back(
         patch["metadata"]["annotations"][RESTORED_AT] =
             json!(restored_at.map_or(now, String::as_str));
         patch["spec"] = json!({"hubAcceptsClient": true});
+        let mut effects = vec![Effect::Patch(patch)];
+        effects.extend(untaint);
+        effects.push(Effect::Await(true));
+        return (ClusterState::RollingBack, effects);
+    }
+    if let Some(untaint) = untaint {
         return (
             ClusterState::RollingBack,
-            vec![Effect::Patch(patch), Effect::Await(true)],
+            vec![untaint, Effect::Await(true)],
         );
     }
     if restored_at.is_none() {
@@ -251,6 +298,8 @@ pub(super) fn register(task: &MigrationTask, seen: &Registering) -> (ClusterStat
     } else if !flight::settled(mc.annotations(), &changes) {
         effects.push(Effect::Patch(flight::patch(&changes)));
     }
+    // Placements choose it no more while it moves.
+    effects.extend(taint(mc, task.spec.key(), true));
     let state = if seen.release {
         ClusterState::Switching
     } else if held {
@@ -353,6 +402,12 @@ pub(super) fn arrive(task: &MigrationTask, seen: &Arriving) -> (ClusterState, Ve
             effects.push(Effect::CarryAddons);
         }
     }
+    // Registered here: placements may choose it.
+    if state == ClusterState::Available
+        && let Some(m) = seen.mc
+    {
+        effects.extend(taint(m, task.spec.key(), false));
+    }
     (state, effects)
 }
 
@@ -413,18 +468,20 @@ pub(super) fn let_back(task: &MigrationTask, seen: &Leaving) -> (ClusterState, V
     (state, effects)
 }
 
-/// Target cleanup of a cluster that stays: the migration's marks go.
-pub(super) fn unmark(mc: Option<&ManagedCluster>) -> Vec<Effect> {
-    match mc {
-        Some(m)
-            if [PRE_CREATED, MIGRATING, RELEASED_AT]
-                .iter()
-                .any(|k| m.annotations().contains_key(*k)) =>
-        {
-            vec![Effect::Patch(
-                json!({"metadata": {"annotations": {PRE_CREATED: Value::Null, MIGRATING: Value::Null, RELEASED_AT: Value::Null}}}),
-            )]
-        }
-        _ => vec![],
+/// Target cleanup of a cluster that stays: the migration's marks and taint go.
+pub(super) fn unmark(mc: Option<&ManagedCluster>, migration: &str) -> Vec<Effect> {
+    let Some(m) = mc else {
+        return vec![];
+    };
+    let mut effects = vec![];
+    if [PRE_CREATED, MIGRATING, RELEASED_AT]
+        .iter()
+        .any(|k| m.annotations().contains_key(*k))
+    {
+        effects.push(Effect::Patch(
+            json!({"metadata": {"annotations": {PRE_CREATED: Value::Null, MIGRATING: Value::Null, RELEASED_AT: Value::Null}}}),
+        ));
     }
+    effects.extend(taint(m, migration, false));
+    effects
 }

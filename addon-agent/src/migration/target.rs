@@ -117,7 +117,9 @@ pub(super) async fn precreate(ctx: &Ctx, task: &MigrationTask, name: &str) -> Re
     let mut annotations = carried_annotations(&record.annotations);
     annotations.insert(PRE_CREATED.into(), task.spec.key().to_owned());
     annotations.insert(MIGRATING.into(), task.spec.key().to_owned());
-    let mut spec = json!({"hubAcceptsClient": true, "leaseDurationSeconds": 60});
+    // Tainted until it registers here: placements choose it only once it has arrived.
+    let taints = flight::taints(&[], task.spec.key(), true).unwrap_or_default();
+    let mut spec = json!({"hubAcceptsClient": true, "leaseDurationSeconds": 60, "taints": taints});
     // The klusterlet reports its URLs only when it creates its ManagedCluster (or where its
     // bootstrap identity may update it): they come from the source instead.
     if !record.client_configs.is_empty() {
@@ -448,7 +450,7 @@ pub(super) async fn target_clean(
             states.push(target_let_back(ctx, task, index, name, true).await?);
             continue;
         }
-        planned.push((name.as_str(), unmark(mc.as_deref())));
+        planned.push((name.as_str(), unmark(mc.as_deref(), task.spec.key())));
         states.push(target_state(mc.as_deref()));
     }
     apply_all(ctx, task, planned).await?;

@@ -80,7 +80,8 @@ fn task_with_key(key: &str) -> MigrationTask {
 /// A ManagedCluster with these annotations, accepted or not, Available or not.
 fn cluster_with(annotations: &[(&str, &str)], accepted: bool, up: bool) -> ManagedCluster {
     serde_json::from_value(json!({
-        "metadata": {"name": "c1", "annotations": annotations.iter().cloned().collect::<BTreeMap<_, _>>()},
+        "metadata": {"name": "c1", "uid": "u1", "resourceVersion": "1",
+                     "annotations": annotations.iter().cloned().collect::<BTreeMap<_, _>>()},
         "spec": {"hubAcceptsClient": accepted},
         "status": {"conditions": [{"type": CLUSTER_AVAILABLE, "status": if up { "True" } else { "Unknown" },
             "reason": "r", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
@@ -113,10 +114,30 @@ fn taking_a_cluster_back_restores_marks_then_waits_for_its_lease() {
     assert_eq!(patch["spec"]["hubAcceptsClient"], true);
     assert_eq!(patch["metadata"]["annotations"][RESTORED_AT], now);
     assert_eq!(patch["metadata"]["annotations"][MIGRATING], Value::Null);
+    // Tainted: the migrating taint comes off with the restore, or after it.
+    let (_, effects) = take_back(
+        &task,
+        &returning(&tainted(refused.clone(), "k1"), false, false),
+        now,
+    );
+    assert!(
+        matches!(effects.as_slice(), [Effect::Patch(_), Effect::Taint(t), Effect::Await(true)] if t["spec"]["taints"] == json!([])),
+        "{effects:?}"
+    );
     // Restored, Available, but no lease since: still awaited.
     let restored = cluster_with(&[(RESTORED_AT, at)], true, true);
     let (state, effects) = take_back(&task, &returning(&restored, false, false), now);
     assert_eq!((state, effects), (RollingBack, vec![Effect::Await(true)]));
+    let (state, effects) = take_back(
+        &task,
+        &returning(&tainted(restored.clone(), "k1"), true, true),
+        now,
+    );
+    assert_eq!(state, RollingBack);
+    assert!(
+        matches!(effects.as_slice(), [Effect::Taint(_), Effect::Await(true)]),
+        "{effects:?}"
+    );
     // Its lease renewed since: back, no longer awaited; finishing also removes the mark.
     let (state, effects) = take_back(&task, &returning(&restored, true, false), now);
     assert_eq!((state, effects), (RolledBack, vec![Effect::Await(false)]));
@@ -181,14 +202,26 @@ fn cleaning_detaches_only_what_the_manager_names_and_only_once() {
     assert_eq!(let_go(false, Some(&present)), (Switching, vec![]));
 }
 
-/// `c1` in flight for migration `k1` as `register` leaves it: the annotations applied.
+/// `c1` in flight for migration `k1` as `register` leaves it: the annotations applied, the
+/// migrating taint on.
 fn in_flight_cluster(config: Option<&str>, freeze: bool, accepted: bool) -> ManagedCluster {
     let changes = flight::in_flight(&BTreeMap::new(), "k1", config, false, freeze);
     let annotations: Vec<(&str, &str)> = changes
         .iter()
         .filter_map(|(k, v)| Some((*k, v.as_deref()?)))
         .collect();
-    cluster_with(&annotations, accepted, false)
+    tainted(cluster_with(&annotations, accepted, false), "k1")
+}
+
+/// `mc` with the migrating taint of `migration`, as the hub stores it.
+fn tainted(mut mc: ManagedCluster, migration: &str) -> ManagedCluster {
+    mc.spec.taints = Some(vec![migration_api::ocm::cluster::Taint {
+        key: migration_api::names::taints::MIGRATING.into(),
+        value: Some(migration.into()),
+        effect: "NoSelectIfNew".into(),
+        time_added: Some(migration_api::common::now()),
+    }]);
+    mc
 }
 
 fn source_task(delivery: BootstrapDelivery) -> MigrationTask {
@@ -222,6 +255,7 @@ fn registering_on_the_source_marks_clusters_then_refuses_the_released() {
                 Effect::Patch(_) => "patch",
                 Effect::Refuse(..) => "refuse",
                 Effect::Switch => "switch",
+                Effect::Taint(_) => "taint",
                 _ => "other",
             })
             .collect()
@@ -229,8 +263,10 @@ fn registering_on_the_source_marks_clusters_then_refuses_the_released() {
     let acm = source_task(KlusterletConfig);
     // Not released: marked in flight, selecting the migration's KlusterletConfig, and Ready
     // once its klusterlet work carries the target's bootstrap kubeconfig.
+    // Tainted too, so that placements choose it no more while it moves (its resourceVersion
+    // with the list, so another writer's taint is not overwritten).
     let (state, effects) = seen(&acm, &fresh, false, false);
-    assert_eq!((state, kinds(&effects)), (Waiting, vec!["patch"]));
+    assert_eq!((state, kinds(&effects)), (Waiting, vec!["patch", "taint"]));
     let Effect::Patch(p) = &effects[0] else {
         unreachable!()
     };
@@ -239,6 +275,14 @@ fn registering_on_the_source_marks_clusters_then_refuses_the_released() {
         "migration-k1"
     );
     assert_eq!(p["metadata"]["annotations"][MIGRATING], "k1");
+    let Effect::Taint(t) = &effects[1] else {
+        unreachable!()
+    };
+    assert_eq!(
+        t["spec"]["taints"],
+        json!([{"key": "migration.open-cluster-management.io/migrating", "value": "k1", "effect": "NoSelectIfNew"}])
+    );
+    assert_eq!(t["metadata"]["resourceVersion"], "1");
     let marked = in_flight_cluster(Some("migration-k1"), false, true);
     assert_eq!(seen(&acm, &marked, false, true), (Ready, vec![]));
     // Released: refused here (and frozen against auto-import) in one patch; once refused,
@@ -413,6 +457,29 @@ fn the_target_admits_a_cluster_only_once_released_and_registers_it_once_settled(
         ..base(Some(&up))
     };
     assert_eq!(arrive(&task, &not_yet), (Joined, vec![Effect::CarryAddons]));
+    // Still tainted while Joined; registered, the migrating taint comes off.
+    let up_tainted = tainted(up.clone(), "k1");
+    let joined_tainted = Arriving {
+        import_took_over: false,
+        released: false,
+        ..base(Some(&up_tainted))
+    };
+    assert_eq!(
+        arrive(&task, &joined_tainted),
+        (Joined, vec![Effect::CarryAddons])
+    );
+    let (state, effects) = arrive(
+        &task,
+        &Arriving {
+            released: false,
+            ..base(Some(&up_tainted))
+        },
+    );
+    assert_eq!(state, Available);
+    let [Effect::CarryAddons, Effect::Taint(t)] = effects.as_slice() else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(t["spec"]["taints"], json!([]));
     assert_eq!(
         arrive(
             &task,
@@ -516,11 +583,17 @@ fn rolling_back_on_the_target_refuses_and_lets_a_waiting_klusterlet_through() {
     );
     // Cleanup of a cluster that stays: its marks go, once.
     assert_eq!(
-        unmark(Some(&up)),
+        unmark(Some(&up), "k1"),
         vec![Effect::Patch(
             json!({"metadata": {"annotations": {PRE_CREATED: null, MIGRATING: null, RELEASED_AT: null}}})
         )]
     );
-    assert_eq!(unmark(Some(&foreign)), vec![]);
-    assert_eq!(unmark(None), vec![]);
+    assert_eq!(unmark(Some(&foreign), "k1"), vec![]);
+    assert_eq!(unmark(None, "k1"), vec![]);
+    // And its taint, if it still has one.
+    let effects = unmark(Some(&tainted(foreign.clone(), "k1")), "k1");
+    assert!(
+        matches!(effects.as_slice(), [Effect::Taint(t)] if t["spec"]["taints"] == json!([])),
+        "{effects:?}"
+    );
 }

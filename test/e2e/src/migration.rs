@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::{Client, ResourceExt};
 use migration_api::migration::{ManagedClusterMigration, MigrationPhase};
+use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::operator::Klusterlet;
 use ocm_sim::fleet::Fleet;
 
@@ -220,7 +221,6 @@ impl Setup {
     /// Each hub's clusters as they stand (accepted, Joined, Available) and their klusterlet
     /// works (generation, Applied and its observed generation), for a failure's message.
     pub async fn fleet_view(&self) -> String {
-        use migration_api::ocm::cluster::ManagedCluster;
         use migration_api::ocm::work::ManifestWork;
         let mut out = String::from("--- fleet ---\n");
         for (i, hub) in self.fleet.hubs.iter().enumerate() {
@@ -263,7 +263,8 @@ impl Setup {
         out
     }
 
-    /// Every cluster is accepted and Available on exactly one hub: `expected[cluster]`.
+    /// Every cluster is accepted and Available on exactly one hub: `expected[cluster]`; and,
+    /// no migration being in flight, no ManagedCluster on any hub carries the migrating taint.
     pub async fn invariant(&self, expected: &BTreeMap<String, usize>) {
         eventually(
             Duration::from_secs(30),
@@ -279,6 +280,38 @@ impl Setup {
             },
         )
         .await;
+        eventually(
+            Duration::from_secs(30),
+            "no ManagedCluster tainted as migrating",
+            || async { self.migrating_taints().await.is_empty().then_some(()) },
+        )
+        .await;
+    }
+
+    /// `hub<i>/<cluster>` of every ManagedCluster that carries the migrating taint.
+    pub async fn migrating_taints(&self) -> Vec<String> {
+        let mut tainted = Vec::new();
+        for (i, hub) in self.fleet.hubs.iter().enumerate() {
+            let Ok(list) = Api::<ManagedCluster>::all(hub.cluster.admin.clone())
+                .list(&Default::default())
+                .await
+            else {
+                tainted.push(format!("hub{}: not listed", i + 1));
+                continue;
+            };
+            for mc in list {
+                if mc
+                    .spec
+                    .taints
+                    .iter()
+                    .flatten()
+                    .any(|t| t.key == migration_api::names::taints::MIGRATING)
+                {
+                    tainted.push(format!("hub{}/{}", i + 1, mc.name_any()));
+                }
+            }
+        }
+        tainted
     }
 
     /// Where each cluster of the fleet started.

@@ -446,6 +446,31 @@ async fn block_move_holds_a_cluster_conflicts_are_refused_and_delete_rolls_back(
             .contains("1 held by the migration.open-cluster-management.io/block-move annotation"),
         "{cond:?}"
     );
+    // In flight, cluster2 carries the migrating taint on its source and on the copy the target
+    // pre-created for it, so placements choose it nowhere anew; cluster1, registered on hub2,
+    // is untainted there (its refused source copy keeps it until it is detached).
+    eventually(
+        Duration::from_secs(30),
+        "cluster2 tainted on both hubs, cluster1 on its source alone",
+        || async {
+            let tainted = s.migrating_taints().await;
+            (tainted == ["hub1/cluster1", "hub1/cluster2", "hub2/cluster2"]).then_some(())
+        },
+    )
+    .await;
+    let c2 = Api::<ManagedCluster>::all(s.hub(1))
+        .get("cluster2")
+        .await
+        .unwrap();
+    let taint = c2
+        .spec
+        .taints
+        .iter()
+        .flatten()
+        .find(|t| t.key == "migration.open-cluster-management.io/migrating")
+        .unwrap();
+    assert_eq!(taint.effect, "NoSelectIfNew", "{taint:?}");
+    assert!(taint.time_added.is_some(), "{taint:?}");
     // A cluster in an active migration cannot be in another.
     s.apply(
         "second",

@@ -46,7 +46,7 @@ use tokio::sync::watch as tokio_watch;
 
 pub use faults::{ErrorRule, Faults};
 pub use metrics::Metrics;
-pub use sim::{DEFAULT_MAX_OBJECT_BYTES, Options, Sim, Validator};
+pub use sim::{DEFAULT_MAX_OBJECT_BYTES, Mutator, Options, Sim, Validator};
 
 use crate::auth::UserInfo;
 

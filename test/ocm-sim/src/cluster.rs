@@ -87,6 +87,59 @@ pub fn manifest_work_webhook() -> kube_sim::Validator {
     }
 }
 
+/// A hub's ManagedCluster mutating webhook, as strict about taints as upstream's
+/// (ocm `pkg/registration/webhook/v1/managedcluster_mutating.go` `processTaints`): on create
+/// every taint's `timeAdded` is set to now; on update a new taint, or one whose value or effect
+/// changed, must come without `timeAdded` (it is set to now), and an unchanged one must keep
+/// the `timeAdded` it has, or the request is refused.
+pub fn managed_cluster_webhook() -> kube_sim::Mutator {
+    use serde_json::Value;
+    kube_sim::Mutator {
+        name: "managedclustermutators.admission.cluster.open-cluster-management.io".into(),
+        group: "cluster.open-cluster-management.io".into(),
+        kind: "ManagedCluster".into(),
+        admit: std::sync::Arc::new(|old: Option<&Value>, mc: &mut Value| {
+            let now = serde_json::to_value(migration_api::common::now()).unwrap_or_default();
+            let before: Vec<Value> = old
+                .and_then(|o| o.pointer("/spec/taints"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let Some(taints) = mc.pointer_mut("/spec/taints").and_then(Value::as_array_mut) else {
+                return Ok(());
+            };
+            // A missing field, null and "" are one (Go's zero values).
+            let text =
+                |t: &Value, f: &str| t.get(f).and_then(Value::as_str).unwrap_or("").to_owned();
+            let set = |t: &Value| !text(t, "timeAdded").is_empty();
+            let mut invalid = Vec::new();
+            for taint in taints.iter_mut() {
+                let key = taint.get("key").cloned().unwrap_or(Value::Null);
+                let original = before.iter().find(|o| o.get("key") == Some(&key));
+                let same = |o: &Value, f: &str| text(o, f) == text(taint, f);
+                match original {
+                    _ if old.is_none() => taint["timeAdded"] = now.clone(),
+                    Some(o) if same(o, "value") && same(o, "effect") => {
+                        if !same(o, "timeAdded") {
+                            invalid.push(key.as_str().unwrap_or_default().to_owned());
+                        }
+                    }
+                    _ if set(taint) => invalid.push(key.as_str().unwrap_or_default().to_owned()),
+                    _ => taint["timeAdded"] = now.clone(),
+                }
+            }
+            if invalid.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "It is not allowed to set TimeAdded of Taint \"{}\".",
+                    invalid.join(",")
+                ))
+            }
+        }),
+    }
+}
+
 /// A running simulated cluster.
 pub struct SimCluster {
     pub name: String,
@@ -114,13 +167,17 @@ const ACM_KINDS: &[&str] = &["KlusterletConfig", "KlusterletAddonConfig"];
 impl SimCluster {
     /// Starts a cluster on 127.0.0.1 with the CRDs its role needs.
     pub async fn start(name: &str, role: Role) -> Result<Self, Error> {
-        let validators = match role {
-            Role::Managed => Vec::new(),
-            _ => vec![manifest_work_webhook()],
+        let (validators, mutators) = match role {
+            Role::Managed => (Vec::new(), Vec::new()),
+            _ => (
+                vec![manifest_work_webhook()],
+                vec![managed_cluster_webhook()],
+            ),
         };
         let api = KubeSim::start(Options {
             name: name.to_owned(),
             validators,
+            mutators,
             ..Default::default()
         })
         .await?;

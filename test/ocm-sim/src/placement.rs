@@ -113,13 +113,17 @@ fn set_members<'a>(
         .collect()
 }
 
-fn tolerated(placement: &Placement, mc: &ManagedCluster) -> bool {
+/// Whether the placement may select `mc` despite its taints (ocm
+/// `pkg/placement/plugins/tainttoleration/taint_toleration.go` `isClusterTolerated`): a
+/// `NoSelect` taint must be tolerated; a `NoSelectIfNew` one too, unless the placement already
+/// decided on the cluster (`decided`), which it keeps; `PreferNoSelect` does not filter.
+fn tolerated(placement: &Placement, mc: &ManagedCluster, decided: bool) -> bool {
     let tolerations = placement.spec.tolerations.clone().unwrap_or_default();
     mc.spec
         .taints
         .iter()
         .flatten()
-        .filter(|t| t.effect == "NoSelect" || t.effect == "NoSelectIfNew")
+        .filter(|t| t.effect == "NoSelect" || (t.effect == "NoSelectIfNew" && !decided))
         .all(|t| {
             tolerations.iter().any(|tol| {
                 let key_ok = tol.key.as_deref().is_none_or(|k| k == t.key);
@@ -165,6 +169,13 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Ctx>) -> Result<Action, k
             candidates.insert(mc.name_any(), mc);
         }
     }
+    let previous: BTreeSet<String> = Api::<PlacementDecision>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{PLACEMENT}={name}")))
+        .await?
+        .into_iter()
+        .flat_map(|d| d.status.map(|s| s.decisions).unwrap_or_default())
+        .map(|d| d.cluster_name)
+        .collect();
     let predicates = placement.spec.predicates.clone().unwrap_or_default();
     candidates.retain(|_, mc| {
         (predicates.is_empty()
@@ -173,16 +184,9 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Ctx>) -> Result<Action, k
                     .as_ref()
                     .is_none_or(|s| cluster_selector_matches(s, mc))
             }))
-            && tolerated(&placement, mc)
+            && tolerated(&placement, mc, previous.contains(&mc.name_any()))
     });
     // Scores.
-    let previous: BTreeSet<String> = Api::<PlacementDecision>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default().labels(&format!("{PLACEMENT}={name}")))
-        .await?
-        .into_iter()
-        .flat_map(|d| d.status.map(|s| s.decisions).unwrap_or_default())
-        .map(|d| d.cluster_name)
-        .collect();
     let now = jiff::Timestamp::now();
     let configs = placement
         .spec

@@ -643,6 +643,10 @@ async fn judge_cluster(
     mc: &ManagedCluster,
     fresh: bool,
 ) -> Result<(), ReconcileError> {
+    // The taint first: it is written with the resourceVersion the cache holds, which the
+    // condition's write would make stale (upstream's taint controller follows the condition
+    // from its own informer; the outcome is the same).
+    set_taint(client, mc, UNREACHABLE_TAINT, !fresh).await?;
     if fresh {
         apply_condition(
             client,
@@ -664,7 +668,7 @@ async fn judge_cluster(
         )
         .await?;
     }
-    set_taint(client, mc, UNREACHABLE_TAINT, !fresh).await
+    Ok(())
 }
 
 async fn set_taint(
@@ -679,20 +683,29 @@ async fn set_taint(
         return Ok(());
     }
     if present {
+        // No `timeAdded`: the ManagedCluster webhook sets it, and refuses a new taint that
+        // comes with one (ocm pkg/registration/webhook/v1/managedcluster_mutating.go).
         taints.push(migration_api::ocm::cluster::Taint {
             key: key.to_owned(),
             value: None,
             effect: "NoSelect".into(),
-            time_added: Some(migration_api::common::now()),
+            time_added: None,
         });
     } else {
         taints.retain(|t| t.key != key);
     }
+    // Upstream's taint controller patches through sdk-go's patcher, which sends the uid and
+    // resourceVersion it read (ocm pkg/registration/hub/taint/controller.go; sdk-go
+    // pkg/patcher/patcher.go `patch`): a list changed since by anyone else is not overwritten,
+    // the write fails with a conflict and the next round judges again.
     let api: Api<ManagedCluster> = Api::all(client.clone());
     api.patch(
         &mc.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"taints": taints}})),
+        &Patch::Merge(json!({
+            "metadata": {"uid": mc.uid(), "resourceVersion": mc.resource_version()},
+            "spec": {"taints": taints}
+        })),
     )
     .await?;
     Ok(())
