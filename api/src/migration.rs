@@ -56,11 +56,12 @@ pub const MAX_REPORTED_FAILURES: usize = 100;
 #[schemars(extend(
     "oneOf" = [
         { "required": ["includedManagedClusters"] },
-        { "required": ["includedManagedClustersSelector"] }
+        { "required": ["includedManagedClustersSelector"] },
+        { "required": ["includedManagedClustersPlacementRef"] }
     ],
     "x-kubernetes-validations" = [{
-        "rule": "has(self.includedManagedClusters) != has(self.includedManagedClustersSelector)",
-        "message": "exactly one of includedManagedClusters or includedManagedClustersSelector must be set"
+        "rule": "(has(self.includedManagedClusters) ? 1 : 0) + (has(self.includedManagedClustersSelector) ? 1 : 0) + (has(self.includedManagedClustersPlacementRef) ? 1 : 0) == 1",
+        "message": "exactly one of includedManagedClusters, includedManagedClustersSelector or includedManagedClustersPlacementRef must be set"
     }]
 ))]
 #[serde(rename_all = "camelCase")]
@@ -77,6 +78,10 @@ pub struct ManagedClusterMigrationSpec {
     pub included_managed_clusters: Option<Vec<String>>,
     /// The clusters to move, by labels evaluated on the source hub.
     pub included_managed_clusters_selector: Option<LabelSelector>,
+    /// The clusters to move, as the Placement of this name in the migration's namespace on
+    /// the source hub decided them (its PlacementDecisions), read once at validation.
+    #[schemars(length(min = 1, max = 253), regex(pattern = DNS_SUBDOMAIN_PATTERN))]
+    pub included_managed_clusters_placement_ref: Option<String>,
     /// Timeout of each stage but Registering (Go duration; default `5m` plus 100ms per
     /// cluster).
     #[schemars(regex(pattern = DURATION_PATTERN))]
@@ -203,7 +208,7 @@ pub struct ManagedClusterMigrationStatus {
 /// the status, so it sits at the root; it compares bounded fields only (the selector's maps
 /// would have no cost bound). The manager holds the whole spec regardless
 /// ([`ManagedClusterMigrationStatus::accepted_spec`]).
-pub const IMMUTABLE_SPEC_RULE: &str = "!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.from == oldSelf.spec.from && self.spec.to == oldSelf.spec.to && has(self.spec.includedManagedClusters) == has(oldSelf.spec.includedManagedClusters) && (!has(self.spec.includedManagedClusters) || self.spec.includedManagedClusters == oldSelf.spec.includedManagedClusters))";
+pub const IMMUTABLE_SPEC_RULE: &str = "!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.from == oldSelf.spec.from && self.spec.to == oldSelf.spec.to && has(self.spec.includedManagedClusters) == has(oldSelf.spec.includedManagedClusters) && (!has(self.spec.includedManagedClusters) || self.spec.includedManagedClusters == oldSelf.spec.includedManagedClusters) && has(self.spec.includedManagedClustersPlacementRef) == has(oldSelf.spec.includedManagedClustersPlacementRef) && (!has(self.spec.includedManagedClustersPlacementRef) || self.spec.includedManagedClustersPlacementRef == oldSelf.spec.includedManagedClustersPlacementRef))";
 
 /// Adds [`IMMUTABLE_SPEC_RULE`] to the CRD's root schema.
 pub fn immutable_spec_rule(
@@ -395,6 +400,9 @@ pub struct MigrationTaskSpec {
     pub klusterlet_config_name: Option<String>,
     /// Clusters selected by labels on the source hub, when the migration names none.
     pub cluster_selector: Option<LabelSelector>,
+    /// Or: clusters the Placement of this name in the migration's namespace on the source hub
+    /// decided (its PlacementDecisions), read while validating.
+    pub cluster_placement: Option<String>,
     /// Changes whenever the manager changes this spec; the agent echoes it in status so the
     /// manager never acts on a report about an older spec.
     pub revision: Option<String>,
@@ -854,7 +862,7 @@ pub const DEFAULT_REGISTERING_TIMEOUT: std::time::Duration =
 pub enum SpecError {
     /// Neither or both cluster selectors are set.
     #[error(
-        "exactly one of includedManagedClusters or includedManagedClustersSelector must be set, {0}"
+        "exactly one of includedManagedClusters, includedManagedClustersSelector or includedManagedClustersPlacementRef must be set, {0}"
     )]
     Selector(&'static str),
     /// `from` and `to` name the same hub.
@@ -891,6 +899,15 @@ pub const MIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 /// Most clusters one migration may name (what its status can list).
 pub const MAX_CLUSTERS: usize = 3000;
+
+/// A DNS-1123 subdomain (the name of most objects, a Placement's among them).
+pub const DNS_SUBDOMAIN_PATTERN: &str =
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// Whether `name` is a DNS-1123 subdomain: dot-separated labels, at most 253 bytes.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(is_dns_label)
+}
 
 /// Whether `name` is a DNS-1123 label (a ManagedCluster's name).
 pub fn is_dns_label(name: &str) -> bool {
@@ -960,12 +977,32 @@ impl ManagedClusterMigrationSpec {
         if self.from == self.to {
             return Err(SpecError::SameHub(self.from.clone()));
         }
+        let set = [
+            self.included_managed_clusters.is_some(),
+            self.included_managed_clusters_selector.is_some(),
+            self.included_managed_clusters_placement_ref.is_some(),
+        ]
+        .iter()
+        .filter(|s| **s)
+        .count();
+        if set > 1 {
+            return Err(SpecError::Selector("more than one is set"));
+        }
+        if let Some(placement) = &self.included_managed_clusters_placement_ref
+            && !is_dns_subdomain(placement)
+        {
+            return Err(SpecError::Name {
+                field: "includedManagedClustersPlacementRef",
+                value: placement.clone(),
+            });
+        }
         match (
             &self.included_managed_clusters,
             &self.included_managed_clusters_selector,
         ) {
-            (Some(_), Some(_)) => return Err(SpecError::Selector("both are set")),
-            (None, None) => return Err(SpecError::Selector("neither is set")),
+            (None, None) if self.included_managed_clusters_placement_ref.is_some() => {}
+            (Some(_), Some(_)) => return Err(SpecError::Selector("more than one is set")),
+            (None, None) => return Err(SpecError::Selector("none is set")),
             (Some(names), None) => {
                 if names.is_empty() {
                     return Err(SpecError::Selector("includedManagedClusters is empty"));
@@ -1289,7 +1326,8 @@ mod tests {
             spec["oneOf"],
             serde_json::json!([
                 {"required": ["includedManagedClusters"]},
-                {"required": ["includedManagedClustersSelector"]}
+                {"required": ["includedManagedClustersSelector"]},
+                {"required": ["includedManagedClustersPlacementRef"]}
             ])
         );
         assert_eq!(spec["required"], serde_json::json!(["from", "to"]));
@@ -1508,13 +1546,25 @@ mod tests {
     fn selector_rules() {
         let mut both = spec();
         both.included_managed_clusters_selector = Some(LabelSelector::default());
-        assert_eq!(both.validate(), Err(SpecError::Selector("both are set")));
+        assert_eq!(
+            both.validate(),
+            Err(SpecError::Selector("more than one is set"))
+        );
         let mut neither = spec();
         neither.included_managed_clusters = None;
+        assert_eq!(neither.validate(), Err(SpecError::Selector("none is set")));
+        // A Placement alone selects; with names too, or a name that is no object name, not.
+        let mut placed = neither.clone();
+        placed.included_managed_clusters_placement_ref = Some("east.edge".into());
+        assert_eq!(placed.validate(), Ok(()));
+        let mut placed_and_named = spec();
+        placed_and_named.included_managed_clusters_placement_ref = Some("east".into());
         assert_eq!(
-            neither.validate(),
-            Err(SpecError::Selector("neither is set"))
+            placed_and_named.validate(),
+            Err(SpecError::Selector("more than one is set"))
         );
+        placed.included_managed_clusters_placement_ref = Some("East_1".into());
+        assert!(matches!(placed.validate(), Err(SpecError::Name { .. })));
         let mut empty = spec();
         empty.included_managed_clusters = Some(vec![]);
         assert!(matches!(empty.validate(), Err(SpecError::Selector(_))));

@@ -219,6 +219,8 @@ pub mod labels {
     /// The [`super::migration_key`] of the migration that holds a pooled bootstrap identity
     /// (its ManagedServiceAccount): the name alone does not say whose it is.
     pub const MIGRATION_KEY: &str = "migration.open-cluster-management.io/key";
+    /// ManagedClusterMigration created by a `retry` request: the uid of the one it retries.
+    pub const RETRY_OF: &str = "migration.open-cluster-management.io/retry-of";
 }
 
 /// Annotations.
@@ -300,6 +302,10 @@ pub mod annotations {
         "migration.open-cluster-management.io/agent-rollout-completed";
     /// ManagedClusterAddOn created from an install placement: which one (`<namespace>/<name>`).
     pub const INSTALL_PLACEMENT: &str = "migration.open-cluster-management.io/install-placement";
+    /// ManagedClusterMigration: a user's request: `rollback` rolls back the clusters not yet
+    /// registered on the target (before any was touched, the migration fails at once); `retry`
+    /// (once it ended) creates migration `<name>-retry` for the clusters that stayed.
+    pub const REQUEST: &str = "migration.open-cluster-management.io/request";
     /// ManagedClusterAddOn: set to "true" to delete it without running the pre-delete hook.
     pub const SKIP_PRE_DELETE: &str = "migration.open-cluster-management.io/skip-pre-delete";
 }
@@ -369,6 +375,9 @@ pub mod conditions {
     /// The spec is the one the migration started with (False: it was edited since, and the
     /// edit is ignored).
     pub const SPEC_ACCEPTED: &str = "SpecAccepted";
+    /// A user's request on the migration (annotation [`super::annotations::REQUEST`]) was
+    /// acted on (False: it is not known, or came too late to do anything).
+    pub const REQUEST_ACCEPTED: &str = "RequestAccepted";
 }
 
 /// Condition reasons.
@@ -402,6 +411,8 @@ pub mod reasons {
     pub const HUB_INVALID: &str = "HubInvalid";
     /// Migration: a cluster does not exist on the source.
     pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+    /// Migration: the Placement that selects the clusters does not exist on the source.
+    pub const PLACEMENT_NOT_FOUND: &str = "PlacementNotFound";
     /// Migration: a cluster is in another active migration or already on the target.
     pub const CLUSTER_CONFLICT: &str = "ClusterConflict";
     /// Migration: the spec is malformed.
@@ -413,6 +424,18 @@ pub mod reasons {
     pub const REMOVING: &str = "Removing";
     /// Migration: the spec was edited after the migration left Pending.
     pub const SPEC_IMMUTABLE: &str = "SpecImmutable";
+    /// Migration: a user asked for a rollback (annotation `request: rollback`); also the
+    /// rollback's cause.
+    pub const ROLLBACK_REQUESTED: &str = "RollbackRequested";
+    /// Migration: the request annotation names nothing known.
+    pub const UNKNOWN_REQUEST: &str = "UnknownRequest";
+    /// Migration: the request does not apply to the migration as it stands (nothing left to
+    /// roll back; a retry of a migration not ended, or with nothing to retry).
+    pub const REQUEST_NOT_APPLICABLE: &str = "RequestNotApplicable";
+    /// Migration: a retry of it was created (annotation `request: retry`).
+    pub const RETRY_CREATED: &str = "RetryCreated";
+    /// Migration: the retry's name is taken by a migration that is not its retry.
+    pub const RETRY_NAME_TAKEN: &str = "RetryNameTaken";
     /// Migration: the hubs or clusters are not in a ManagedClusterSet bound to the
     /// migration's namespace.
     pub const FORBIDDEN: &str = "Forbidden";

@@ -405,7 +405,32 @@ async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Actio
     if task.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let names = cluster_list(&task, &ctx.caches.clusters);
+    let mut names = cluster_list(&task, &ctx.caches.clusters);
+    // A Placement's decisions are read while validating (and recorded by the manager).
+    if let (Some(placement), MigrationRole::Source, TaskStage::Validating) = (
+        task.spec.cluster_placement.as_deref(),
+        task.spec.role,
+        task.spec.stage,
+    ) {
+        let ns = task
+            .spec
+            .migration_namespace
+            .as_deref()
+            .unwrap_or("default");
+        match placement_decisions(&ctx, ns, placement).await? {
+            Ok(chosen) => names = chosen,
+            Err(why) => {
+                let report = Report {
+                    state: StageState::Failed,
+                    message: why,
+                    carry_over: Some("[]".into()),
+                    ..Default::default()
+                };
+                write_status(&ctx, &task, &[], report).await?;
+                return Ok(Action::requeue(Duration::from_secs(60)));
+            }
+        }
+    }
     // A target that pre-creates clusters from a carry-over in parts waits for all of them.
     let task = match (&task.spec.carry_over_parts, task.spec.role, task.spec.stage) {
         (Some(parts), MigrationRole::Target, TaskStage::Deploying | TaskStage::Registering) => {

@@ -371,18 +371,29 @@ fn at(t: &str) -> jiff::Timestamp {
     t.parse().unwrap()
 }
 
-#[test]
-fn the_target_admits_a_cluster_only_once_released_and_registers_it_once_settled() {
-    use ClusterState::*;
+/// The target's task of migration `k1`.
+fn target_task() -> MigrationTask {
     let mut task = task_with_key("k1");
     task.spec.role = MigrationRole::Target;
-    let now = at("2026-01-01T00:10:00Z");
-    let requests = [admission::Request {
+    task
+}
+
+/// One bootstrap CSR, filed at 00:06 and undecided.
+fn pending_csr() -> [admission::Request<'static>; 1] {
+    [admission::Request {
         name: "csr-1",
         created: at("2026-01-01T00:06:00Z"),
         decision: admission::Decision::Pending,
-    }];
-    let base = |mc| Arriving {
+    }]
+}
+
+/// What the target observes of `mc` at 00:10 while clusters register (ACM, released, the
+/// import took over).
+fn arriving<'a>(
+    mc: Option<&'a ManagedCluster>,
+    requests: &'a [admission::Request<'a>],
+) -> Arriving<'a> {
+    Arriving {
         mc,
         registering: true,
         released: true,
@@ -390,9 +401,46 @@ fn the_target_admits_a_cluster_only_once_released_and_registers_it_once_settled(
         settled: false,
         acm_target: true,
         import_took_over: true,
-        requests: &requests,
-        now,
+        requests,
+        now: at("2026-01-01T00:10:00Z"),
+    }
+}
+
+#[test]
+fn the_target_keeps_the_migrating_taint_until_a_cluster_is_registered() {
+    use ClusterState::*;
+    let task = target_task();
+    let requests = pending_csr();
+    let up = tainted(
+        target_cluster(&[(PRE_CREATED, "k1")], true, true, true),
+        "k1",
+    );
+    // Still tainted while Joined (the import has not taken over).
+    let joined = Arriving {
+        import_took_over: false,
+        released: false,
+        ..arriving(Some(&up), &requests)
     };
+    assert_eq!(arrive(&task, &joined), (Joined, vec![Effect::CarryAddons]));
+    // Registered: the taint comes off, the others' taints as they were.
+    let registered = Arriving {
+        released: false,
+        ..arriving(Some(&up), &requests)
+    };
+    let (state, effects) = arrive(&task, &registered);
+    assert_eq!(state, Available);
+    let [Effect::CarryAddons, Effect::Taint(t)] = effects.as_slice() else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(t["spec"]["taints"], json!([]));
+}
+
+#[test]
+fn the_target_admits_a_cluster_only_once_released_and_registers_it_once_settled() {
+    use ClusterState::*;
+    let task = target_task();
+    let requests = pending_csr();
+    let base = |mc| arriving(mc, &requests);
     // Missing: pre-created (its addons follow once its namespace is there).
     assert_eq!(
         arrive(&task, &base(None)),
@@ -457,29 +505,6 @@ fn the_target_admits_a_cluster_only_once_released_and_registers_it_once_settled(
         ..base(Some(&up))
     };
     assert_eq!(arrive(&task, &not_yet), (Joined, vec![Effect::CarryAddons]));
-    // Still tainted while Joined; registered, the migrating taint comes off.
-    let up_tainted = tainted(up.clone(), "k1");
-    let joined_tainted = Arriving {
-        import_took_over: false,
-        released: false,
-        ..base(Some(&up_tainted))
-    };
-    assert_eq!(
-        arrive(&task, &joined_tainted),
-        (Joined, vec![Effect::CarryAddons])
-    );
-    let (state, effects) = arrive(
-        &task,
-        &Arriving {
-            released: false,
-            ..base(Some(&up_tainted))
-        },
-    );
-    assert_eq!(state, Available);
-    let [Effect::CarryAddons, Effect::Taint(t)] = effects.as_slice() else {
-        panic!("{effects:?}")
-    };
-    assert_eq!(t["spec"]["taints"], json!([]));
     assert_eq!(
         arrive(
             &task,

@@ -31,6 +31,40 @@ pub(super) async fn bound_sets(
         .map_err(|(what, e)| Error::Kube(ApiError::new(what, e)))
 }
 
+/// The clusters the Placement `name` in `namespace` on this hub decided: the cluster names of
+/// its PlacementDecisions (labelled with its name, as the placement controller writes them),
+/// sorted, each once. `Err(why)` when the Placement does not exist: nothing to select.
+pub(super) async fn placement_decisions(
+    ctx: &Ctx,
+    namespace: &str,
+    name: &str,
+) -> Result<Result<Vec<String>, String>, Error> {
+    use migration_api::ocm::cluster::{Placement, PlacementDecision};
+    let placements: Api<Placement> = Api::namespaced(ctx.client.clone(), namespace);
+    if ignore_not_found(placements.get(name).await)
+        .map_err(ctx_err(format!("reading Placement {namespace}/{name}")))?
+        .is_none()
+    {
+        return Ok(Err(format!(
+            "Placement {namespace}/{name} (includedManagedClustersPlacementRef) does not exist on this hub"
+        )));
+    }
+    let decisions: Api<PlacementDecision> = Api::namespaced(ctx.client.clone(), namespace);
+    let listed = decisions
+        .list(&ListParams::default().labels(&format!("{}={name}", names::labels::PLACEMENT)))
+        .await
+        .map_err(ctx_err(format!(
+            "listing the PlacementDecisions of {namespace}/{name}"
+        )))?;
+    let chosen: BTreeSet<String> = listed
+        .into_iter()
+        .flat_map(|d| d.status.map(|s| s.decisions).unwrap_or_default())
+        .map(|d| d.cluster_name)
+        .filter(|c| !c.is_empty())
+        .collect();
+    Ok(Ok(chosen.into_iter().collect()))
+}
+
 pub(super) async fn source_validate(
     ctx: &Ctx,
     task: &MigrationTask,
@@ -72,31 +106,7 @@ pub(super) async fn source_validate(
             carry.push(record);
             continue;
         };
-        let record = CarriedCluster {
-            name: name.clone(),
-            own_klusterlet_config: flight::original(mc.annotations()).klusterlet_config,
-            labels: carried_labels(mc.labels()),
-            cluster_set: mc.labels().get(CLUSTER_SET).cloned(),
-            addons: addons
-                .iter()
-                .filter(|a| a.namespace().as_deref() == Some(name.as_str()))
-                .map(|a| CarriedAddOn {
-                    name: a.name_any(),
-                    install_namespace: a.spec.install_namespace.clone(),
-                    configs: a.spec.configs.clone().unwrap_or_default(),
-                })
-                .collect(),
-            klusterlet_addon_config: kacs
-                .iter()
-                .find(|k| k.namespace().as_deref() == Some(name.as_str()))
-                .and_then(|k| serde_json::to_value(&k.spec).ok()),
-            annotations: carried_annotations(mc.annotations()),
-            client_configs: mc
-                .spec
-                .managed_cluster_client_configs
-                .clone()
-                .unwrap_or_default(),
-        };
+        let record = carried_record(&mc, &addons, &kacs);
         let other = mc
             .annotations()
             .get(MIGRATING)
@@ -153,6 +163,42 @@ pub(super) async fn source_validate(
     }
     report.shape = Some(shape);
     Ok(report)
+}
+
+/// What a cluster carries to the target: its labels, set, own KlusterletConfig, the
+/// annotations the target's import reads, client URLs, addons (of `addons`, in its namespace)
+/// and KlusterletAddonConfig (of `kacs`).
+fn carried_record(
+    mc: &ManagedCluster,
+    addons: &[ManagedClusterAddOn],
+    kacs: &[KlusterletAddonConfig],
+) -> CarriedCluster {
+    let name = mc.name_any();
+    CarriedCluster {
+        own_klusterlet_config: flight::original(mc.annotations()).klusterlet_config,
+        labels: carried_labels(mc.labels()),
+        cluster_set: mc.labels().get(CLUSTER_SET).cloned(),
+        addons: addons
+            .iter()
+            .filter(|a| a.namespace().as_deref() == Some(name.as_str()))
+            .map(|a| CarriedAddOn {
+                name: a.name_any(),
+                install_namespace: a.spec.install_namespace.clone(),
+                configs: a.spec.configs.clone().unwrap_or_default(),
+            })
+            .collect(),
+        klusterlet_addon_config: kacs
+            .iter()
+            .find(|k| k.namespace().as_deref() == Some(name.as_str()))
+            .and_then(|k| serde_json::to_value(&k.spec).ok()),
+        annotations: carried_annotations(mc.annotations()),
+        client_configs: mc
+            .spec
+            .managed_cluster_client_configs
+            .clone()
+            .unwrap_or_default(),
+        name,
+    }
 }
 
 /// Whether a cluster's klusterlet runs in hosted mode (upstream `DetermineKlusterletMode`).

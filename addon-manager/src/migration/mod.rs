@@ -65,6 +65,7 @@ mod outcome_tests;
 mod pending;
 mod plan;
 mod registering;
+mod request;
 mod rollbacking;
 #[cfg(test)]
 mod start_tests;
@@ -83,6 +84,7 @@ use outcome::*;
 use pending::*;
 use plan::*;
 use registering::*;
+use request::*;
 use rollbacking::*;
 use validating::*;
 
@@ -365,6 +367,18 @@ async fn reconcile_one(mcm: Arc<ManagedClusterMigration>, ctx: &Ctx) -> Result<A
     let mcm = hold_spec(mcm, current, &mut step);
     if deleting && let Some(deleted) = on_delete(current) {
         step.settle(deleted);
+    } else if let Some(request) = mcm.annotations().get(names::annotations::REQUEST)
+        && !answered(request, &step.status)
+    {
+        let answer = on_request(&mcm, &step.status, request);
+        let said = match &answer.create {
+            Some(retry) => create_retry(ctx, retry, &mcm, answer.said).await?,
+            None => answer.said,
+        };
+        step.say(&said);
+        if let Some(outcome) = answer.outcome {
+            step.settle(outcome);
+        }
     }
     let m = migration_of(&mcm);
     let action = match step.status.phase.unwrap_or_default() {

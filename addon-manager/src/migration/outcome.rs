@@ -69,11 +69,14 @@ impl Outcome {
 
 impl Step {
     /// Applies a phase's decision to the status and says when to look again.
+    /// Writes what `s` says as its condition.
+    pub(super) fn say(&mut self, s: &Said) {
+        let status = if s.ok { "True" } else { "False" };
+        self.condition(s.type_, status, &s.reason, &s.message);
+    }
+
     pub(super) fn settle(&mut self, outcome: Outcome) -> Action {
-        let say = |step: &mut Step, s: &Said| {
-            let status = if s.ok { "True" } else { "False" };
-            step.condition(s.type_, status, &s.reason, &s.message);
-        };
+        let say = |step: &mut Step, s: &Said| step.say(s);
         let wake = match outcome {
             Outcome::Wait(s, wake) => {
                 say(self, &s);

@@ -37,7 +37,7 @@ fn the_sources_report_is_judged_whole() {
     let ab = names_of(&["a", "b"]);
     let ok = finished_report(StageState::Succeeded, "vv", &["a", "b"]);
     assert_eq!(
-        judge_source(Some(&ab), &ok, "hub1"),
+        judge_source(Some(&ab), None, &ok, "hub1"),
         Ok(SourceChecked {
             resolved: ab.clone(),
             carry: carried(&["a", "b"]),
@@ -46,11 +46,11 @@ fn the_sources_report_is_judged_whole() {
     );
     // A selector resolves to what the source reported.
     assert_eq!(
-        judge_source(None, &ok, "hub1").map(|c| c.resolved),
+        judge_source(None, None, &ok, "hub1").map(|c| c.resolved),
         Ok(ab.clone())
     );
     let reason = |named: Option<&[String]>, f: Feedback| {
-        judge_source(named, &f, "hub1").map_err(|r| r.reason)
+        judge_source(named, None, &f, "hub1").map_err(|r| r.reason)
     };
     let undecodable = Feedback {
         carry: Some(Err("expected value".into())),
@@ -74,13 +74,36 @@ fn the_sources_report_is_judged_whole() {
     let mut no_shape = ok.clone();
     no_shape.report.shape = None;
     assert_eq!(reason(Some(&ab), no_shape), Err(reasons::HUB_INVALID));
+    // A Placement resolves as a selector does; one that does not exist, or decided nothing,
+    // is named.
+    assert_eq!(
+        judge_source(None, Some("east"), &ok, "hub1").map(|c| c.resolved),
+        Ok(ab.clone())
+    );
+    let mut missing = finished_report(StageState::Failed, "", &[]);
+    missing.report.shape = None;
+    missing.report.message = Some("Placement default/east does not exist on this hub".into());
+    let refusal = judge_source(None, Some("east"), &missing, "hub1").unwrap_err();
+    assert_eq!(refusal.reason, reasons::PLACEMENT_NOT_FOUND);
+    assert_eq!(
+        refusal.message,
+        "source hub hub1: Placement default/east does not exist on this hub"
+    );
+    let undecided = finished_report(StageState::Succeeded, "", &[]);
+    let refusal = judge_source(None, Some("east"), &undecided, "hub1").unwrap_err();
+    assert_eq!(refusal.reason, reasons::CLUSTER_NOT_FOUND);
+    assert!(
+        refusal.message.contains("Placement east"),
+        "{}",
+        refusal.message
+    );
 }
 
 #[test]
 fn a_source_that_failed_clusters_names_them_and_keeps_their_states() {
     let ab = names_of(&["a", "b"]);
     let failed = finished_report(StageState::Failed, "vN", &["a", "b"]);
-    let r = judge_source(Some(&ab), &failed, "hub1").unwrap_err();
+    let r = judge_source(Some(&ab), None, &failed, "hub1").unwrap_err();
     assert_eq!(r.reason, "ClusterNotFound");
     assert_eq!(
         r.message,

@@ -258,6 +258,14 @@ fn verdict_table() {
             1,
             Failed,
         ),
+        (
+            "rolled back on request",
+            Some("RollbackRequested"),
+            true,
+            counts(3, 2),
+            1,
+            Failed,
+        ),
         ("an error", Some("Error"), true, counts(3, 3), 0, Failed),
     ];
     for (what, cause, clean, c, max, want) in cases {

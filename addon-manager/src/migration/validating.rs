@@ -35,6 +35,7 @@ pub(super) async fn validating(
         named.clone().unwrap_or_default(),
     );
     source_task.cluster_selector = mcm.spec.included_managed_clusters_selector.clone();
+    source_task.cluster_placement = mcm.spec.included_managed_clusters_placement_ref.clone();
     let manifests = mr::source_manifests(m, &source_ns, source_task)?;
     let mut source = match ask(ctx, mcm, m, MigrationRole::Source, manifests, &source_ns).await? {
         Ok(f) => f,
@@ -55,7 +56,8 @@ pub(super) async fn validating(
             }
         }
     }
-    let checked = match judge_source(named.as_deref(), &source, &m.from) {
+    let placement = mcm.spec.included_managed_clusters_placement_ref.as_deref();
+    let checked = match judge_source(named.as_deref(), placement, &source, &m.from) {
         Ok(c) => c,
         Err(refusal) => return Ok(refusal.settle(step)),
     };
@@ -211,9 +213,31 @@ impl Refusal {
 /// record per cluster), and the KlusterletConfig shape the hub serves.
 pub(super) fn judge_source(
     named: Option<&[String]>,
+    placement: Option<&str>,
     source: &Feedback,
     from: &str,
 ) -> Result<SourceChecked, Refusal> {
+    // A Placement that does not exist selects nothing: the source says so, and nothing else.
+    if let Some(p) = placement
+        && source.failed()
+        && source
+            .carry
+            .as_ref()
+            .is_some_and(|c| c.as_ref().is_ok_and(Vec::is_empty))
+    {
+        return Err(Refusal {
+            reason: reasons::PLACEMENT_NOT_FOUND,
+            message: format!(
+                "source hub {from}: {}",
+                source
+                    .report
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| format!("Placement {p} not found"))
+            ),
+            states: None,
+        });
+    }
     // What the clusters carry comes back whole, as one string (no raw JSON feedback needed).
     let carry: Vec<CarriedCluster> = match source.carry.clone() {
         Some(Ok(c)) => c,
@@ -231,11 +255,17 @@ pub(super) fn judge_source(
     let resolved: Vec<String> = match named {
         Some(n) => n.to_vec(),
         None if carry.is_empty() => {
-            return Err(Refusal {
-                reason: reasons::CLUSTER_NOT_FOUND,
-                message: format!(
+            let message = match placement {
+                Some(p) => format!(
+                    "Placement {p} (includedManagedClustersPlacementRef) decided no cluster on source hub {from}"
+                ),
+                None => format!(
                     "includedManagedClustersSelector matches no cluster on source hub {from}"
                 ),
+            };
+            return Err(Refusal {
+                reason: reasons::CLUSTER_NOT_FOUND,
+                message,
                 states: None,
             });
         }

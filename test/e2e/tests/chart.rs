@@ -301,6 +301,12 @@ const NOT_REACHED: &[(&str, &str, &str, &str)] = &[
         "patch",
         "install progressions under a Placements install strategy (tests/addon.rs)",
     ),
+    (
+        "migration.open-cluster-management.io",
+        "managedclustermigrations",
+        "create",
+        "the retry a user asks for with `request: retry` (tests/migration.rs)",
+    ),
 ];
 
 /// (group, resource, verb) triples a set of rules grants (resourceNames ignored).

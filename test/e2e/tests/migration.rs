@@ -18,7 +18,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use migration_api::common::{condition_is_true, find_condition};
 use migration_api::migration::{ManagedClusterMigration, MigrationPhase};
-use migration_api::ocm::cluster::ManagedCluster;
+use migration_api::ocm::cluster::{ManagedCluster, PlacementDecision};
 use migration_api::ocm::config::KlusterletConfig;
 use migration_api::ocm::msa::ManagedServiceAccount;
 use migration_api::ocm::work::ManifestWork;
@@ -28,14 +28,29 @@ use serde_json::json;
 /// two-core machine slowed a rollback past its deadline in CI.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Nothing the migration created is left on the global hub or either hub.
+/// Nothing the migration created is left on the global hub or either hub (what is left is
+/// named if it stays).
 async fn no_leftovers(s: &Setup, name: &str) {
-    eventually(
+    let last = std::sync::Mutex::new(None);
+    let found = tokio::time::timeout(
         Duration::from_secs(30),
-        "no temporary object left",
-        || async { leftovers(s, name).await.is_none().then_some(()) },
+        eventually(
+            Duration::from_secs(60),
+            "no temporary object left",
+            || async {
+                let left = leftovers(s, name).await;
+                let done = left.is_none();
+                *last.lock().unwrap() = left;
+                done.then_some(())
+            },
+        ),
     )
     .await;
+    assert!(
+        found.is_ok(),
+        "{name}: left after 30s: {:?}",
+        last.lock().unwrap()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -665,6 +680,201 @@ async fn a_cluster_the_target_refuses_rolls_back_and_the_rest_complete() {
     expected.insert("cluster1".into(), 2);
     expected.insert("cluster3".into(), 2);
     s.invariant(&expected).await;
+}
+
+/// The condition `type_` of migration `m`: (status, reason, message).
+fn condition_of(m: &ManagedClusterMigration, type_: &str) -> Option<(String, String, String)> {
+    let c = find_condition(m.status.as_ref()?.conditions.as_deref()?, type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rollback_request_takes_back_the_clusters_not_registered_and_a_retry_moves_them() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 3).await;
+    let hub1 = kubeconfig(s.dir.path(), "hub1");
+    // cluster2 held, so the migration stays in Registering with cluster1 registered.
+    block(&hub1, "cluster2", "hold");
+    s.apply(
+        "manual",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"]}"#,
+    );
+    registered(&s, "manual", 1).await;
+    let request = |value: &str| {
+        kubectl_ok(
+            &s.global_kc,
+            &[
+                "annotate",
+                "mcm",
+                "manual",
+                "-n",
+                NS,
+                "--overwrite",
+                &format!("migration.open-cluster-management.io/request={value}"),
+            ],
+            None,
+        );
+    };
+    // A request of no known kind is refused by name and changes nothing.
+    request("rolback");
+    let m = eventually(
+        Duration::from_secs(30),
+        "the unknown request refused",
+        || async {
+            let m = s.migration("manual").await?;
+            let (status, reason, _) = condition_of(&m, "RequestAccepted")?;
+            (status == "False" && reason == "UnknownRequest").then_some(m)
+        },
+    )
+    .await;
+    let (_, _, message) = condition_of(&m, "RequestAccepted").unwrap();
+    assert!(message.contains("\"rolback\""), "{message}");
+    assert_eq!(
+        m.status.as_ref().unwrap().phase,
+        Some(MigrationPhase::Registering)
+    );
+    // Rolled back: cluster1, registered on hub2, stays there; cluster2 goes nowhere.
+    request("rollback");
+    let m = s
+        .phase("manual", MigrationPhase::Failed, Duration::from_secs(120))
+        .await;
+    let status = m.status.as_ref().unwrap();
+    assert_eq!(
+        status.rollback_cause.as_deref(),
+        Some("RollbackRequested"),
+        "{status:#?}"
+    );
+    let (accepted, reason, _) = condition_of(&m, "RequestAccepted").unwrap();
+    assert_eq!(
+        (accepted.as_str(), reason.as_str()),
+        ("True", "RollbackRequested")
+    );
+    let counts = status.clusters.as_ref().unwrap();
+    assert_eq!(counts.registered, 1, "{status:#?}");
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    s.invariant(&expected).await;
+    // Retried once cluster2 is let go (its block-move annotation, the user's, gone): a new
+    // migration for the cluster that stayed.
+    unblock(&hub1, "cluster2");
+    no_leftovers(&s, "manual").await;
+    request("retry");
+    let retry = s
+        .phase(
+            "manual-retry",
+            MigrationPhase::Completed,
+            Duration::from_secs(120),
+        )
+        .await;
+    assert_eq!(
+        retry.spec.included_managed_clusters.as_deref(),
+        Some(&["cluster2".to_owned()][..])
+    );
+    let m = s.migration("manual").await.unwrap();
+    let (accepted, reason, message) = condition_of(&m, "RequestAccepted").unwrap();
+    assert_eq!(
+        (accepted.as_str(), reason.as_str()),
+        ("True", "RetryCreated")
+    );
+    assert!(message.contains("default/manual-retry"), "{message}");
+    assert_eq!(m.status.unwrap().phase, Some(MigrationPhase::Failed));
+    expected.insert("cluster2".into(), 2);
+    s.invariant(&expected).await;
+    no_leftovers(&s, "manual-retry").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_placement_on_the_source_selects_the_clusters_once() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 4).await;
+    let hub1 = kubeconfig(s.dir.path(), "hub1");
+    let label = |cluster: &str| {
+        kubectl_ok(
+            &hub1,
+            &[
+                "label",
+                "managedcluster",
+                cluster,
+                "tier=edge",
+                "--overwrite",
+            ],
+            None,
+        );
+    };
+    label("cluster2");
+    label("cluster3");
+    // A Placement that does not exist: refused at validation, by name, touching nothing.
+    s.apply(
+        "nowhere",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClustersPlacementRef": "missing"}"#,
+    );
+    let m = s
+        .phase("nowhere", MigrationPhase::Failed, Duration::from_secs(60))
+        .await;
+    let (_, reason, message) = validation(&m);
+    assert_eq!(reason, "PlacementNotFound", "{message}");
+    assert!(
+        message.contains("Placement default/missing") && message.contains("does not exist"),
+        "{message}"
+    );
+    no_leftovers(&s, "nowhere").await;
+    // The user's Placement in the migration's namespace on the source hub.
+    kubectl_apply(
+        &hub1,
+        r#"{"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
+  "metadata": {"name": "edge", "namespace": "default"},
+  "spec": {"predicates": [{"requiredClusterSelector": {"labelSelector": {"matchLabels": {"tier": "edge"}}}}]}}"#,
+    );
+    let decisions: Api<PlacementDecision> = Api::namespaced(s.hub(1), NS);
+    eventually(
+        Duration::from_secs(30),
+        "the Placement decided cluster2 and cluster3",
+        || async {
+            let mut chosen: Vec<String> = decisions
+                .list(
+                    &ListParams::default()
+                        .labels("cluster.open-cluster-management.io/placement=edge"),
+                )
+                .await
+                .ok()?
+                .into_iter()
+                .flat_map(|d| d.status.map(|s| s.decisions).unwrap_or_default())
+                .map(|d| d.cluster_name)
+                .collect();
+            chosen.sort();
+            (chosen == ["cluster2", "cluster3"]).then_some(())
+        },
+    )
+    .await;
+    s.apply(
+        "by-placement",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClustersPlacementRef": "edge"}"#,
+    );
+    // Resolved once: a cluster the Placement decides on later is not part of it.
+    let resolved = eventually(
+        Duration::from_secs(60),
+        "the migration resolved its clusters",
+        || async { s.migration("by-placement").await?.status?.resolved_clusters },
+    )
+    .await;
+    assert_eq!(resolved, ["cluster2", "cluster3"]);
+    label("cluster4");
+    let m = s
+        .phase(
+            "by-placement",
+            MigrationPhase::Completed,
+            Duration::from_secs(120),
+        )
+        .await;
+    assert_eq!(
+        m.status.unwrap().resolved_clusters.as_deref(),
+        Some(&["cluster2".to_owned(), "cluster3".to_owned()][..])
+    );
+    let mut expected = s.homes();
+    expected.insert("cluster2".into(), 2);
+    expected.insert("cluster3".into(), 2);
+    s.invariant(&expected).await;
+    no_leftovers(&s, "by-placement").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
