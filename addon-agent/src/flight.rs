@@ -148,27 +148,27 @@ pub fn restored(
 }
 
 /// A cluster's taints with the migrating taint ([`taints::MIGRATING`], valued `migration`) when
-/// `present`, without any migrating taint when not; `None` when they are that already. The
-/// others are kept as they are (with their `timeAdded`); the new one comes without
-/// `timeAdded`, which the hub's ManagedCluster webhook sets and refuses from a client
-/// (ocm `pkg/registration/webhook/v1/managedcluster_mutating.go` `processTaints`).
+/// `present` (in place of any other migration's: a cluster is in one migration at a time),
+/// without this migration's when not (another's is not this one's to lift); `None` when they
+/// are that already. The others are kept as they are (with their `timeAdded`); the new one
+/// comes without `timeAdded`, which the hub's ManagedCluster webhook sets and refuses from a
+/// client (ocm `pkg/registration/webhook/v1/managedcluster_mutating.go` `processTaints`).
 pub fn taints(current: &[Taint], migration: &str, present: bool) -> Option<Vec<Value>> {
-    let ours = |t: &Taint| t.key == taints::MIGRATING;
-    let mine = |t: &Taint| {
-        ours(t) && t.value.as_deref() == Some(migration) && t.effect == taints::MIGRATING_EFFECT
-    };
-    let has = current.iter().filter(|t| ours(t)).count();
+    let keyed = |t: &Taint| t.key == taints::MIGRATING;
+    let this = |t: &Taint| keyed(t) && t.value.as_deref() == Some(migration);
+    let mine = |t: &Taint| this(t) && t.effect == taints::MIGRATING_EFFECT;
     let settled = if present {
-        has == 1 && current.iter().any(mine)
+        current.iter().filter(|t| keyed(t)).count() == 1 && current.iter().any(mine)
     } else {
-        has == 0
+        !current.iter().any(this)
     };
     if settled {
         return None;
     }
+    let drop = |t: &Taint| if present { keyed(t) } else { this(t) };
     let mut list: Vec<Value> = current
         .iter()
-        .filter(|t| !ours(t))
+        .filter(|t| !drop(t))
         .map(|t| serde_json::to_value(t).unwrap_or_default())
         .collect();
     if present {
@@ -373,6 +373,8 @@ mod tests {
         assert_eq!(removed, vec![serde_json::to_value(&stored[0]).unwrap()]);
         assert_eq!(taints(&stored[..1], "m", false), None);
         assert_eq!(taints(&[], "m", false), None);
+        // Another migration's taint is not this one's to lift.
+        assert_eq!(taints(&other, "m", false), None);
     }
 
     #[test]

@@ -645,8 +645,11 @@ async fn judge_cluster(
 ) -> Result<(), ReconcileError> {
     // The taint first: it is written with the resourceVersion the cache holds, which the
     // condition's write would make stale (upstream's taint controller follows the condition
-    // from its own informer; the outcome is the same).
-    set_taint(client, mc, UNREACHABLE_TAINT, !fresh).await?;
+    // from its own informer; the outcome is the same). A conflict (the cache behind) holds
+    // back neither the condition nor the next round, which writes the taint again.
+    if let Err(e) = set_taint(client, mc, UNREACHABLE_TAINT, !fresh).await {
+        tracing::debug!(cluster = %mc.name_any(), error = %e, "taint not written this round");
+    }
     if fresh {
         apply_condition(
             client,
