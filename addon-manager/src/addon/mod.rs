@@ -43,12 +43,14 @@ use serde_json::{Value, json};
 use migration_api::runtime::{ApiError, Context, apply_status_if_changed, ignore_not_found};
 
 mod deploy;
+mod desired;
 mod hub;
 mod placement;
 mod remove;
 mod status;
 
 use deploy::*;
+use desired::*;
 use hub::*;
 use placement::*;
 use remove::*;
@@ -258,7 +260,7 @@ fn log_error(e: &Error, hub: &str) {
 }
 
 /// Where a hub's config comes from.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct ConfigRef {
     namespace: String,
     name: String,
@@ -292,18 +294,6 @@ fn since(o: &ManagedClusterAddOn, key: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(d.as_secs_f64().max(0.0)))
 }
 
-/// What a hub is asked to run, before rollout gating.
-struct Desired {
-    config: Option<ConfigRef>,
-    spec: Option<AddOnDeploymentConfigSpec>,
-    /// Hash of the config's spec (empty when there is no config).
-    hash: String,
-    version: String,
-    /// Why the config cannot be used (the hub keeps what it runs).
-    problem: Option<(&'static str, String)>,
-    placement: Option<usize>,
-}
-
 async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let started = std::time::Instant::now();
     let result = reconcile_one(cma, &ctx).await;
@@ -334,27 +324,10 @@ async fn reconcile_one(cma: Arc<ClusterManagementAddOn>, ctx: &Ctx) -> Result<Ac
     );
     // Addons it creates or deletes here come back as watch events and the next reconcile.
     sync_placement_addons(c, addon, &placements, &mcas).await?;
-    let default_config = cma
-        .spec
-        .supported_configs
-        .iter()
-        .flatten()
-        .find(|s| s.resource == ADC_RESOURCE)
-        .and_then(|s| s.default_config.as_ref())
-        .map(|d| ConfigRef {
-            namespace: d.namespace.clone().unwrap_or_default(),
-            name: d.name.clone(),
-        });
-    // Pass 1: what each hub is asked to run.
-    let mut desired: HashMap<String, Desired> = HashMap::new();
-    for mca in &mcas {
-        let hub = mca.namespace().unwrap_or_default();
-        let placement = placements.iter().position(|p| p.hubs.contains_key(&hub));
-        let config = adc_ref(mca.spec.configs.as_ref())
-            .or_else(|| placement.and_then(|i| placements[i].config.clone()))
-            .or_else(|| default_config.clone());
-        desired.insert(hub, resolve(ctx, config, placement).await?);
-    }
+    // Pass 1: what each hub is asked to run, from one read of each config it points at.
+    let refs = config_refs(&cma, &placements, &mcas);
+    let configs = read_configs(ctx, refs.values().filter_map(|(c, _)| c.as_ref())).await?;
+    let desired = desired_of_hubs(&refs, &configs, &ctx.cfg);
     // Rollout decisions per placement.
     let mut allowed: HashMap<String, bool> = HashMap::new();
     let mut requeue: Option<Duration> = None;
@@ -395,57 +368,6 @@ async fn reconcile_one(cma: Arc<ClusterManagementAddOn>, ctx: &Ctx) -> Result<Ac
     }
     write_progressions(ctx, &cma, &progressions).await?;
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
-}
-
-/// Reads the config a hub points at and the version it asks for.
-async fn resolve(
-    ctx: &Ctx,
-    config: Option<ConfigRef>,
-    placement: Option<usize>,
-) -> Result<Desired, Error> {
-    let defaults = &ctx.cfg.defaults;
-    let mut d = Desired {
-        config: config.clone(),
-        spec: None,
-        hash: String::new(),
-        version: defaults.version.clone(),
-        problem: None,
-        placement,
-    };
-    if let Some(r) = &config {
-        let api: Api<AddOnDeploymentConfig> = Api::namespaced(ctx.client.clone(), &r.namespace);
-        match api
-            .get_opt(&r.name)
-            .await
-            .ctx(|| format!("reading AddOnDeploymentConfig {}/{}", r.namespace, r.name))?
-        {
-            None => {
-                d.problem = Some((
-                    "ConfigurationNotFound",
-                    format!("AddOnDeploymentConfig {}/{} not found", r.namespace, r.name),
-                ));
-                return Ok(d);
-            }
-            Some(adc) => {
-                d.hash = render::spec_hash(&adc.spec);
-                d.version = render::desired_version(defaults, Some(&adc.spec));
-                d.spec = Some(adc.spec);
-            }
-        }
-    }
-    if !ctx.cfg.supported_versions.contains(&d.version) {
-        d.problem = Some((
-            "UnsupportedVersion",
-            format!(
-                "agent version {} is not supported by this manager (supported: {}); the running version is kept",
-                d.version,
-                ctx.cfg.supported_versions.join(", ")
-            ),
-        ));
-    } else if let Err(e) = AgentValues::new(defaults, "check", d.spec.as_ref(), &d.version) {
-        d.problem = Some(("InvalidConfiguration", e.to_string()));
-    }
-    Ok(d)
 }
 
 /// Where a hub stands with respect to version `v`.
