@@ -31,7 +31,7 @@ pub const MAX_REPORTED_FAILURES: usize = 100;
     doc = "Moves a set of managed clusters from one managed hub to another.",
     printcolumn(name = "PHASE", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "FROM", type_ = "string", json_path = ".spec.from"),
-    printcolumn(name = "TO", type_ = "string", json_path = ".spec.to"),
+    printcolumn(name = "TO", type_ = "string", json_path = ".status.target"),
     printcolumn(
         name = "TOTAL",
         type_ = "integer",
@@ -59,9 +59,13 @@ pub const MAX_REPORTED_FAILURES: usize = 100;
         { "required": ["includedManagedClustersSelector"] },
         { "required": ["includedManagedClustersPlacementRef"] }
     ],
+    "anyOf" = [{ "required": ["to"] }, { "required": ["toPlacement"] }],
     "x-kubernetes-validations" = [{
         "rule": "(has(self.includedManagedClusters) ? 1 : 0) + (has(self.includedManagedClustersSelector) ? 1 : 0) + (has(self.includedManagedClustersPlacementRef) ? 1 : 0) == 1",
         "message": "exactly one of includedManagedClusters, includedManagedClustersSelector or includedManagedClustersPlacementRef must be set"
+    }, {
+        "rule": "has(self.to) != has(self.toPlacement)",
+        "message": "exactly one of to and toPlacement must be set"
     }]
 ))]
 #[serde(rename_all = "camelCase")]
@@ -69,9 +73,17 @@ pub struct ManagedClusterMigrationSpec {
     /// Source hub: the name of its ManagedCluster on the global hub.
     #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL_PATTERN))]
     pub from: String,
-    /// Target hub: the name of its ManagedCluster on the global hub.
+    /// Target hub: the name of its ManagedCluster on the global hub. Exactly one of this and
+    /// `toPlacement` is set.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL_PATTERN))]
     pub to: String,
+    /// Target hub chosen by the Placement of this name in the migration's namespace on the
+    /// global hub (over the hubs' ManagedClusters; give it `numberOfClusters: 1` and an
+    /// AddOnPlacementScore prioritizer on `capacityHeadroom` to go where there is most room).
+    /// Read once, when the migration leaves Pending; the hub chosen is `status.target`.
+    #[schemars(length(min = 1, max = 253), regex(pattern = DNS_SUBDOMAIN_PATTERN))]
+    pub to_placement: Option<String>,
     /// The clusters to move, by name. Exactly one of this and the selector is set.
     #[serde(default)]
     #[schemars(schema_with = "cluster_names")]
@@ -201,6 +213,9 @@ pub struct ManagedClusterMigrationStatus {
     /// Secrets), in the order of the identities: claimed in Initializing, given back (the
     /// ManagedServiceAccounts revoked) when it ends.
     pub bootstrap_identities: Option<Vec<String>>,
+    /// The hub the clusters move to: `spec.to`, or the hub `spec.toPlacement` chose when the
+    /// migration left Pending.
+    pub target: Option<String>,
 }
 
 /// CEL transition rule at the root of the ManagedClusterMigration CRD: once the migration left
@@ -208,7 +223,7 @@ pub struct ManagedClusterMigrationStatus {
 /// the status, so it sits at the root; it compares bounded fields only (the selector's maps
 /// would have no cost bound). The manager holds the whole spec regardless
 /// ([`ManagedClusterMigrationStatus::accepted_spec`]).
-pub const IMMUTABLE_SPEC_RULE: &str = "!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.from == oldSelf.spec.from && self.spec.to == oldSelf.spec.to && has(self.spec.includedManagedClusters) == has(oldSelf.spec.includedManagedClusters) && (!has(self.spec.includedManagedClusters) || self.spec.includedManagedClusters == oldSelf.spec.includedManagedClusters) && has(self.spec.includedManagedClustersPlacementRef) == has(oldSelf.spec.includedManagedClustersPlacementRef) && (!has(self.spec.includedManagedClustersPlacementRef) || self.spec.includedManagedClustersPlacementRef == oldSelf.spec.includedManagedClustersPlacementRef))";
+pub const IMMUTABLE_SPEC_RULE: &str = "!has(oldSelf.status) || !has(oldSelf.status.phase) || oldSelf.status.phase == 'Pending' || (self.spec.from == oldSelf.spec.from && has(self.spec.to) == has(oldSelf.spec.to) && (!has(self.spec.to) || self.spec.to == oldSelf.spec.to) && has(self.spec.toPlacement) == has(oldSelf.spec.toPlacement) && (!has(self.spec.toPlacement) || self.spec.toPlacement == oldSelf.spec.toPlacement) && has(self.spec.includedManagedClusters) == has(oldSelf.spec.includedManagedClusters) && (!has(self.spec.includedManagedClusters) || self.spec.includedManagedClusters == oldSelf.spec.includedManagedClusters) && has(self.spec.includedManagedClustersPlacementRef) == has(oldSelf.spec.includedManagedClustersPlacementRef) && (!has(self.spec.includedManagedClustersPlacementRef) || self.spec.includedManagedClustersPlacementRef == oldSelf.spec.includedManagedClustersPlacementRef))";
 
 /// Adds [`IMMUTABLE_SPEC_RULE`] to the CRD's root schema.
 pub fn immutable_spec_rule(
@@ -225,7 +240,7 @@ pub fn immutable_spec_rule(
                 .get_or_insert_with(Vec::new)
                 .push(ValidationRule {
                     rule: IMMUTABLE_SPEC_RULE.into(),
-                    message: Some("spec.from, spec.to and spec.includedManagedClusters cannot change once the migration left Pending; create another migration".into()),
+                    message: Some("spec.from, spec.to, spec.toPlacement and the clusters named cannot change once the migration left Pending; create another migration".into()),
                     reason: Some("FieldValueForbidden".into()),
                     ..Default::default()
                 });
@@ -241,6 +256,16 @@ impl ManagedClusterMigration {
             .as_ref()
             .and_then(|s| s.accepted_spec.as_ref())
             .unwrap_or(&self.spec)
+    }
+
+    /// The hub the clusters move to: the one recorded in `status.target`, else `spec.to`
+    /// (`None` while a `toPlacement` has not chosen yet).
+    pub fn target_hub(&self) -> Option<&str> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.target.as_deref())
+            .or(Some(self.effective_spec().to.as_str()))
+            .filter(|t| !t.is_empty())
     }
 }
 
@@ -865,6 +890,9 @@ pub enum SpecError {
         "exactly one of includedManagedClusters, includedManagedClustersSelector or includedManagedClustersPlacementRef must be set, {0}"
     )]
     Selector(&'static str),
+    /// Neither or both of `to` and `toPlacement` are set.
+    #[error("exactly one of to and toPlacement must be set, {0}")]
+    Target(&'static str),
     /// `from` and `to` name the same hub.
     #[error("from and to are both {0:?}: a migration needs two different hubs")]
     SameHub(String),
@@ -963,11 +991,19 @@ impl ManagedClusterMigrationSpec {
         if self.from.is_empty() {
             return Err(SpecError::EmptyHub("from"));
         }
-        if self.to.is_empty() {
-            return Err(SpecError::EmptyHub("to"));
+        match (self.to.is_empty(), &self.to_placement) {
+            (true, None) => return Err(SpecError::Target("neither is set")),
+            (false, Some(_)) => return Err(SpecError::Target("both are set")),
+            (true, Some(p)) if !is_dns_subdomain(p) => {
+                return Err(SpecError::Name {
+                    field: "toPlacement",
+                    value: p.clone(),
+                });
+            }
+            _ => {}
         }
         for (field, value) in [("from", &self.from), ("to", &self.to)] {
-            if !is_dns_label(value) {
+            if (field != "to" || !value.is_empty()) && !is_dns_label(value) {
                 return Err(SpecError::Name {
                     field,
                     value: value.clone(),
@@ -1330,7 +1366,15 @@ mod tests {
                 {"required": ["includedManagedClustersPlacementRef"]}
             ])
         );
-        assert_eq!(spec["required"], serde_json::json!(["from", "to"]));
+        assert_eq!(spec["required"], serde_json::json!(["from"]));
+        assert_eq!(
+            spec["anyOf"],
+            serde_json::json!([{"required": ["to"]}, {"required": ["toPlacement"]}])
+        );
+        assert_eq!(
+            spec["x-kubernetes-validations"][1]["rule"],
+            "has(self.to) != has(self.toPlacement)"
+        );
         assert!(
             spec["x-kubernetes-validations"][0]["rule"]
                 .as_str()
@@ -1523,6 +1567,7 @@ mod tests {
         for part in [
             "oldSelf.status.phase == 'Pending'",
             "self.spec.to == oldSelf.spec.to",
+            "self.spec.toPlacement == oldSelf.spec.toPlacement",
             "self.spec.from == oldSelf.spec.from",
             "self.spec.includedManagedClusters == oldSelf.spec.includedManagedClusters",
         ] {
@@ -1540,6 +1585,31 @@ mod tests {
             spec().registering_timeout(),
             Ok(DEFAULT_REGISTERING_TIMEOUT)
         );
+    }
+
+    #[test]
+    fn target_rules() {
+        let mut placed = spec();
+        placed.to = String::new();
+        placed.to_placement = Some("most-room".into());
+        assert_eq!(placed.validate(), Ok(()));
+        // Not written when empty, so the schema's `has(self.to)` rule sees it absent.
+        let v = serde_json::to_value(&placed).unwrap_or_default();
+        assert!(v.get("to").is_none(), "{v}");
+        let mut both = placed.clone();
+        both.to = "hub2".into();
+        assert_eq!(both.validate(), Err(SpecError::Target("both are set")));
+        let mut neither = placed.clone();
+        neither.to_placement = None;
+        assert_eq!(neither.validate(), Err(SpecError::Target("neither is set")));
+        placed.to_placement = Some("Most_Room".into());
+        assert!(matches!(
+            placed.validate(),
+            Err(SpecError::Name {
+                field: "toPlacement",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -413,6 +413,9 @@ pub mod reasons {
     pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
     /// Migration: the Placement that selects the clusters does not exist on the source.
     pub const PLACEMENT_NOT_FOUND: &str = "PlacementNotFound";
+    /// Migration: `spec.toPlacement` chose no single hub (none besides the source, several, or
+    /// none in time).
+    pub const TARGET_NOT_CHOSEN: &str = "TargetNotChosen";
     /// Migration: a cluster is in another active migration or already on the target.
     pub const CLUSTER_CONFLICT: &str = "ClusterConflict";
     /// Migration: the spec is malformed.

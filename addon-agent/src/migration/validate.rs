@@ -39,7 +39,7 @@ pub(super) async fn placement_decisions(
     namespace: &str,
     name: &str,
 ) -> Result<Result<Vec<String>, String>, Error> {
-    use migration_api::ocm::cluster::{Placement, PlacementDecision};
+    use migration_api::ocm::cluster::{self, Placement, PlacementDecision};
     let placements: Api<Placement> = Api::namespaced(ctx.client.clone(), namespace);
     if ignore_not_found(placements.get(name).await)
         .map_err(ctx_err(format!("reading Placement {namespace}/{name}")))?
@@ -51,18 +51,12 @@ pub(super) async fn placement_decisions(
     }
     let decisions: Api<PlacementDecision> = Api::namespaced(ctx.client.clone(), namespace);
     let listed = decisions
-        .list(&ListParams::default().labels(&format!("{}={name}", names::labels::PLACEMENT)))
+        .list(&ListParams::default().labels(&cluster::decisions_of(name)))
         .await
         .map_err(ctx_err(format!(
             "listing the PlacementDecisions of {namespace}/{name}"
         )))?;
-    let chosen: BTreeSet<String> = listed
-        .into_iter()
-        .flat_map(|d| d.status.map(|s| s.decisions).unwrap_or_default())
-        .map(|d| d.cluster_name)
-        .filter(|c| !c.is_empty())
-        .collect();
-    Ok(Ok(chosen.into_iter().collect()))
+    Ok(Ok(cluster::decided_clusters(listed)))
 }
 
 pub(super) async fn source_validate(

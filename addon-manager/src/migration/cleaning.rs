@@ -293,6 +293,11 @@ pub(super) async fn remove_everything(
     parts: Option<&CarryOverParts>,
 ) -> Result<bool, Error> {
     let mut gone = true;
+    if m.to.is_empty() {
+        // No target was ever chosen (a `toPlacement` refused in Pending): nothing was created
+        // anywhere.
+        return Ok(true);
+    }
     let parts = part_works(ctx, m, parts.map_or(0, |p| p.count as usize));
     let works_of = [
         (m.from.as_str(), names::migration_bootstrap_work(&m.key)),

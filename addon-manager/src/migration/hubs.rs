@@ -101,7 +101,8 @@ pub(super) async fn hubs_forbidden(
     let bound = migration_api::runtime::bound_cluster_sets(&ctx.client, &ns)
         .await
         .map_err(|(what, e)| Error::Kube(ApiError::new(what, e)))?;
-    let spec = mcm.effective_spec();
+    // The spec held for the phases: its `to` is the hub a `toPlacement` chose.
+    let spec = &mcm.spec;
     let clusters: Api<ManagedCluster> = Api::all(ctx.client.clone());
     let mut outside = Vec::new();
     for hub in [&spec.from, &spec.to] {

@@ -39,7 +39,7 @@ use migration_api::names::{
     self, DEFAULT_ADDON_INSTALL_NAMESPACE, conditions, finalizers, labels, reasons,
 };
 use migration_api::ocm::addon::{AddOnDeploymentConfig, ManagedClusterAddOn, ProxyConfig};
-use migration_api::ocm::cluster::ManagedCluster;
+use migration_api::ocm::cluster::{self, ManagedCluster, Placement, PlacementDecision};
 use migration_api::ocm::msa::ManagedServiceAccount;
 use migration_api::ocm::work::ManifestWork;
 use migration_api::runtime::{
@@ -449,11 +449,26 @@ fn hold_spec(
             "the spec is the one the migration started with",
         );
     }
-    if accepted == mcm.spec {
+    // The hub the migration goes to: `spec.to`, or the one `spec.toPlacement` chose in
+    // Pending (recorded in status.target); the phases see it as `to`.
+    let target = step
+        .status
+        .target
+        .clone()
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| accepted.to.clone());
+    if !target.is_empty() {
+        step.status.target = Some(target.clone());
+    }
+    if accepted == mcm.spec && accepted.to == target {
         return mcm;
     }
     let mut held = (*mcm).clone();
     held.spec = accepted;
+    if held.spec.to.is_empty() {
+        held.spec.to = target;
+        held.spec.to_placement = None;
+    }
     Arc::new(held)
 }
 

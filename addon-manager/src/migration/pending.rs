@@ -7,12 +7,14 @@ pub(super) fn active(m: &ManagedClusterMigration) -> bool {
 }
 
 pub(super) fn same_pair(a: &ManagedClusterMigration, b: &ManagedClusterMigration) -> bool {
-    let pair = |m: &ManagedClusterMigration| {
-        let spec = m.effective_spec();
-        let mut p = [spec.from.clone(), spec.to.clone()];
+    fn pair(m: &ManagedClusterMigration) -> [&str; 2] {
+        let mut p = [
+            m.effective_spec().from.as_str(),
+            m.target_hub().unwrap_or_default(),
+        ];
         p.sort();
         p
-    };
+    }
     pair(a) == pair(b)
 }
 
@@ -30,7 +32,33 @@ pub(super) async fn pending(
         .list(&ListParams::default())
         .await
         .map_err(ctx_err("listing migrations"))?;
-    let outcome = started(mcm, &all.items);
+    let target = match &mcm.spec.to_placement {
+        // An invalid spec goes on to Validating, which says what is wrong with it.
+        Some(placement) if mcm.spec.validate().is_ok() => {
+            let ns = mcm.namespace().unwrap_or_default();
+            let seen = read_placement(ctx, &ns, placement).await?;
+            let waited = mcm
+                .creation_timestamp()
+                .map(|t| now().0.duration_since(t.0))
+                .and_then(|d| Duration::try_from(d).ok())
+                .unwrap_or_default();
+            let choice = choose_target(
+                &mcm.spec.from,
+                &format!("{ns}/{placement}"),
+                seen,
+                waited >= timeouts(mcm).stage,
+            );
+            match choice {
+                Ok(hub) => Some(hub),
+                Err(outcome) => return Ok(step.settle(outcome)),
+            }
+        }
+        _ => (!mcm.spec.to.is_empty()).then(|| mcm.spec.to.clone()),
+    };
+    step.status.target = target.clone();
+    let mut chosen = mcm.clone();
+    chosen.status.get_or_insert_with(Default::default).target = target;
+    let outcome = started(&chosen, &all.items);
     if matches!(outcome, Outcome::Enter(..)) {
         step.status.start_time = Some(now());
         // From here on the migration works from this copy: an edit of the spec changes nothing.
@@ -55,7 +83,7 @@ pub(super) fn started(mcm: &ManagedClusterMigration, all: &[ManagedClusterMigrat
             b.namespace().unwrap_or_default(),
             b.name_any(),
             b.effective_spec().from,
-            b.effective_spec().to
+            b.target_hub().unwrap_or("a hub not chosen yet")
         );
         return Outcome::Wait(
             Said::no(MIGRATION_STARTED, reasons::WAITING, message),
@@ -67,4 +95,88 @@ pub(super) fn started(mcm: &ManagedClusterMigration, all: &[ManagedClusterMigrat
         MigrationPhase::Validating,
         "checking hubs and clusters".into(),
     )
+}
+
+/// A Placement on the global hub as read: `None` when it does not exist; else whether it has
+/// decided (its `PlacementSatisfied` condition is set) and the hubs its decisions name.
+pub(super) type PlacementSeen = Option<(bool, Vec<String>)>;
+
+/// Reads the Placement `name` in `namespace` on the global hub and its PlacementDecisions.
+async fn read_placement(ctx: &Ctx, namespace: &str, name: &str) -> Result<PlacementSeen, Error> {
+    let placement = Api::<Placement>::namespaced(ctx.client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(ctx_err(format!("reading Placement {namespace}/{name}")))?;
+    let Some(placement) = placement else {
+        return Ok(None);
+    };
+    // Upstream's scheduler sets PlacementSatisfied once it has scheduled the Placement (ocm
+    // pkg/placement/controllers/scheduling/scheduling_controller.go); before that its
+    // decisions say nothing yet.
+    let decided = placement
+        .status
+        .and_then(|s| s.conditions)
+        .is_some_and(|c| find_condition(&c, "PlacementSatisfied").is_some());
+    let decisions = Api::<PlacementDecision>::namespaced(ctx.client.clone(), namespace)
+        .list(&ListParams::default().labels(&cluster::decisions_of(name)))
+        .await
+        .map_err(ctx_err(format!(
+            "listing the PlacementDecisions of {namespace}/{name}"
+        )))?;
+    Ok(Some((decided, cluster::decided_clusters(decisions))))
+}
+
+/// The target hub `spec.toPlacement` (`placement`, as namespace/name) chose for a migration
+/// from `from`: the one hub it decided besides the source. Not yet decided: wait (and give up
+/// once `gave_up`, the stage timeout since creation); missing, or deciding no hub or several
+/// besides the source: refused, nothing touched.
+pub(super) fn choose_target(
+    from: &str,
+    placement: &str,
+    seen: PlacementSeen,
+    gave_up: bool,
+) -> Result<String, Outcome> {
+    let Some((decided, hubs)) = seen else {
+        return Err(Outcome::invalid(
+            reasons::PLACEMENT_NOT_FOUND,
+            format!("Placement {placement} (spec.toPlacement) does not exist on the global hub"),
+        ));
+    };
+    if !decided {
+        let message = format!("Placement {placement} (spec.toPlacement) has not chosen a hub yet");
+        if gave_up {
+            return Err(Outcome::invalid(reasons::TARGET_NOT_CHOSEN, message));
+        }
+        return Err(Outcome::Wait(
+            Said::no(MIGRATION_STARTED, reasons::WAITING, message),
+            Wake::After(Duration::from_secs(2)),
+        ));
+    }
+    let candidates: Vec<&String> = hubs.iter().filter(|h| *h != from).collect();
+    match candidates.as_slice() {
+        [hub] => Ok((*hub).clone()),
+        [] => Err(Outcome::invalid(
+            reasons::TARGET_NOT_CHOSEN,
+            format!(
+                "Placement {placement} (spec.toPlacement) chose no hub other than the source {from}{}; the hubs it may choose are those of the ManagedClusterSets bound to the namespace, without the source",
+                if hubs.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (it chose {})", hubs.join(", "))
+                }
+            ),
+        )),
+        several => Err(Outcome::invalid(
+            reasons::TARGET_NOT_CHOSEN,
+            format!(
+                "Placement {placement} (spec.toPlacement) chose {} hubs besides the source ({}); give it numberOfClusters: 1",
+                several.len(),
+                several
+                    .iter()
+                    .map(|h| h.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
 }

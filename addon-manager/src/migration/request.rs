@@ -153,6 +153,11 @@ pub(super) fn retry_of(
     spec.included_managed_clusters = Some(stayed);
     spec.included_managed_clusters_selector = None;
     spec.included_managed_clusters_placement_ref = None;
+    // The retry goes where the clusters were going, not wherever the Placement points now.
+    if let Some(target) = status.target.clone().filter(|t| !t.is_empty()) {
+        spec.to = target;
+        spec.to_placement = None;
+    }
     let mut retry = ManagedClusterMigration::new(&format!("{}-retry", mcm.name_any()), spec);
     retry.metadata.namespace = mcm.namespace();
     retry.metadata.labels =
@@ -327,6 +332,20 @@ mod tests {
             assert_eq!(retry.spec.max_concurrency, Some(2));
             assert!(retry.status.is_none());
         }
+        // A migration whose target a Placement chose: the retry goes to that hub by name.
+        let mut placed = migration_in(Failed, &states);
+        if let Some(st) = placed.status.as_mut() {
+            let spec = st.accepted_spec.as_mut().unwrap();
+            spec.to = String::new();
+            spec.to_placement = Some("most-room".into());
+            st.target = Some("hub3".into());
+        }
+        let retry = ask(&placed, "retry").create.unwrap();
+        assert_eq!(
+            (retry.spec.to.as_str(), retry.spec.to_placement.as_deref()),
+            ("hub3", None)
+        );
+        assert_eq!(retry.spec.validate(), Ok(()));
         // Acted on once; a retry after a rollback is answered in its turn.
         let mut status = migration_in(Failed, &states).status.unwrap();
         assert!(!answered("rollback", &status));

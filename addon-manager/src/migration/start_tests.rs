@@ -274,6 +274,19 @@ fn one_migration_per_pair_of_hubs_starts_at_a_time() {
             started_ok,
         ),
     ];
+    // One whose spec.toPlacement chose hub2: the same pair.
+    let mut placed = pending_mcm("p", "hub1", "", "2026-01-01T00:02:00Z", Registering);
+    placed.spec.to_placement = Some("most-room".into());
+    if let Some(st) = placed.status.as_mut() {
+        st.accepted_spec = Some(placed.spec.clone());
+        st.target = Some("hub2".into());
+    }
+    let mut cases = cases.to_vec();
+    cases.push((
+        "another on the pair, chosen by placement",
+        vec![placed],
+        waits,
+    ));
     for (what, mut others, want) in cases {
         others.push(me.clone());
         assert_eq!(goes(&started(&me, &others)), want, "{what}");
@@ -460,4 +473,55 @@ fn bootstrap_identities_take_free_names_of_the_pool_and_keep_them() {
     assert_eq!(claim(2, "a-1", &[], &full).unwrap().len(), 2);
     // No identity needed, none taken.
     assert_eq!(claim(0, "a-1", &recorded, &held(&[])), Ok(Vec::new()));
+}
+
+#[test]
+fn a_target_placement_chooses_one_hub_besides_the_source_or_says_why_not() {
+    let hubs = |v: &[&str]| v.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>();
+    let choose =
+        |seen: PlacementSeen, gave_up: bool| choose_target("hub1", "ns/most-room", seen, gave_up);
+    // One hub besides the source: that one, whether the source was chosen too or not.
+    assert_eq!(
+        choose(Some((true, hubs(&["hub3"]))), false),
+        Ok("hub3".into())
+    );
+    assert_eq!(
+        choose(Some((true, hubs(&["hub1", "hub3"]))), false),
+        Ok("hub3".into())
+    );
+    let refused = |seen: PlacementSeen, gave_up: bool| match choose(seen, gave_up) {
+        Err(Outcome::Invalid(reason, message)) => (reason, message),
+        other => panic!("not refused: {other:?}"),
+    };
+    let (reason, message) = refused(None, false);
+    assert_eq!(reason, reasons::PLACEMENT_NOT_FOUND);
+    assert_eq!(
+        message,
+        "Placement ns/most-room (spec.toPlacement) does not exist on the global hub"
+    );
+    let (reason, message) = refused(Some((true, hubs(&["hub1"]))), false);
+    assert_eq!(reason, reasons::TARGET_NOT_CHOSEN);
+    assert!(
+        message.contains("no hub other than the source hub1 (it chose hub1)"),
+        "{message}"
+    );
+    let (reason, message) = refused(Some((true, vec![])), false);
+    assert_eq!(reason, reasons::TARGET_NOT_CHOSEN);
+    assert!(!message.contains("it chose"), "{message}");
+    let (reason, message) = refused(Some((true, hubs(&["hub2", "hub3"]))), false);
+    assert_eq!(reason, reasons::TARGET_NOT_CHOSEN);
+    assert!(
+        message
+            .contains("chose 2 hubs besides the source (hub2, hub3); give it numberOfClusters: 1"),
+        "{message}"
+    );
+    // Not scheduled yet: wait, until the stage timeout since creation.
+    assert!(matches!(
+        choose(Some((false, vec![])), false),
+        Err(Outcome::Wait(_, Wake::After(_)))
+    ));
+    assert_eq!(
+        refused(Some((false, vec![])), true).0,
+        reasons::TARGET_NOT_CHOSEN
+    );
 }

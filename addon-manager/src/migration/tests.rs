@@ -381,3 +381,33 @@ fn failure_summaries_name_the_clusters() {
         "1 of 2 clusters cannot move on source hub hub1: a not found on the source hub"
     );
 }
+
+#[test]
+fn the_phases_see_the_hub_a_target_placement_chose_as_to() {
+    let mut m = mcm("", MigrationPhase::Registering, None);
+    m.spec.to_placement = Some("most-room".into());
+    if let Some(st) = m.status.as_mut() {
+        st.accepted_spec = Some(m.spec.clone());
+        st.target = Some("hub3".into());
+    }
+    let mut step = step_of(&m);
+    let held = hold_spec(Arc::new(m.clone()), MigrationPhase::Registering, &mut step);
+    assert_eq!(held.spec.to, "hub3");
+    assert_eq!(held.spec.to_placement, None);
+    assert_eq!(held.spec.validate(), Ok(()));
+    // The spec as written is no edit of the spec accepted.
+    assert!(step.events.is_empty());
+    assert!(
+        step.status
+            .conditions
+            .as_deref()
+            .and_then(|c| find_condition(c, conditions::SPEC_ACCEPTED))
+            .is_none()
+    );
+    assert_eq!(step.status.target.as_deref(), Some("hub3"));
+    // A migration by name records its target too (the TO column reads it).
+    let named = mcm("hub2", MigrationPhase::Completed, Some("hub2"));
+    let mut step = step_of(&named);
+    hold_spec(Arc::new(named), MigrationPhase::Completed, &mut step);
+    assert_eq!(step.status.target.as_deref(), Some("hub2"));
+}

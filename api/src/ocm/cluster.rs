@@ -377,6 +377,24 @@ pub struct DecisionGroupStatus {
 )]
 pub struct PlacementDecisionFields {}
 
+/// The label selector of the PlacementDecisions of the Placement `placement` (upstream labels
+/// each with the Placement's name: api `cluster/v1beta1/types_placementdecision.go`).
+pub fn decisions_of(placement: &str) -> String {
+    format!("{}={placement}", crate::names::labels::PLACEMENT)
+}
+
+/// The clusters a Placement's PlacementDecisions decided, each once, sorted (empty names
+/// dropped).
+pub fn decided_clusters(decisions: impl IntoIterator<Item = PlacementDecision>) -> Vec<String> {
+    let set: std::collections::BTreeSet<String> = decisions
+        .into_iter()
+        .flat_map(|d| d.status.map(|s| s.decisions).unwrap_or_default())
+        .map(|d| d.cluster_name)
+        .filter(|c| !c.is_empty())
+        .collect();
+    set.into_iter().collect()
+}
+
 /// The decisions of a PlacementDecision.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PlacementDecisionStatus {

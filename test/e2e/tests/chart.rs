@@ -307,6 +307,12 @@ const NOT_REACHED: &[(&str, &str, &str, &str)] = &[
         "create",
         "the retry a user asks for with `request: retry` (tests/migration.rs)",
     ),
+    (
+        "cluster.open-cluster-management.io",
+        "placements",
+        "get",
+        "a migration's spec.toPlacement (tests/migration.rs)",
+    ),
 ];
 
 /// (group, resource, verb) triples a set of rules grants (resourceNames ignored).

@@ -18,7 +18,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use migration_api::common::{condition_is_true, find_condition};
 use migration_api::migration::{ManagedClusterMigration, MigrationPhase};
-use migration_api::ocm::cluster::{ManagedCluster, PlacementDecision};
+use migration_api::ocm::cluster::{self, AddOnPlacementScore, ManagedCluster, PlacementDecision};
 use migration_api::ocm::config::KlusterletConfig;
 use migration_api::ocm::msa::ManagedServiceAccount;
 use migration_api::ocm::work::ManifestWork;
@@ -830,18 +830,12 @@ async fn a_placement_on_the_source_selects_the_clusters_once() {
         Duration::from_secs(30),
         "the Placement decided cluster2 and cluster3",
         || async {
-            let mut chosen: Vec<String> = decisions
-                .list(
-                    &ListParams::default()
-                        .labels("cluster.open-cluster-management.io/placement=edge"),
-                )
-                .await
-                .ok()?
-                .into_iter()
-                .flat_map(|d| d.status.map(|s| s.decisions).unwrap_or_default())
-                .map(|d| d.cluster_name)
-                .collect();
-            chosen.sort();
+            let chosen = cluster::decided_clusters(
+                decisions
+                    .list(&ListParams::default().labels(&cluster::decisions_of("edge")))
+                    .await
+                    .ok()?,
+            );
             (chosen == ["cluster2", "cluster3"]).then_some(())
         },
     )
@@ -875,6 +869,151 @@ async fn a_placement_on_the_source_selects_the_clusters_once() {
     expected.insert("cluster3".into(), 2);
     s.invariant(&expected).await;
     no_leftovers(&s, "by-placement").await;
+}
+
+/// A hub's headroom as its agent publishes it (AddOnPlacementScore `cluster-migration`,
+/// `capacityHeadroom`) on the global hub.
+async fn headroom(s: &Setup, hub: &str) -> Option<i32> {
+    let score = Api::<AddOnPlacementScore>::namespaced(s.global.clone(), hub)
+        .get_opt("cluster-migration")
+        .await
+        .ok()??;
+    score
+        .status?
+        .scores?
+        .into_iter()
+        .find(|x| x.name == "capacityHeadroom")
+        .map(|x| x.value)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_placement_sends_the_clusters_to_the_hub_with_the_most_room() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(3, 2).await;
+    let kc = &s.global_kc;
+    // A Placement that does not exist: refused by name, nothing touched.
+    s.apply(
+        "nowhere",
+        r#"{"from": "hub1", "toPlacement": "missing", "includedManagedClusters": ["cluster1"]}"#,
+    );
+    let m = s
+        .phase("nowhere", MigrationPhase::Failed, Duration::from_secs(60))
+        .await;
+    let (_, reason, message) = validation(&m);
+    assert_eq!(reason, "PlacementNotFound", "{message}");
+    assert!(
+        message.contains("Placement default/missing (spec.toPlacement)"),
+        "{message}"
+    );
+    no_leftovers(&s, "nowhere").await;
+    // hub2 and hub3 hold two clusters each; hub2's agent is told it has room for 4, so it
+    // publishes no headroom, and hub3 (room for 500) the most.
+    kubectl_apply(
+        kc,
+        r#"{"apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "AddOnDeploymentConfig",
+  "metadata": {"name": "small", "namespace": "default"},
+  "spec": {"customizedVariables": [{"name": "MANAGED_CLUSTER_CAPACITY", "value": "4"}]}}"#,
+    );
+    kubectl_ok(
+        kc,
+        &[
+            "patch",
+            "managedclusteraddon",
+            "cluster-migration",
+            "-n",
+            "hub2",
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"configs": [{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs", "namespace": "default", "name": "small"}]}}"#,
+        ],
+        None,
+    );
+    eventually(
+        Duration::from_secs(90),
+        "hub2 publishing no headroom, hub3 plenty",
+        || async {
+            (headroom(&s, "hub2").await? <= 0 && headroom(&s, "hub3").await? > 50).then_some(())
+        },
+    )
+    .await;
+    // The candidate hubs: a set of hub2 and hub3, bound to the migration's namespace; the
+    // Placement takes the one with the most headroom.
+    for hub in ["hub2", "hub3"] {
+        kubectl_ok(
+            kc,
+            &[
+                "label",
+                "managedcluster",
+                hub,
+                "cluster.open-cluster-management.io/clusterset=targets",
+            ],
+            None,
+        );
+    }
+    for obj in [
+        r#"{"apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSet", "metadata": {"name": "targets"},
+            "spec": {"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}}"#,
+        r#"{"apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSetBinding",
+            "metadata": {"name": "targets", "namespace": "default"}, "spec": {"clusterSet": "targets"}}"#,
+        r#"{"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
+            "metadata": {"name": "most-room", "namespace": "default"},
+            "spec": {"clusterSets": ["targets"], "numberOfClusters": 1,
+              "prioritizerPolicy": {"mode": "Exact", "configurations": [{"weight": 1,
+                "scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": "cluster-migration", "scoreName": "capacityHeadroom"}}}]}}}"#,
+    ] {
+        kubectl_apply(kc, obj);
+    }
+    let decisions: Api<PlacementDecision> = Api::namespaced(s.global.clone(), NS);
+    eventually(
+        Duration::from_secs(30),
+        "the Placement chose hub3",
+        || async {
+            let chosen = cluster::decided_clusters(
+                decisions
+                    .list(&ListParams::default().labels(&cluster::decisions_of("most-room")))
+                    .await
+                    .ok()?,
+            );
+            (chosen == ["hub3"]).then_some(())
+        },
+    )
+    .await;
+    s.apply(
+        "by-score",
+        r#"{"from": "hub1", "toPlacement": "most-room", "includedManagedClusters": ["cluster1", "cluster2"]}"#,
+    );
+    let m = s
+        .phase(
+            "by-score",
+            MigrationPhase::Completed,
+            Duration::from_secs(120),
+        )
+        .await;
+    let status = m.status.unwrap();
+    assert_eq!(status.target.as_deref(), Some("hub3"));
+    // Recorded as written: the spec accepted still names the Placement.
+    let accepted = status.accepted_spec.unwrap();
+    assert_eq!(
+        (accepted.to.as_str(), accepted.to_placement.as_deref()),
+        ("", Some("most-room"))
+    );
+    // What a user sees: the chosen hub in the TO column.
+    let table = kubectl_ok(
+        kc,
+        &["get", "mcm", "by-score", "-n", NS, "--no-headers"],
+        None,
+    );
+    let cells: Vec<&str> = table.split_whitespace().collect();
+    assert_eq!(
+        &cells[..4],
+        ["by-score", "Completed", "hub1", "hub3"],
+        "{table}"
+    );
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 3);
+    expected.insert("cluster2".into(), 3);
+    s.invariant(&expected).await;
+    no_leftovers(&s, "by-score").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

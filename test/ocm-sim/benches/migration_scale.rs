@@ -104,6 +104,7 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         // simulator still yields a figure rather than a timeout.
         timeout: Duration::from_secs(2400),
         plain_source: false,
+        to_placement: false,
     };
     let mut quiet = std::io::sink();
     let running = demo::start(&opts, &mut quiet)

@@ -50,6 +50,19 @@ pub struct DemoOptions {
     pub timeout: Duration,
     /// hub1 is a plain OCM hub (no KlusterletConfig API).
     pub plain_source: bool,
+    /// The target is chosen by a Placement over hub2..hubN ([`TARGET_PLACEMENT`]) on the
+    /// score the agents publish (`capacityHeadroom`); each hub's agent is given a different
+    /// capacity ([`demo_capacity`]) so that the scores differ.
+    pub to_placement: bool,
+}
+
+/// The Placement that chooses the target with `--to-placement`.
+pub const TARGET_PLACEMENT: &str = "most-room";
+
+/// The capacity hub `i` (1-based) is given with `--to-placement`: 40 managed clusters per
+/// index, so the hubs further down the list have more room.
+pub fn demo_capacity(i: usize) -> usize {
+    40 * i
 }
 
 impl DemoOptions {
@@ -132,7 +145,7 @@ fn progress_line(m: Option<&ManagedClusterMigration>, total: usize, elapsed: Dur
     )
 }
 
-async fn enable_addon(global: &Client, hubs: &[String]) -> Result<(), Error> {
+async fn enable_addon(global: &Client, hubs: &[String], capacities: bool) -> Result<(), Error> {
     let pp = PatchParams::apply("fleet-demo").force();
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(global.clone());
     namespaces
@@ -153,13 +166,27 @@ async fn enable_addon(global: &Client, hubs: &[String]) -> Result<(), Error> {
         "spec": {"customizedVariables": [{"name": "LEASE_DURATION_SECONDS", "value": "1"}]}
     })))
     .await?;
-    for hub in hubs {
+    for (i, hub) in hubs.iter().enumerate() {
+        // With capacities, each hub its own config: the same, plus its capacity.
+        let config = if capacities {
+            let name = format!("{CONFIG}-{hub}");
+            adcs.patch(&name, &pp, &Patch::Apply(json!({
+                "apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "AddOnDeploymentConfig",
+                "metadata": {"name": name, "namespace": CONFIG_NS},
+                "spec": {"customizedVariables": [{"name": "LEASE_DURATION_SECONDS", "value": "1"},
+                    {"name": "MANAGED_CLUSTER_CAPACITY", "value": demo_capacity(i + 1).to_string()}]}
+            })))
+            .await?;
+            name
+        } else {
+            CONFIG.to_owned()
+        };
         let mcas: Api<ManagedClusterAddOn> = Api::namespaced(global.clone(), hub);
         mcas.patch(ADDON_NAME, &pp, &Patch::Apply(json!({
             "apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
             "metadata": {"name": ADDON_NAME, "namespace": hub},
             "spec": {"configs": [{"group": "addon.open-cluster-management.io", "resource": "addondeploymentconfigs",
-                                  "namespace": CONFIG_NS, "name": CONFIG}]}
+                                  "namespace": CONFIG_NS, "name": config}]}
         })))
         .await?;
     }
@@ -290,7 +317,7 @@ pub async fn start(opts: &DemoOptions, out: &mut impl Write) -> Result<Running, 
     let manager = ManagerProcess(child);
     let global = fleet.global.cluster.admin.clone();
     let hubs: Vec<String> = (1..=opts.hubs).map(hub_name).collect();
-    enable_addon(&global, &hubs).await?;
+    enable_addon(&global, &hubs, opts.to_placement).await?;
     addon_available(&global, &hubs, Instant::now() + opts.timeout).await?;
     let _ = writeln!(out, "addon Available on {}", hubs.join(", "));
     Ok(Running {
@@ -310,6 +337,11 @@ pub async fn migrate(
     let global = fleet.global.cluster.admin.clone();
     let moving = moving(opts);
     let mut spec = json!({"from": "hub1", "to": "hub2", "includedManagedClusters": moving});
+    let mut scores = String::new();
+    if opts.to_placement {
+        scores = target_placement(&global, opts, out).await?;
+        spec = json!({"from": "hub1", "toPlacement": TARGET_PLACEMENT, "includedManagedClusters": moving});
+    }
     if let Some(c) = opts.max_concurrency {
         spec["maxConcurrency"] = json!(c);
     }
@@ -321,8 +353,13 @@ pub async fn migrate(
     .await?;
     let _ = writeln!(
         out,
-        "migrating {} clusters from hub1 to hub2 (ManagedClusterMigration {MIGRATION_NS}/{MIGRATION})",
-        moving.len()
+        "migrating {} clusters from hub1 to {} (ManagedClusterMigration {MIGRATION_NS}/{MIGRATION})",
+        moving.len(),
+        if opts.to_placement {
+            format!("the hub Placement {MIGRATION_NS}/{TARGET_PLACEMENT} chooses")
+        } else {
+            "hub2".into()
+        }
     );
     let t0 = Instant::now();
     // The progress line is redrawn as the migration's status changes.
@@ -349,6 +386,12 @@ pub async fn migrate(
     let migration_took = t0.elapsed();
     let status = last.and_then(|m| m.status).unwrap_or_default();
     let counts = status.clusters.unwrap_or_default();
+    // Where the clusters went: hub2, or the hub the Placement chose.
+    let target = status.target.clone().unwrap_or_else(|| "hub2".into());
+    let target_index = target
+        .strip_prefix("hub")
+        .and_then(|i| i.parse::<usize>().ok())
+        .unwrap_or(2);
     // Every cluster on exactly one hub: the moved ones on hub2, the others where they started.
     let mut expected: BTreeMap<String, usize> = fleet
         .clusters
@@ -356,7 +399,7 @@ pub async fn migrate(
         .map(|(h, c, _)| (c.name.clone(), h + 1))
         .collect();
     for c in &moving {
-        expected.insert(c.clone(), 2);
+        expected.insert(c.clone(), target_index);
     }
     let check_deadline = Instant::now() + Duration::from_secs(30);
     let misplaced = loop {
@@ -385,7 +428,7 @@ pub async fn migrate(
         misplaced,
         manager_peak_kib: peak_rss_kib(running.manager.0.id()),
     };
-    let _ = writeln!(out, "\n{}", summary(&report, &status, fleet, opts));
+    let _ = writeln!(out, "\n{}", summary(&report, &status, fleet, opts, &scores));
     Ok(report)
 }
 
@@ -394,13 +437,20 @@ fn summary(
     status: &migration_api::migration::ManagedClusterMigrationStatus,
     fleet: &Fleet,
     opts: &DemoOptions,
+    scores: &str,
 ) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "{:<28} {MIGRATION_NS}/{MIGRATION}: hub1 -> hub2
-",
-        "migration"
+        "{:<28} {MIGRATION_NS}/{MIGRATION}: hub1 -> {}\n",
+        "migration",
+        status.target.as_deref().unwrap_or("?")
     ));
+    if opts.to_placement {
+        s.push_str(&format!(
+            "{:<28} by Placement {MIGRATION_NS}/{TARGET_PLACEMENT} on capacityHeadroom ({scores})\n",
+            "target chosen"
+        ));
+    }
     s.push_str(&format!("{:<28} {:?}\n", "phase", r.phase));
     s.push_str(&format!(
         "{:<28} {} registered, {} failed\n",
@@ -617,6 +667,83 @@ pub fn ensure_binaries(dir: &Path, workspace: &Path) -> Result<PathBuf, String> 
         return Err("building addon-manager and addon-agent failed".into());
     }
     Ok(built)
+}
+
+/// With `--to-placement`: a ManagedClusterSet of hub2..hubN bound to the migration's namespace
+/// and a Placement choosing one of them by the agents' `capacityHeadroom` score, made once
+/// every candidate publishes its score; returns the scores, as `hub2 37, hub3 58`.
+async fn target_placement(
+    global: &Client,
+    opts: &DemoOptions,
+    out: &mut impl Write,
+) -> Result<String, Error> {
+    use migration_api::ocm::cluster::{
+        AddOnPlacementScore, ManagedCluster, ManagedClusterSet, ManagedClusterSetBinding,
+    };
+    let pp = PatchParams::apply("fleet-demo").force();
+    let candidates: Vec<String> = (2..=opts.hubs).map(hub_name).collect();
+    let set_label = "cluster.open-cluster-management.io/clusterset";
+    for hub in &candidates {
+        Api::<ManagedCluster>::all(global.clone())
+            .patch(
+                hub,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {set_label: "demo-targets"}}})),
+            )
+            .await?;
+    }
+    Api::<ManagedClusterSet>::all(global.clone())
+        .patch("demo-targets", &pp, &Patch::Apply(json!({
+            "apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSet",
+            "metadata": {"name": "demo-targets"}, "spec": {"clusterSelector": {"selectorType": "ExclusiveClusterSetLabel"}}
+        })))
+        .await?;
+    Api::<ManagedClusterSetBinding>::namespaced(global.clone(), MIGRATION_NS)
+        .patch("demo-targets", &pp, &Patch::Apply(json!({
+            "apiVersion": "cluster.open-cluster-management.io/v1beta2", "kind": "ManagedClusterSetBinding",
+            "metadata": {"name": "demo-targets", "namespace": MIGRATION_NS}, "spec": {"clusterSet": "demo-targets"}
+        })))
+        .await?;
+    // Every candidate's score first, so the Placement decides on all of them.
+    let deadline = Instant::now() + opts.timeout;
+    let mut scores = Vec::new();
+    while scores.len() < candidates.len() {
+        scores.clear();
+        for hub in &candidates {
+            let score = Api::<AddOnPlacementScore>::namespaced(global.clone(), hub)
+                .get_opt(ADDON_NAME)
+                .await?
+                .and_then(|s| s.status?.scores)
+                .and_then(|ss| ss.into_iter().find(|x| x.name == "capacityHeadroom"));
+            if let Some(x) = score {
+                scores.push(format!("{hub} {}", x.value));
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Setup(
+                "the hubs published no capacityHeadroom score in time".into(),
+            ));
+        }
+        if scores.len() < candidates.len() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Api::<migration_api::ocm::cluster::Placement>::namespaced(global.clone(), MIGRATION_NS)
+        .patch(TARGET_PLACEMENT, &pp, &Patch::Apply(json!({
+            "apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
+            "metadata": {"name": TARGET_PLACEMENT, "namespace": MIGRATION_NS},
+            "spec": {"clusterSets": ["demo-targets"], "numberOfClusters": 1,
+                "prioritizerPolicy": {"mode": "Exact", "configurations": [{"weight": 1,
+                    "scoreCoordinate": {"type": "AddOn", "addOn": {"resourceName": ADDON_NAME, "scoreName": "capacityHeadroom"}}}]}}
+        })))
+        .await?;
+    let scores = scores.join(", ");
+    let _ = writeln!(
+        out,
+        "target Placement {MIGRATION_NS}/{TARGET_PLACEMENT} over {} (capacityHeadroom: {scores})",
+        candidates.join(", ")
+    );
+    Ok(scores)
 }
 
 #[cfg(test)]

@@ -169,13 +169,13 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Ctx>) -> Result<Action, k
             candidates.insert(mc.name_any(), mc);
         }
     }
-    let previous: BTreeSet<String> = Api::<PlacementDecision>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default().labels(&format!("{PLACEMENT}={name}")))
-        .await?
-        .into_iter()
-        .flat_map(|d| d.status.map(|s| s.decisions).unwrap_or_default())
-        .map(|d| d.cluster_name)
-        .collect();
+    let previous: BTreeSet<String> = migration_api::ocm::cluster::decided_clusters(
+        Api::<PlacementDecision>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default().labels(&migration_api::ocm::cluster::decisions_of(&name)))
+            .await?,
+    )
+    .into_iter()
+    .collect();
     let predicates = placement.spec.predicates.clone().unwrap_or_default();
     candidates.retain(|_, mc| {
         (predicates.is_empty()

@@ -78,6 +78,11 @@ enum Command {
         /// Klusterlet through a ManifestWork instead of a KlusterletConfig.
         #[arg(long)]
         plain_source: bool,
+        /// Let a Placement choose the target among hub2..hubN by the agents'
+        /// `capacityHeadroom` score (each hub's agent is given a different capacity, the
+        /// last hub the most room); needs --hubs 3 or more.
+        #[arg(long)]
+        to_placement: bool,
     },
 }
 
@@ -101,7 +106,12 @@ async fn demo(
     keep: bool,
     timeout: u64,
     plain_source: bool,
+    to_placement: bool,
 ) -> ExitCode {
+    if to_placement && hubs < 3 {
+        eprintln!("fleet demo: --to-placement needs --hubs 3 or more (a choice among hub2..hubN)");
+        return ExitCode::from(2);
+    }
     if hubs < 2
         || migrate == 0
         || migrate > clusters_per_hub
@@ -150,6 +160,7 @@ async fn demo(
         agent_version: env!("CARGO_PKG_VERSION").into(),
         timeout: Duration::from_secs(timeout),
         plain_source,
+        to_placement,
     };
     let mut out = std::io::stdout();
     let (report, fleet, manager) = match ocm_sim::demo::run(&opts, &mut out).await {
@@ -220,6 +231,7 @@ async fn main() -> ExitCode {
                 keep,
                 timeout,
                 plain_source,
+                to_placement,
             } => {
                 return demo(
                     hubs,
@@ -231,6 +243,7 @@ async fn main() -> ExitCode {
                     keep,
                     timeout,
                     plain_source,
+                    to_placement,
                 )
                 .await;
             }
