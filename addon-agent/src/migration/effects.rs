@@ -118,21 +118,13 @@ pub(super) async fn apply(
                 klusterlet_switch(ctx, task, cluster).await?;
             }
             Effect::Taint(patch) => {
-                let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
-                match api
-                    .patch(cluster, &merge_params(), &Patch::Merge(&patch))
-                    .await
+                // Written with the resourceVersion read: a conflict means the taints changed
+                // meanwhile, and the next reconcile decides again on the newer list.
+                if patch_cluster_unless(ctx, cluster, patch, &[404, 409])
+                    .await?
+                    .is_some()
                 {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
-                        tracing::debug!(cluster = %cluster, "taints changed meanwhile; deciding again");
-                    }
-                    Err(e) => {
-                        return Err(Error::Kube(ApiError::new(
-                            format!("updating the taints of ManagedCluster {cluster}"),
-                            e,
-                        )));
-                    }
+                    tracing::debug!(cluster = %cluster, "taints changed meanwhile; deciding again");
                 }
             }
         }

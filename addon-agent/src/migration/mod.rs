@@ -576,13 +576,28 @@ async fn read_klusterlet_config_shape(client: &Client) -> Result<String, Error> 
 
 /// Merge-patches a ManagedCluster when `patch` would change it.
 async fn patch_cluster(ctx: &Ctx, name: &str, patch: Value) -> Result<(), Error> {
+    patch_cluster_unless(ctx, name, patch, &[404])
+        .await
+        .map(|_| ())
+}
+
+/// Merge-patches ManagedCluster `name`; an answer with a status code in `tolerated` is no
+/// error (returned as `Ok(Some(code))`: the patch did not apply).
+async fn patch_cluster_unless(
+    ctx: &Ctx,
+    name: &str,
+    patch: Value,
+    tolerated: &[u16],
+) -> Result<Option<u16>, Error> {
     let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
-    ignore_not_found(
-        api.patch(name, &merge_params(), &Patch::Merge(&patch))
-            .await,
-    )
-    .map_err(ctx_err(format!("updating ManagedCluster {name}")))?;
-    Ok(())
+    match api
+        .patch(name, &merge_params(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(s)) if tolerated.contains(&s.code) => Ok(Some(s.code)),
+        Err(e) => Err(ctx_err(format!("updating ManagedCluster {name}"))(e).into()),
+    }
 }
 
 /// Merge patches carry the agent's field manager (and no `force`).
