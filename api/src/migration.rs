@@ -800,6 +800,10 @@ pub struct MigrationTaskStatus {
     /// Source, at validation: the KlusterletConfig API the hub serves (`multipleHubsConfig`,
     /// `bootstrapKubeConfigs`, or `None`).
     pub klusterlet_config_shape: Option<String>,
+    /// Why the stage was refused as a whole rather than cluster by cluster: a reason of
+    /// [`crate::names::reasons`] (`PlacementNotFound`: the Placement that selects the clusters
+    /// does not exist).
+    pub refusal: Option<String>,
 }
 
 /// Most a cluster may carry over (its record as JSON).

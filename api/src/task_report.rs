@@ -67,11 +67,13 @@ pub enum Field {
     CarryParts,
     /// Source, at validation: the digest of those parts.
     CarryDigest,
+    /// Why the stage was refused as a whole (a reason name).
+    Refusal,
 }
 
 impl Field {
     /// Every field, in the order the feedback rule lists them.
-    pub const ALL: [Field; 9] = [
+    pub const ALL: [Field; 10] = [
         Field::Revision,
         Field::State,
         Field::Message,
@@ -81,6 +83,7 @@ impl Field {
         Field::Carry,
         Field::CarryParts,
         Field::CarryDigest,
+        Field::Refusal,
     ];
 
     /// The feedback value's name.
@@ -95,6 +98,7 @@ impl Field {
             Field::Carry => "carry",
             Field::CarryParts => "carryParts",
             Field::CarryDigest => "carryDigest",
+            Field::Refusal => "refusal",
         }
     }
 
@@ -110,6 +114,7 @@ impl Field {
             Field::Carry => ".status.carryOverJson",
             Field::CarryParts => ".status.carryOverParts.count",
             Field::CarryDigest => ".status.carryOverParts.digest",
+            Field::Refusal => ".status.refusal",
         }
     }
 }
@@ -137,6 +142,8 @@ pub struct TaskReport {
     pub carry: Option<String>,
     /// Where the carry-over is when it is not inline.
     pub carry_parts: Option<crate::migration::CarryOverParts>,
+    /// Why the stage was refused as a whole (a reason name), if it was.
+    pub refusal: Option<String>,
 }
 
 impl TaskReport {
@@ -156,6 +163,7 @@ impl TaskReport {
                 .and_then(|n| u32::try_from(n).ok())
                 .zip(text(Field::CarryDigest))
                 .map(|(count, digest)| crate::migration::CarryOverParts { count, digest }),
+            refusal: text(Field::Refusal),
         }
     }
 
@@ -222,6 +230,7 @@ mod tests {
                 count: 3,
                 digest: "d1".into(),
             }),
+            refusal: Some("PlacementNotFound".into()),
             ..Default::default()
         };
         let task = json!({"status": status});
@@ -248,6 +257,7 @@ mod tests {
                     count: 3,
                     digest: "d1".into(),
                 }),
+                refusal: Some("PlacementNotFound".into()),
             }
         );
         assert!(report.failed() && !report.succeeded());

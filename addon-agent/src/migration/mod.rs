@@ -384,6 +384,8 @@ struct Report {
     /// Or where its parts are.
     carry_parts: Option<migration_api::migration::CarryOverParts>,
     shape: Option<String>,
+    /// Why the stage is refused as a whole (a reason name).
+    refusal: Option<&'static str>,
 }
 
 async fn reconcile(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -423,7 +425,7 @@ async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Actio
                 let report = Report {
                     state: StageState::Failed,
                     message: why,
-                    carry_over: Some("[]".into()),
+                    refusal: Some(names::reasons::PLACEMENT_NOT_FOUND),
                     ..Default::default()
                 };
                 write_status(&ctx, &task, &[], report).await?;
@@ -653,6 +655,7 @@ async fn write_status(
         carry_over_json: report.carry_over,
         carry_over_parts: report.carry_parts,
         klusterlet_config_shape: report.shape,
+        refusal: report.refusal.map(str::to_owned),
     };
     let api: Api<MigrationTask> =
         Api::namespaced(ctx.client.clone(), &task.namespace().unwrap_or_default());

@@ -83,6 +83,10 @@ fn the_sources_report_is_judged_whole() {
     let mut missing = finished_report(StageState::Failed, "", &[]);
     missing.report.shape = None;
     missing.report.message = Some("Placement default/east does not exist on this hub".into());
+    // Failed with nothing carried but no refusal named: not taken for a missing Placement.
+    let refusal = judge_source(None, Some("east"), &missing, "hub1").unwrap_err();
+    assert_ne!(refusal.reason, reasons::PLACEMENT_NOT_FOUND);
+    missing.report.refusal = Some(reasons::PLACEMENT_NOT_FOUND.into());
     let refusal = judge_source(None, Some("east"), &missing, "hub1").unwrap_err();
     assert_eq!(refusal.reason, reasons::PLACEMENT_NOT_FOUND);
     assert_eq!(

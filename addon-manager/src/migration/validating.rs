@@ -220,10 +220,7 @@ pub(super) fn judge_source(
     // A Placement that does not exist selects nothing: the source says so, and nothing else.
     if let Some(p) = placement
         && source.failed()
-        && source
-            .carry
-            .as_ref()
-            .is_some_and(|c| c.as_ref().is_ok_and(Vec::is_empty))
+        && source.report.refusal.as_deref() == Some(reasons::PLACEMENT_NOT_FOUND)
     {
         return Err(Refusal {
             reason: reasons::PLACEMENT_NOT_FOUND,
