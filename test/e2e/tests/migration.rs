@@ -1016,6 +1016,102 @@ async fn a_target_placement_sends_the_clusters_to_the_hub_with_the_most_room() {
     no_leftovers(&s, "by-score").await;
 }
 
+/// `kubectl mcm <args>` as a user runs the plugin: `kubectl-mcm` on the PATH, the global
+/// hub's kubeconfig in `KUBECONFIG`; (exit code, stdout, stderr).
+fn kubectl_mcm(s: &Setup, args: &[&str]) -> (Option<i32>, String, String) {
+    let plugin = e2e::binary("kubectl-mcm");
+    let dir = plugin.parent().unwrap().to_path_buf();
+    let path = std::env::join_paths(std::iter::once(dir).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .unwrap();
+    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let out = std::process::Command::new(kubectl)
+        .arg("mcm")
+        .args(args)
+        .env("PATH", path)
+        .env("KUBECONFIG", &s.global_kc)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kubectl_mcm_move_creates_a_migration_and_follows_it_to_the_end() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    // Flags that make no migration: refused by name, exit 2, nothing created.
+    let (code, _, err) = kubectl_mcm(
+        &s,
+        &[
+            "move",
+            "--from",
+            "hub1",
+            "--to",
+            "hub1",
+            "--clusters",
+            "cluster1",
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("two different hubs") && err.contains("nothing was created"),
+        "{err}"
+    );
+    let all = Api::<ManagedClusterMigration>::all(s.global.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        all.items.is_empty(),
+        "created: {:?}",
+        all.items.iter().map(|m| m.name_any()).collect::<Vec<_>>()
+    );
+    // A move, followed to the end.
+    let (code, out, err) = kubectl_mcm(
+        &s,
+        &[
+            "move",
+            "--from",
+            "hub1",
+            "--to",
+            "hub2",
+            "--clusters",
+            "cluster1,cluster2",
+            "--name",
+            "by-cli",
+            "--watch",
+            "--timeout",
+            "180",
+        ],
+    );
+    assert_eq!(
+        code,
+        Some(0),
+        "stdout: {out}\nstderr: {err}\n{}",
+        tail(&s.logs(), 30)
+    );
+    assert!(
+        out.contains("managedclustermigration default/by-cli created"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Completed") && out.contains("2/2 registered"),
+        "{out}"
+    );
+    assert!(out.contains("hub1 -> hub2"), "{out}");
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    expected.insert("cluster2".into(), 2);
+    s.invariant(&expected).await;
+    no_leftovers(&s, "by-cli").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_manager_restarted_in_every_phase_still_completes() {
     let _serial = ONE_AT_A_TIME.lock().await;

@@ -125,26 +125,6 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-fn progress_line(m: Option<&ManagedClusterMigration>, total: usize, elapsed: Duration) -> String {
-    let status = m.and_then(|m| m.status.clone()).unwrap_or_default();
-    let phase = status.phase.unwrap_or_default();
-    let c = status.clusters.unwrap_or_default();
-    let width = 30;
-    let done = (c.registered.max(0) as usize * width)
-        .checked_div(total)
-        .unwrap_or(0);
-    format!(
-        "\r[{}{}] {:<12} {:>4}/{total} registered  {:>3} switching  {:>3} failed  {:>5.1}s ",
-        "#".repeat(done),
-        ".".repeat(width - done.min(width)),
-        format!("{phase:?}"),
-        c.registered,
-        c.switching,
-        c.failed,
-        elapsed.as_secs_f64()
-    )
-}
-
 async fn enable_addon(global: &Client, hubs: &[String], capacities: bool) -> Result<(), Error> {
     let pp = PatchParams::apply("fleet-demo").force();
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(global.clone());
@@ -370,7 +350,7 @@ pub async fn migrate(
         let _ = write!(
             out,
             "{}",
-            progress_line(m.as_ref(), moving.len(), t0.elapsed())
+            migration_api::cli::progress_line(m.as_ref(), moving.len(), t0.elapsed())
         );
         let _ = out.flush();
         let terminal = m
