@@ -78,6 +78,8 @@ async fn main() -> ExitCode {
     };
     let mut mcm = ManagedClusterMigration::new(name.as_deref().unwrap_or_default(), spec);
     if name.is_none() {
+        // No name at all (not an empty one): the API server generates it.
+        mcm.metadata.name = None;
         mcm.metadata.generate_name = Some(format!("move-{}-", flags.from));
     }
     mcm.metadata.namespace = Some(namespace.clone());

@@ -1105,6 +1105,38 @@ async fn kubectl_mcm_move_creates_a_migration_and_follows_it_to_the_end() {
         "{out}"
     );
     assert!(out.contains("hub1 -> hub2"), "{out}");
+    // Without --name or --watch: a generated name, printed, and the command returns at once
+    // (a dry run, so that it changes nothing).
+    let (code, out, err) = kubectl_mcm(
+        &s,
+        &[
+            "move",
+            "--from",
+            "hub2",
+            "--to",
+            "hub1",
+            "--clusters",
+            "cluster1",
+            "--dry-run",
+        ],
+    );
+    assert_eq!(code, Some(0), "stdout: {out}\nstderr: {err}");
+    let generated = out
+        .trim()
+        .strip_prefix("managedclustermigration default/")
+        .and_then(|rest| rest.strip_suffix(" created"))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_owned();
+    assert!(
+        generated.starts_with("move-hub2-") && generated.len() > "move-hub2-".len(),
+        "{generated}"
+    );
+    s.phase(
+        &generated,
+        MigrationPhase::Completed,
+        Duration::from_secs(60),
+    )
+    .await;
     let mut expected = s.homes();
     expected.insert("cluster1".into(), 2);
     expected.insert("cluster2".into(), 2);
