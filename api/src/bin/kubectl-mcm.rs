@@ -131,6 +131,7 @@ async fn follow(api: &Api<ManagedClusterMigration>, name: &str, limit: Duration)
         api.clone(),
         watcher::Config::default().fields(&format!("metadata.name={name}")),
     )
+    .default_backoff()
     .applied_objects();
     let mut changes = std::pin::pin!(changes);
     let mut out = std::io::stdout();
