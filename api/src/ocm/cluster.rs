@@ -452,6 +452,17 @@ pub struct AddOnPlacementScoreItem {
     pub value: i32,
 }
 
+impl AddOnPlacementScoreStatus {
+    /// The value of the score `name`, if it is published (whatever `validUntil` says).
+    pub fn score(&self, name: &str) -> Option<i32> {
+        self.scores
+            .iter()
+            .flatten()
+            .find(|x| x.name == name)
+            .map(|x| x.value)
+    }
+}
+
 impl ManagedCluster {
     /// The cluster's status conditions (none before any were reported).
     pub fn conditions(&self) -> &[Condition] {

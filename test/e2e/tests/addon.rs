@@ -209,11 +209,11 @@ async fn install_report_upgrade_refuse_roll_back_and_remove() {
         },
     )
     .await;
-    let scores = score.scores.unwrap();
+    let scores = score.scores.clone().unwrap();
     for s in &scores {
         assert!((-100..=100).contains(&s.value), "{s:?}");
     }
-    let get = |n: &str| scores.iter().find(|s| s.name == n).map(|s| s.value);
+    let get = |n: &str| score.score(n);
     assert_eq!(
         get("managedClusters"),
         Some(0),

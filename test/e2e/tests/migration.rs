@@ -381,12 +381,7 @@ async fn bad_inputs_fail_validation_and_touch_nothing() {
         ),
     ];
     for (name, spec, reason, text) in cases {
-        s.apply(name, spec);
-        let m = s
-            .phase(name, MigrationPhase::Failed, Duration::from_secs(60))
-            .await;
-        let (_, got_reason, message) = validation(&m);
-        assert_eq!(got_reason, reason, "{name}: {message}");
+        let message = refused(&s, name, spec, reason).await;
         assert!(
             message.contains(text),
             "{name}: {message:?} should mention {text:?}"
@@ -487,15 +482,13 @@ async fn block_move_holds_a_cluster_conflicts_are_refused_and_delete_rolls_back(
     assert_eq!(taint.effect, "NoSelectIfNew", "{taint:?}");
     assert!(taint.time_added.is_some(), "{taint:?}");
     // A cluster in an active migration cannot be in another.
-    s.apply(
+    let message = refused(
+        &s,
         "second",
         r#"{"from": "hub1", "to": "hub3", "includedManagedClusters": ["cluster2"]}"#,
-    );
-    let second = s
-        .phase("second", MigrationPhase::Failed, Duration::from_secs(60))
-        .await;
-    let (_, reason, message) = validation(&second);
-    assert_eq!(reason, "ClusterConflict", "{message}");
+        "ClusterConflict",
+    )
+    .await;
     assert!(
         message.contains("cluster2 is already in active migration default/first"),
         "{message}"
@@ -804,15 +797,13 @@ async fn a_placement_on_the_source_selects_the_clusters_once() {
     label("cluster2");
     label("cluster3");
     // A Placement that does not exist: refused at validation, by name, touching nothing.
-    s.apply(
+    let message = refused(
+        &s,
         "nowhere",
         r#"{"from": "hub1", "to": "hub2", "includedManagedClustersPlacementRef": "missing"}"#,
-    );
-    let m = s
-        .phase("nowhere", MigrationPhase::Failed, Duration::from_secs(60))
-        .await;
-    let (_, reason, message) = validation(&m);
-    assert_eq!(reason, "PlacementNotFound", "{message}");
+        "PlacementNotFound",
+    )
+    .await;
     assert!(
         message.contains("Placement default/missing") && message.contains("does not exist"),
         "{message}"
@@ -878,12 +869,19 @@ async fn headroom(s: &Setup, hub: &str) -> Option<i32> {
         .get_opt("cluster-migration")
         .await
         .ok()??;
-    score
-        .status?
-        .scores?
-        .into_iter()
-        .find(|x| x.name == "capacityHeadroom")
-        .map(|x| x.value)
+    score.status?.score("capacityHeadroom")
+}
+
+/// Applies migration `name` with `spec` (JSON) and waits for it to fail validation with
+/// `reason`, having touched nothing; returns the condition's message.
+async fn refused(s: &Setup, name: &str, spec: &str, reason: &str) -> String {
+    s.apply(name, spec);
+    let m = s
+        .phase(name, MigrationPhase::Failed, Duration::from_secs(60))
+        .await;
+    let (_, got_reason, message) = validation(&m);
+    assert_eq!(got_reason, reason, "{name}: {message}");
+    message
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -892,15 +890,13 @@ async fn a_target_placement_sends_the_clusters_to_the_hub_with_the_most_room() {
     let s = Setup::new(3, 2).await;
     let kc = &s.global_kc;
     // A Placement that does not exist: refused by name, nothing touched.
-    s.apply(
+    let message = refused(
+        &s,
         "nowhere",
         r#"{"from": "hub1", "toPlacement": "missing", "includedManagedClusters": ["cluster1"]}"#,
-    );
-    let m = s
-        .phase("nowhere", MigrationPhase::Failed, Duration::from_secs(60))
-        .await;
-    let (_, reason, message) = validation(&m);
-    assert_eq!(reason, "PlacementNotFound", "{message}");
+        "PlacementNotFound",
+    )
+    .await;
     assert!(
         message.contains("Placement default/missing (spec.toPlacement)"),
         "{message}"

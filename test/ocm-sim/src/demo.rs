@@ -693,10 +693,9 @@ async fn target_placement(
             let score = Api::<AddOnPlacementScore>::namespaced(global.clone(), hub)
                 .get_opt(ADDON_NAME)
                 .await?
-                .and_then(|s| s.status?.scores)
-                .and_then(|ss| ss.into_iter().find(|x| x.name == "capacityHeadroom"));
-            if let Some(x) = score {
-                scores.push(format!("{hub} {}", x.value));
+                .and_then(|s| s.status?.score("capacityHeadroom"));
+            if let Some(value) = score {
+                scores.push(format!("{hub} {value}"));
             }
         }
         if Instant::now() > deadline {

@@ -207,9 +207,8 @@ async fn reconcile(placement: Arc<Placement>, ctx: Arc<Ctx>) -> Result<Action, k
                         .await?;
                     s.and_then(|s| s.status)
                         .filter(|st| st.valid_until.as_ref().is_none_or(|v| v.0 > now))
-                        .and_then(|st| st.scores)
-                        .and_then(|ss| ss.into_iter().find(|x| x.name == addon.score_name))
-                        .map(|x| i64::from(x.value))
+                        .and_then(|st| st.score(&addon.score_name))
+                        .map(i64::from)
                         .unwrap_or(0)
                 }
                 (_, _, Some("Steady")) if previous.contains(cluster) => 100,
