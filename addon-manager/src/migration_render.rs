@@ -4,6 +4,7 @@
 //! Templates live in `templates/migration-*.yaml.hbs`; nothing here does I/O.
 
 use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
 use migration_api::migration::{
     BootstrapDelivery, CARRY_OVER_DIGEST_KEY, CARRY_OVER_RECORDS_KEY, MigrationRole,
     MigrationTaskSpec,
@@ -424,7 +425,8 @@ pub fn bootstrap_work(m: &Migration, manifests: Vec<Value>) -> Value {
 }
 
 /// The read-only ManifestWork that reads part `index` of the source's carry-over back (the
-/// ConfigMap the source agent wrote in `agent_namespace`): the work agent never writes it
+/// Secret the source agent wrote in `agent_namespace`; its values come back base64-encoded, as
+/// the Secret holds them): the work agent never writes it
 /// (upstream `pkg/work/spoke/apply/read_only_apply.go`) and reports its records and digest as
 /// status feedback.
 pub fn carry_read_work(m: &Migration, agent_namespace: &str, index: usize) -> Value {
@@ -434,11 +436,11 @@ pub fn carry_read_work(m: &Migration, agent_namespace: &str, index: usize) -> Va
         "metadata": {"name": name, "namespace": m.from, "labels": m.labels()},
         "spec": {
             "workload": {"manifests": [{
-                "apiVersion": "v1", "kind": "ConfigMap",
+                "apiVersion": "v1", "kind": "Secret",
                 "metadata": {"name": name, "namespace": agent_namespace}
             }]},
             "manifestConfigs": [{
-                "resourceIdentifier": {"group": "", "resource": "configmaps", "name": name, "namespace": agent_namespace},
+                "resourceIdentifier": {"group": "", "resource": "secrets", "name": name, "namespace": agent_namespace},
                 "updateStrategy": {"type": "ReadOnly"},
                 "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [
                     {"name": CARRY_OVER_RECORDS_KEY, "path": format!(".data.{CARRY_OVER_RECORDS_KEY}")},
@@ -450,7 +452,7 @@ pub fn carry_read_work(m: &Migration, agent_namespace: &str, index: usize) -> Va
 }
 
 /// The ManifestWork that delivers part `index` of the carry-over to the target (`records`, of
-/// the whole's `digest`) as a ConfigMap in its agent's namespace.
+/// the whole's `digest`) as a Secret in its agent's namespace.
 pub fn carry_work(
     m: &Migration,
     agent_namespace: &str,
@@ -464,11 +466,14 @@ pub fn carry_work(
         "metadata": {"name": name, "namespace": m.to, "labels": m.labels()},
         "spec": {
             "workload": {"manifests": [{
-                "apiVersion": "v1", "kind": "ConfigMap",
+                "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": name, "namespace": agent_namespace, "labels": {
                     labels::MANAGED_BY: labels::MANAGED_BY_VALUE
                 }},
-                "data": {CARRY_OVER_RECORDS_KEY: records, CARRY_OVER_DIGEST_KEY: digest}
+                "data": {
+                    CARRY_OVER_RECORDS_KEY: B64.encode(records),
+                    CARRY_OVER_DIGEST_KEY: B64.encode(digest)
+                }
             }]},
             "deleteOption": {"propagationPolicy": "Foreground"},
         }

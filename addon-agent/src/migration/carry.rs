@@ -1,10 +1,12 @@
-//! A carry-over too large for one status value travels in parts: ConfigMaps in the agent's
+//! A carry-over too large for one status value travels in parts: Secrets in the agent's
 //! namespace ([`names::carry_over_part`]), each a JSON array of records with the digest of the
-//! whole. The source writes its parts at validation (owned by its task, so they go with it)
+//! whole. Secrets, not ConfigMaps: the objects a migration carries over may be Secrets. The source writes its parts at validation (owned by its task, so they go with it)
 //! and the manager reads them back through read-only ManifestWorks; the target's parts arrive
 //! in ManifestWorks of their own, and the target reads them from its cache.
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use k8s_openapi::api::core::v1::Secret;
 use migration_api::migration::{
     CARRY_OVER_DIGEST_KEY, CARRY_OVER_RECORDS_KEY, CarryOverParts, carry_over_digest,
     join_carry_over,
@@ -21,14 +23,14 @@ pub(super) async fn publish(
 ) -> Result<CarryOverParts, Error> {
     let digest = carry_over_digest(parts);
     let namespace = task.namespace().unwrap_or_default();
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     for (i, part) in parts.iter().enumerate() {
         let name = names::carry_over_part(task.spec.key(), MigrationRole::Source, i);
         if part_of(ctx, &namespace, &name).is_some_and(|(d, _)| d == digest) {
             continue;
         }
-        let cm = json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": {
                 "name": name, "namespace": namespace,
                 "labels": {names::labels::MANAGED_BY: names::labels::MANAGED_BY_VALUE},
@@ -39,12 +41,15 @@ pub(super) async fn publish(
                     "uid": task.uid().unwrap_or_default()
                 }]
             },
-            "data": {CARRY_OVER_RECORDS_KEY: part, CARRY_OVER_DIGEST_KEY: digest}
+            "data": {
+                CARRY_OVER_RECORDS_KEY: B64.encode(part),
+                CARRY_OVER_DIGEST_KEY: B64.encode(&digest)
+            }
         });
         api.patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&cm),
+            &Patch::Apply(&secret),
         )
         .await
         .map_err(ctx_err(format!("writing carry-over part {name}")))?;
@@ -57,12 +62,10 @@ pub(super) async fn publish(
 
 /// A part in the cache: its digest and records.
 fn part_of(ctx: &Ctx, namespace: &str, name: &str) -> Option<(String, String)> {
-    let cm = get(&ctx.caches.carry_parts, Some(namespace), name)?;
-    let data = cm.data.as_ref()?;
-    Some((
-        data.get(CARRY_OVER_DIGEST_KEY)?.clone(),
-        data.get(CARRY_OVER_RECORDS_KEY)?.clone(),
-    ))
+    let secret = get(&ctx.caches.secrets, Some(namespace), name)?;
+    let data = secret.data.as_ref()?;
+    let text = |key: &str| String::from_utf8(data.get(key)?.0.clone()).ok();
+    Some((text(CARRY_OVER_DIGEST_KEY)?, text(CARRY_OVER_RECORDS_KEY)?))
 }
 
 /// What a target task's clusters carry, from its parts: `Ok(None)` while some part has not

@@ -30,7 +30,7 @@ pub(super) fn import_took_over(works: &Store<ManifestWork>, cluster: &str) -> bo
 /// the watch on the agent's namespace holds it.
 pub(super) fn bootstrap_secret_data(ctx: &Ctx, task: &MigrationTask, name: &str) -> Option<Value> {
     let ns = task.namespace().unwrap_or_default();
-    get(&ctx.caches.bootstrap_secrets, Some(&ns), name)
+    get(&ctx.caches.secrets, Some(&ns), name)
         .and_then(|s| s.data.clone())
         .and_then(|d| serde_json::to_value(d).ok())
 }

@@ -128,10 +128,9 @@ struct Caches {
     csrs: Store<CertificateSigningRequest>,
     /// The KlusterletConfigs migrations render and derive (labelled managed-by).
     bootstrap_configs: Store<migration_api::ocm::config::KlusterletConfig>,
-    /// Plain OCM: the bootstrap Secrets migrations deliver to the agent's namespace.
-    bootstrap_secrets: Store<Secret>,
-    /// The parts of carry-overs in the agent's namespace (`carry`).
-    carry_parts: Store<k8s_openapi::api::core::v1::ConfigMap>,
+    /// The Secrets migrations deliver to the agent's namespace (labelled managed-by): plain
+    /// OCM's bootstrap Secrets, and the parts of carry-overs (`carry`).
+    secrets: Store<Secret>,
 }
 
 fn spawn_caches(
@@ -199,21 +198,19 @@ fn spawn_caches(
         trigger.clone(),
         |_| Some(String::new()),
     );
-    let bootstrap_secrets = spawn_reflector(
+    // A part changes when its digest does; a bootstrap Secret matters when it comes or goes.
+    let secrets = spawn_reflector(
         Api::<Secret>::namespaced(client.clone(), namespace),
         watcher::Config::default().labels(&managed),
         trigger.clone(),
-        |_| Some(String::new()),
-    );
-    let carry_parts = spawn_reflector(
-        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), namespace),
-        watcher::Config::default().labels(&managed),
-        trigger.clone(),
-        |cm: &k8s_openapi::api::core::v1::ConfigMap| {
-            cm.data.as_ref().and_then(|d| {
-                d.get(migration_api::migration::CARRY_OVER_DIGEST_KEY)
-                    .cloned()
-            })
+        |s: &Secret| {
+            Some(
+                s.data
+                    .as_ref()
+                    .and_then(|d| d.get(migration_api::migration::CARRY_OVER_DIGEST_KEY))
+                    .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+                    .unwrap_or_default(),
+            )
         },
     );
     let csrs = spawn_reflector(
@@ -236,8 +233,7 @@ fn spawn_caches(
         awaited,
         csrs,
         bootstrap_configs,
-        bootstrap_secrets,
-        carry_parts,
+        secrets,
     }
 }
 

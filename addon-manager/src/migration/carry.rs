@@ -1,8 +1,10 @@
 //! A carry-over too large for one status value ([`CARRY_OVER_PART_BYTES`]): the source agent
-//! writes it in parts next to its task, read-only works read each part back (their status
+//! writes it in parts (Secrets, base64) next to its task, read-only works read each part back (their status
 //! feedback, on the global hub, is where the migration keeps it: `status.carryOverParts`
 //! names how many and their digest), and works of their own deliver each part to the target.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
 use migration_api::migration::{
     CARRY_OVER_DIGEST_KEY, CARRY_OVER_PART_BYTES, CARRY_OVER_RECORDS_KEY, CarryOverParts,
     carry_over_digest, join_carry_over,
@@ -36,8 +38,8 @@ pub(super) fn read_parts(
 fn reported_part(ctx: &Ctx, m: &Migration, parts: &CarryOverParts, i: usize) -> Option<String> {
     let name = names::carry_over_part(&m.key, MigrationRole::Source, i);
     let work = work_named(ctx, &m.from, &name)?;
-    let values = work.feedback("ConfigMap");
-    let text = |key: &str| feedback_value(values, key).and_then(|v| v.string.clone());
+    let values = work.feedback("Secret");
+    let text = |key: &str| decoded(feedback_value(values, key)?.string.as_deref()?);
     (text(CARRY_OVER_DIGEST_KEY)? == parts.digest)
         .then(|| text(CARRY_OVER_RECORDS_KEY))
         .flatten()
@@ -46,10 +48,13 @@ fn reported_part(ctx: &Ctx, m: &Migration, parts: &CarryOverParts, i: usize) -> 
 /// Part `i` as its work delivers it to the target.
 fn delivered_part(ctx: &Ctx, m: &Migration, parts: &CarryOverParts, i: usize) -> Option<String> {
     delivered(ctx, m, parts, i, |data| {
-        data.get(CARRY_OVER_RECORDS_KEY)?
-            .as_str()
-            .map(str::to_owned)
+        decoded(data.get(CARRY_OVER_RECORDS_KEY)?.as_str()?)
     })
+}
+
+/// A part's value as its Secret holds it (base64), decoded; `None` when it is not.
+fn decoded(value: &str) -> Option<String> {
+    String::from_utf8(B64.decode(value).ok()?).ok()
 }
 
 /// What `read` finds in the data of part `i`'s work to the target, if that work carries the
@@ -64,7 +69,7 @@ fn delivered<T>(
     let name = names::carry_over_part(&m.key, MigrationRole::Target, i);
     let work = work_named(ctx, &m.to, &name)?;
     let data = work.manifests().first()?.get("data")?;
-    if data.get(CARRY_OVER_DIGEST_KEY)?.as_str()? != parts.digest {
+    if decoded(data.get(CARRY_OVER_DIGEST_KEY)?.as_str()?)? != parts.digest {
         return None;
     }
     read(data)

@@ -442,7 +442,7 @@ fn the_bootstrap_objects_travel_in_a_work_of_their_own() {
 }
 
 #[test]
-fn carry_over_parts_are_read_back_read_only_and_delivered_as_config_maps() {
+fn carry_over_parts_are_read_back_read_only_and_delivered_as_secrets() {
     // The source's part: never written by the work agent, its records and digest fed back.
     let read = carry_read_work(&m(), "agent-ns", 2);
     assert_eq!(
@@ -455,7 +455,7 @@ fn carry_over_parts_are_read_back_read_only_and_delivered_as_config_maps() {
     assert_eq!(cfg["updateStrategy"]["type"], "ReadOnly");
     assert_eq!(
         cfg["resourceIdentifier"],
-        json!({"group": "", "resource": "configmaps", "name": "migration-move-0a1b2c3d-source-carry-2", "namespace": "agent-ns"})
+        json!({"group": "", "resource": "secrets", "name": "migration-move-0a1b2c3d-source-carry-2", "namespace": "agent-ns"})
     );
     assert_eq!(
         cfg["feedbackRules"][0]["jsonPaths"],
@@ -464,7 +464,9 @@ fn carry_over_parts_are_read_back_read_only_and_delivered_as_config_maps() {
     let manifest = &read["spec"]["workload"]["manifests"][0];
     assert_eq!(manifest["metadata"]["namespace"], "agent-ns");
     assert!(manifest.get("data").is_none());
-    // The target's part: a ConfigMap with the records and the digest of the whole.
+    assert_eq!(manifest["kind"], "Secret");
+    // The target's part: a Secret with the records and the digest of the whole, base64 as
+    // Secret data is.
     let put = carry_work(&m(), "agent-ns", 0, "[{\"name\":\"c1\"}]", "d");
     assert_eq!(
         put["metadata"]["name"],
@@ -472,9 +474,10 @@ fn carry_over_parts_are_read_back_read_only_and_delivered_as_config_maps() {
     );
     assert_eq!(put["metadata"]["namespace"], "hub2");
     let cm = &put["spec"]["workload"]["manifests"][0];
+    assert_eq!(cm["kind"], "Secret");
     assert_eq!(
         cm["data"],
-        json!({"records": "[{\"name\":\"c1\"}]", "digest": "d"})
+        json!({"records": "W3sibmFtZSI6ImMxIn1d", "digest": "ZA=="})
     );
     assert_eq!(
         cm["metadata"]["labels"]["app.kubernetes.io/managed-by"],
