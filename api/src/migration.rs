@@ -952,8 +952,8 @@ pub fn is_dns_label(name: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
-/// A label selector's own rules (apimachinery `LabelSelectorAsSelector`): known operators,
-/// values with In and NotIn only, and it must select by something.
+/// The cluster selector's rules: it must select by something, by a selector's own rules
+/// ([`check_label_selector`]).
 fn check_selector(selector: &LabelSelector) -> Result<(), SpecError> {
     let labels = selector.match_labels.as_ref().map_or(0, |m| m.len());
     let expressions = selector.match_expressions.as_deref().unwrap_or(&[]);
@@ -962,27 +962,26 @@ fn check_selector(selector: &LabelSelector) -> Result<(), SpecError> {
             "an empty selector would move every cluster of the hub; name them, or a label they share".into(),
         ));
     }
-    for e in expressions {
+    check_label_selector(selector).map_err(SpecError::BadSelector)
+}
+
+/// A label selector's own rules (apimachinery `LabelSelectorAsSelector`): known operators,
+/// values with In and NotIn only.
+pub fn check_label_selector(selector: &LabelSelector) -> Result<(), String> {
+    for e in selector.match_expressions.as_deref().unwrap_or(&[]) {
         let values = e.values.as_deref().unwrap_or(&[]);
         match e.operator.as_str() {
             "In" | "NotIn" if values.is_empty() => {
-                return Err(SpecError::BadSelector(format!(
-                    "{} {} needs at least one value",
-                    e.key, e.operator
-                )));
+                return Err(format!("{} {} needs at least one value", e.key, e.operator));
             }
-            "In" | "NotIn" => {}
             "Exists" | "DoesNotExist" if !values.is_empty() => {
-                return Err(SpecError::BadSelector(format!(
-                    "{} {} takes no values",
-                    e.key, e.operator
-                )));
+                return Err(format!("{} {} takes no values", e.key, e.operator));
             }
-            "Exists" | "DoesNotExist" => {}
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
             other => {
-                return Err(SpecError::BadSelector(format!(
+                return Err(format!(
                     "unknown operator {other:?} (In, NotIn, Exists or DoesNotExist)"
-                )));
+                ));
             }
         }
     }
