@@ -4,6 +4,7 @@
 // kube's `#[kube(printcolumn(...), shortname = ...)]` repeats attribute keys by design.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod bundle;
 pub mod carried;
 pub mod cli;
 pub mod common;

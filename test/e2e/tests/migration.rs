@@ -1141,6 +1141,148 @@ async fn kubectl_mcm_move_creates_a_migration_and_follows_it_to_the_end() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kubectl_mcm_export_and_import_carry_clusters_through_a_directory() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    use std::os::unix::fs::PermissionsExt;
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 1).await;
+    let homes = s.homes();
+    let cluster = homes.iter().find(|(_, h)| **h == 1).unwrap().0.clone();
+    let (hub1_kc, hub2_kc) = (
+        kubeconfig(s.dir.path(), "hub1"),
+        kubeconfig(s.dir.path(), "hub2"),
+    );
+    // In the cluster's namespace on hub1: a ConfigMap, one it owns, and a pull secret.
+    kubectl_apply(
+        &hub1_kc,
+        &format!(
+            r#"{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "extra", "namespace": "{cluster}", "labels": {{"ztp": "yes"}}}}, "data": {{"a": "1"}}}}"#
+        ),
+    );
+    kubectl_apply(
+        &hub1_kc,
+        &format!(
+            r#"{{"apiVersion": "v1", "kind": "Secret", "metadata": {{"name": "pull", "namespace": "{cluster}"}}, "stringData": {{"auth": "s3cr3t"}}}}"#
+        ),
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(s.hub(1), &cluster);
+    let owner_uid = cms.get("extra").await.unwrap().uid().unwrap();
+    kubectl_apply(
+        &hub1_kc,
+        &format!(
+            r#"{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "child", "namespace": "{cluster}",
+  "ownerReferences": [{{"apiVersion": "v1", "kind": "ConfigMap", "name": "extra", "uid": "{owner_uid}"}}]}}, "data": {{"b": "2"}}}}"#
+        ),
+    );
+    let dir = s.dir.path().join("bundle");
+    let d = dir.to_str().unwrap();
+    let export = |extra: &[&str]| {
+        let mut args = vec![
+            "export",
+            "--kubeconfig",
+            hub1_kc.to_str().unwrap(),
+            "--to-directory",
+            d,
+        ];
+        args.extend_from_slice(extra);
+        kubectl_mcm(&s, &args)
+    };
+    // Secrets only when asked: refused, nothing written.
+    let (code, _, err) = export(&["--clusters", &cluster, "--carry", "configmaps,secrets"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--include-secrets"), "{err}");
+    assert!(!dir.exists());
+    // A cluster the hub does not have: refused, nothing written.
+    let (code, _, err) = export(&["--clusters", "no-such-cluster"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("does not exist") && err.contains("nothing was written"),
+        "{err}"
+    );
+    assert!(!dir.exists());
+    let (code, out, err) = export(&[
+        "--clusters",
+        &cluster,
+        "--carry",
+        "configmaps,secrets",
+        "--include-secrets",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let folder = dir.join(&cluster);
+    let secret_file = folder.join("secrets.pull.yaml");
+    let mode = std::fs::metadata(&secret_file)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", secret_file.display());
+    let mc: serde_json::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(folder.join("00-managedcluster.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        mc.get("status").is_none() && mc["metadata"].get("uid").is_none(),
+        "{mc}"
+    );
+    assert_eq!(mc["spec"]["hubAcceptsClient"], true);
+    // Never over an earlier export.
+    let (code, _, err) = export(&["--clusters", &cluster]);
+    assert_eq!(code, Some(2), "{err}");
+    // Import to hub2: a dry run applies nothing; then everything, owners rewritten.
+    let import = |extra: &[&str]| {
+        let mut args = vec![
+            "import",
+            "--kubeconfig",
+            hub2_kc.to_str().unwrap(),
+            "--from-directory",
+            d,
+        ];
+        args.extend_from_slice(extra);
+        kubectl_mcm(&s, &args)
+    };
+    let (code, out, err) = import(&["--dry-run"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let hub2_mcs: Api<ManagedCluster> = Api::all(s.hub(2));
+    assert!(hub2_mcs.get_opt(&cluster).await.unwrap().is_none());
+    let (code, out, err) = import(&[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("imported 1 clusters"), "{out}");
+    let imported = hub2_mcs.get(&cluster).await.unwrap();
+    assert!(imported.spec.hub_accepts_client);
+    let hub2_cms: Api<ConfigMap> = Api::namespaced(s.hub(2), &cluster);
+    let extra = hub2_cms.get("extra").await.unwrap();
+    assert_eq!(extra.labels().get("ztp").map(String::as_str), Some("yes"));
+    let child = hub2_cms.get("child").await.unwrap();
+    let refs = child.metadata.owner_references.clone().unwrap_or_default();
+    assert_eq!(refs.len(), 1, "{refs:?}");
+    assert_eq!(
+        Some(refs[0].uid.clone()),
+        extra.uid(),
+        "owner rewritten to hub2's uid"
+    );
+    assert_ne!(refs[0].uid, owner_uid);
+    let pull = Api::<Secret>::namespaced(s.hub(2), &cluster)
+        .get("pull")
+        .await
+        .unwrap();
+    assert_eq!(
+        pull.data
+            .unwrap_or_default()
+            .get("auth")
+            .map(|b| b.0.clone()),
+        Some(b"s3cr3t".to_vec())
+    );
+    // Again: everything is there already, nothing is overwritten.
+    let (code, _, err) = import(&[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("already exists") && err.contains("nothing was applied"),
+        "{err}"
+    );
+    // Nothing moved: every cluster still on its hub.
+    s.invariant(&homes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_manager_restarted_in_every_phase_still_completes() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let mut s = Setup::new(2, 5).await;

@@ -5,6 +5,13 @@
 //! with `--watch`, follows it with a progress line until it ends: exit 0 when it completed, 1
 //! when it failed (its conditions say why), 2 for flags that cannot make a migration (nothing
 //! is created then).
+//!
+//! `kubectl mcm export --clusters c1,c2 --to-directory DIR [--carry KINDS] [--include-secrets]`
+//! (against a managed hub) writes what a migration would carry for those clusters to a new
+//! directory, and `kubectl mcm import --from-directory DIR` (against another hub) applies it:
+//! `clusterctl move --to-directory/--from-directory` for OCM hubs.
+
+mod bundle;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -50,18 +57,120 @@ enum Command {
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
     },
+    /// Write what a migration would carry for some clusters to a new directory, read from
+    /// their hub (a managed hub, not the global hub).
+    Export {
+        /// The clusters, by name (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        clusters: Vec<String>,
+        /// Or: the clusters with these labels (a kubectl label selector).
+        #[arg(long, short = 'l')]
+        selector: Option<String>,
+        /// The directory to write (new, or empty).
+        #[arg(long)]
+        to_directory: PathBuf,
+        /// Kinds in each cluster's namespace to carry besides its addons and
+        /// KlusterletAddonConfig, as kubectl names them (`configmaps`,
+        /// `clusterdeployments.hive.openshift.io`).
+        #[arg(long, value_delimiter = ',')]
+        carry: Vec<String>,
+        /// Let `--carry` name Secrets (their data is written in the clear, files mode 0600).
+        #[arg(long)]
+        include_secrets: bool,
+        /// The hub's kubeconfig (default: $KUBECONFIG, then ~/.kube/config).
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// Apply a directory written by `export` to a hub: each cluster's ManagedCluster, then its
+    /// objects, owners first; nothing already there is overwritten, and a failure removes what
+    /// this import applied.
+    Import {
+        #[arg(long)]
+        from_directory: PathBuf,
+        /// Check the directory and the hub only.
+        #[arg(long)]
+        dry_run: bool,
+        /// The hub's kubeconfig (default: $KUBECONFIG, then ~/.kube/config).
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+    },
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let Command::Move {
-        flags,
-        watch,
-        name,
-        namespace,
-        kubeconfig,
-        timeout,
-    } = Cli::parse().command;
+    match Cli::parse().command {
+        Command::Move {
+            flags,
+            watch,
+            name,
+            namespace,
+            kubeconfig,
+            timeout,
+        } => run_move(flags, watch, name, namespace, kubeconfig, timeout).await,
+        Command::Export {
+            clusters,
+            selector,
+            to_directory,
+            carry,
+            include_secrets,
+            kubeconfig,
+        } => {
+            let verb = "kubectl mcm export";
+            match client(kubeconfig).await {
+                Err(e) => finish(verb, Err(bundle::Stop::Failed(e))),
+                Ok(c) => {
+                    let done = bundle::export(
+                        c,
+                        &clusters,
+                        selector.as_deref(),
+                        &carry,
+                        include_secrets,
+                        &to_directory,
+                    );
+                    finish(verb, done.await)
+                }
+            }
+        }
+        Command::Import {
+            from_directory,
+            dry_run,
+            kubeconfig,
+        } => {
+            let verb = "kubectl mcm import";
+            match client(kubeconfig).await {
+                Err(e) => finish(verb, Err(bundle::Stop::Failed(e))),
+                Ok(c) => finish(verb, bundle::import(c, &from_directory, dry_run).await),
+            }
+        }
+    }
+}
+
+/// Prints how an export or import ended and gives its exit code.
+fn finish(verb: &str, done: Result<String, bundle::Stop>) -> ExitCode {
+    match done {
+        Ok(said) => {
+            println!("{said}");
+            ExitCode::SUCCESS
+        }
+        Err(bundle::Stop::Usage(e)) => {
+            eprintln!("{verb}: {e}");
+            ExitCode::from(2)
+        }
+        Err(bundle::Stop::Failed(e)) => {
+            eprintln!("{verb}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_move(
+    flags: MoveFlags,
+    watch: bool,
+    name: Option<String>,
+    namespace: String,
+    kubeconfig: Option<PathBuf>,
+    timeout: u64,
+) -> ExitCode {
     let spec = match move_spec(&flags) {
         Ok(s) => s,
         Err(e) => {
