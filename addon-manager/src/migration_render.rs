@@ -5,6 +5,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
+use migration_api::carried::CarryOverResource;
 use migration_api::migration::{
     BootstrapDelivery, CARRY_OVER_DIGEST_KEY, CARRY_OVER_RECORDS_KEY, MigrationRole,
     MigrationTaskSpec,
@@ -22,6 +23,7 @@ const KLUSTERLET_CONFIG: &str =
 const BOOTSTRAP_RBAC: &str = include_str!("../../templates/migration-bootstrap-rbac.yaml.hbs");
 const TASK: &str = include_str!("../../templates/migration-task.yaml.hbs");
 const AGENT_RBAC: &str = include_str!("../../templates/migration-agent-rbac.yaml.hbs");
+const CARRY_RBAC: &str = include_str!("../../templates/migration-carry-rbac.yaml.hbs");
 
 /// Namespace the source hub's import controller reads bootstrap kubeconfig secrets from.
 pub const BOOTSTRAP_SECRETS_NAMESPACE: &str = "multicluster-engine";
@@ -385,6 +387,39 @@ pub fn agent_grants(
             "agentName": crate::render::AGENT_NAME, "agentNamespace": g.agent_namespace,
             "releaseNamespaces": g.release,
             "releaseRole": crate::render::release_works_role(&g.addon),
+        }),
+    )
+}
+
+/// What the agent of `role`'s hub may do with the kinds the clusters carry over
+/// (`templates/migration-carry-rbac.yaml.hbs`): while validating (`clusters` empty), the source
+/// reads them, cluster-wide; then, in each of `clusters`' namespaces alone, the source reads and
+/// pauses them, the target reads, creates, resumes and removes its copies. Nothing without
+/// kinds, or for a target without clusters.
+pub fn carry_grants(
+    m: &Migration,
+    role: MigrationRole,
+    kinds: &[CarryOverResource],
+    clusters: &[String],
+    agent_namespace: &str,
+) -> Result<Vec<Value>, RenderError> {
+    let target = role == MigrationRole::Target;
+    if kinds.is_empty() || (target && clusters.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let verbs: &[&str] = match (target, clusters.is_empty()) {
+        (false, true) => &["get", "list"],
+        (false, false) => &["get", "list", "patch"],
+        (true, _) => &["get", "list", "create", "patch", "delete"],
+    };
+    render_template(
+        "migration-carry-rbac",
+        CARRY_RBAC,
+        &json!({
+            "roleName": format!("{}:carry", names::migration_agent_role(&m.key, role)),
+            "labels": m.labels(), "kinds": kinds, "verbs": verbs,
+            "everywhere": clusters.is_empty(), "namespaces": clusters,
+            "agentName": crate::render::AGENT_NAME, "agentNamespace": agent_namespace,
         }),
     )
 }

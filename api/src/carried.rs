@@ -146,6 +146,43 @@ pub fn paused(group: &str, resource: &str, annotations: &BTreeMap<String, String
 /// Label on each object a migration created on the target: its key, so a rollback removes what
 /// it made and nothing else.
 pub const CARRIED_BY: &str = "migration.open-cluster-management.io/carried-by";
+/// Annotation beside a pause a migration set: its key (a pause that was there before is not
+/// the migration's to lift).
+pub const PAUSED_BY: &str = "migration.open-cluster-management.io/paused-by";
+
+/// `carried` as the target creates it in `cluster`'s namespace: labelled with the migration's
+/// `key` ([`CARRIED_BY`]), paused where its controller has a pause ([`pause_annotation`],
+/// marked [`PAUSED_BY`]), its owner references rewritten for the target ([`rewrite_owners`]).
+pub fn for_target(
+    carried: &CarriedObject,
+    cluster: &str,
+    key: &str,
+    uids: &BTreeMap<(String, String, String), String>,
+) -> Value {
+    let mut out = carried.object.clone();
+    let group = group_of(out["apiVersion"].as_str().unwrap_or_default()).to_owned();
+    let owners = out["metadata"]["ownerReferences"]
+        .as_array()
+        .map(|refs| rewrite_owners(refs, uids))
+        .unwrap_or_default();
+    let meta = &mut out["metadata"];
+    meta["namespace"] = json!(cluster);
+    meta["labels"][CARRIED_BY] = json!(key);
+    if let Some((k, v)) = pause_annotation(&group, &carried.resource) {
+        meta["annotations"][k] = json!(v);
+        meta["annotations"][PAUSED_BY] = json!(key);
+    }
+    match meta.as_object_mut() {
+        Some(m) if owners.is_empty() => {
+            m.remove("ownerReferences");
+        }
+        Some(m) => {
+            m.insert("ownerReferences".into(), json!(owners));
+        }
+        None => {}
+    }
+    out
+}
 
 /// A copy of `object` fit for another hub: no status, no server-set metadata (uid,
 /// resourceVersion, generation, creation and deletion times, managed fields), no finalizers
@@ -354,6 +391,44 @@ mod tests {
                 .get("annotations")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_copy_on_the_target_is_labelled_paused_where_it_can_be_and_owned_there() {
+        let cd = CarriedObject {
+            resource: "clusterdeployments".into(),
+            object: json!({"apiVersion": "hive.openshift.io/v1", "kind": "ClusterDeployment",
+                "metadata": {"name": "c1", "namespace": "c1",
+                    "ownerReferences": [{"apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster", "name": "c1", "uid": "src"}]},
+                "spec": {"clusterName": "c1"}}),
+        };
+        let uids = BTreeMap::from([(
+            (
+                "cluster.open-cluster-management.io".into(),
+                "ManagedCluster".into(),
+                "c1".into(),
+            ),
+            "dst".to_owned(),
+        )]);
+        let out = for_target(&cd, "c1", "k1", &uids);
+        assert_eq!(out["metadata"]["labels"][CARRIED_BY], "k1");
+        assert_eq!(
+            out["metadata"]["annotations"]["hive.openshift.io/reconcile-pause"],
+            "true"
+        );
+        assert_eq!(out["metadata"]["annotations"][PAUSED_BY], "k1");
+        assert_eq!(out["metadata"]["ownerReferences"][0]["uid"], "dst");
+        assert_eq!(out["spec"], cd.object["spec"]);
+        // A kind without a pause is only labelled; an owner not on the target goes.
+        let cm = CarriedObject {
+            resource: "configmaps".into(),
+            object: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "elsewhere",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Secret", "name": "gone", "uid": "u"}]}}),
+        };
+        let out = for_target(&cm, "c1", "k1", &BTreeMap::new());
+        assert_eq!(out["metadata"]["namespace"], "c1");
+        assert!(out["metadata"].get("annotations").is_none(), "{out}");
+        assert!(out["metadata"].get("ownerReferences").is_none(), "{out}");
     }
 
     #[test]

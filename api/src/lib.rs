@@ -10,6 +10,8 @@ pub mod cli;
 pub mod common;
 pub mod contract;
 pub mod crds;
+#[cfg(feature = "runtime")]
+pub mod discovery;
 pub mod migration;
 pub mod names;
 pub mod ocm;

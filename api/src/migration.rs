@@ -116,6 +116,14 @@ pub struct ManagedClusterMigrationSpec {
     /// controller must deliver the target's bootstrap kubeconfig), and put back if they stay.
     /// Without it such clusters fail validation.
     pub lift_disable_auto_import: Option<bool>,
+    /// Objects carried over besides what every migration carries: for each kind listed, the
+    /// objects in each moving cluster's namespace on the source hub (those its selector
+    /// matches), copied to the target before the cluster switches, without status, owner
+    /// references pointing at the target's objects, removed from the target again if the
+    /// cluster goes back. Kinds whose controller must not act twice (hive's
+    /// ClusterDeployments, metal3's BareMetalHosts) arrive paused. At most 16 kinds.
+    #[schemars(length(max = 16))]
+    pub carry_over: Option<Vec<crate::carried::CarryOverResource>>,
 }
 
 fn cluster_names(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -459,6 +467,9 @@ pub struct MigrationTaskSpec {
     /// Source: clusters annotated `disable-auto-import` may move (the annotation is lifted
     /// while the migration configures them).
     pub lift_disable_auto_import: Option<bool>,
+    /// The kinds of objects the clusters carry over (the migration's `carryOver`): the source
+    /// reads them, the target writes them.
+    pub carry_kinds: Option<Vec<crate::carried::CarryOverResource>>,
     /// How the bootstrap kubeconfig reaches the clusters: through the source hub's
     /// KlusterletConfig (ACM/MCE, the default), or through a ManifestWork per cluster (plain
     /// OCM: the Klusterlet's MultipleHubs configuration, set on the source and restored on the
@@ -567,6 +578,11 @@ pub struct CarriedCluster {
     /// it selects while it moves from it, [`crate::names::derived_klusterlet_config`]). Not
     /// carried to the target.
     pub own_klusterlet_config: Option<String>,
+    /// The objects of the migration's `carryOver` kinds in its namespace, as the source made
+    /// them fit for the target ([`crate::carried::clean`]). A record with objects never
+    /// travels in status: they may be Secrets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<crate::carried::CarriedObject>,
 }
 
 /// One ManagedClusterAddOn carried over.
@@ -808,6 +824,9 @@ pub struct MigrationTaskStatus {
 
 /// Most a cluster may carry over (its record as JSON).
 pub const MAX_CARRY_OVER_PER_CLUSTER: usize = 16 * 1024;
+/// Most a cluster may carry over with objects of `carryOver` kinds (its record as JSON): a
+/// kubeconfig Secret and a ClusterDeployment are a few KiB each; still well within one part.
+pub const MAX_CARRY_OVER_WITH_OBJECTS: usize = 128 * 1024;
 /// Most a migration may carry over (every record, as JSON): the parts are held in memory by
 /// the manager and the agents (3 000 clusters of 2 KiB each are 6 MiB).
 pub const MAX_CARRY_OVER_TOTAL: usize = 32 * 1024 * 1024;
@@ -923,6 +942,9 @@ pub enum SpecError {
         "{field} {value:?} is not a valid name (lowercase letters, digits and '-', at most 63)"
     )]
     Name { field: &'static str, value: String },
+    /// `carryOver` names a kind that cannot travel, or names it badly.
+    #[error("carryOver: {0}")]
+    CarryOver(String),
 }
 
 /// Shortest stage timeout: less could not see a single cluster through.
@@ -1068,6 +1090,8 @@ impl ManagedClusterMigrationSpec {
         }
         self.stage_timeout()?;
         self.registering_timeout()?;
+        crate::carried::check(self.carry_over.as_deref().unwrap_or_default())
+            .map_err(SpecError::CarryOver)?;
         if self.max_concurrency.is_some_and(|c| c < 1) {
             return Err(SpecError::Range("maxConcurrency must be at least 1"));
         }
@@ -1703,6 +1727,41 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn carry_over_is_checked_with_the_spec() {
+        use crate::carried::CarryOverResource;
+        let with = |kinds: Vec<(&str, &str)>| {
+            let mut s = spec();
+            s.carry_over = Some(
+                kinds
+                    .into_iter()
+                    .map(|(g, r)| CarryOverResource {
+                        group: g.into(),
+                        resource: r.into(),
+                        label_selector: None,
+                    })
+                    .collect(),
+            );
+            s.validate()
+        };
+        assert_eq!(with(vec![]), Ok(()));
+        assert_eq!(
+            with(vec![
+                ("", "secrets"),
+                ("hive.openshift.io", "clusterdeployments")
+            ]),
+            Ok(())
+        );
+        let e = with(vec![("rbac.authorization.k8s.io", "clusterroles")]).unwrap_err();
+        assert!(matches!(e, SpecError::CarryOver(_)), "{e}");
+        assert!(
+            e.to_string().starts_with(
+                "carryOver: clusterroles.rbac.authorization.k8s.io cannot be carried over"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

@@ -274,6 +274,9 @@ pub mod annotations {
         KLUSTERLET_DEPLOY_MODE,
         "open-cluster-management/created-via",
     ];
+    /// On a ManagedCluster pre-created on the target: the objects its cluster carries over
+    /// (`carryOver`) are there; the value is the migration's key.
+    pub const OBJECTS_CARRIED: &str = "migration.open-cluster-management.io/objects-carried";
     /// ManagedCluster pre-created on the target by a migration; the value names it (so only
     /// what the migration created is removed on rollback).
     pub const PRE_CREATED: &str = "migration.open-cluster-management.io/pre-created-by";
@@ -413,6 +416,8 @@ pub mod reasons {
     pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
     /// Migration: the Placement that selects the clusters does not exist on the source.
     pub const PLACEMENT_NOT_FOUND: &str = "PlacementNotFound";
+    /// Migration: a hub does not serve a kind `carryOver` lists (or serves it cluster-scoped).
+    pub const CARRY_OVER_NOT_SERVED: &str = "CarryOverNotServed";
     /// Migration: `spec.toPlacement` chose no single hub (none besides the source, several, or
     /// none in time).
     pub const TARGET_NOT_CHOSEN: &str = "TargetNotChosen";

@@ -24,6 +24,9 @@ pub(super) enum Effect {
     Precreate,
     /// Target: carry the cluster's addons and KlusterletAddonConfig over.
     CarryAddons,
+    /// Target: create the objects the cluster carries over (`carryOver`) in its namespace, and
+    /// mark its ManagedCluster once they are all there.
+    CarryObjects,
     /// Approve the bootstrap CSR of this name.
     Approve(String, Approval),
     /// Plain OCM target: drive the cluster's klusterlet work toward this hub's own settings.
@@ -98,6 +101,9 @@ pub(super) async fn apply(
             }
             Effect::Await(awaited) => await_return(ctx, cluster, awaited),
             Effect::Detach | Effect::RemoveCopy => {
+                if effect == Effect::RemoveCopy {
+                    remove_carried(ctx, task, cluster).await?;
+                }
                 let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
                 ignore_not_found(api.delete(cluster, &DeleteParams::default()).await)
                     .map_err(ctx_err(format!("deleting ManagedCluster {cluster}")))?;
@@ -110,6 +116,7 @@ pub(super) async fn apply(
             Effect::ReleaseWorks => release_works(ctx, cluster).await?,
             Effect::Precreate => precreate(ctx, task, cluster).await?,
             Effect::CarryAddons => carry_addons(ctx, task, cluster).await?,
+            Effect::CarryObjects => carry_objects(ctx, task, cluster).await?,
             Effect::Approve(csr, why) => approve_csr(ctx, &csr, why).await?,
             Effect::Settle => {
                 klusterlet_settle(ctx, task, cluster).await?;
@@ -330,6 +337,8 @@ pub(super) struct Arriving<'a> {
     /// The bootstrap CSRs of the cluster's own bootstrap identity.
     pub(super) requests: &'a [admission::Request<'a>],
     pub(super) now: jiff::Timestamp,
+    /// The cluster carries objects over (`carryOver`).
+    pub(super) carries_objects: bool,
 }
 
 /// A target cluster while clusters register: pre-created when missing; refused when a
@@ -363,6 +372,14 @@ pub(super) fn arrive(task: &MigrationTask, seen: &Arriving) -> (ClusterState, Ve
     } else {
         state
     };
+    // The objects it carries, before it may switch: once its namespace is here (made for the
+    // ManagedCluster pre-created), each stage reconcile until its ManagedCluster is marked.
+    if seen.carries_objects
+        && let Some(m) = seen.mc.filter(|m| marked(m, PRE_CREATED, task))
+        && !marked(m, OBJECTS_CARRIED, task)
+    {
+        effects.push(Effect::CarryObjects);
+    }
     if seen.registering {
         let ours = seen.mc.filter(|m| marked(m, PRE_CREATED, task));
         let released_at = match ours {
@@ -466,13 +483,13 @@ pub(super) fn unmark(mc: Option<&ManagedCluster>, migration: &str) -> Vec<Effect
         return vec![];
     };
     let mut effects = vec![];
-    if [PRE_CREATED, MIGRATING, RELEASED_AT]
+    if [PRE_CREATED, MIGRATING, RELEASED_AT, OBJECTS_CARRIED]
         .iter()
         .any(|k| m.annotations().contains_key(*k))
     {
-        effects.push(Effect::Patch(
-            json!({"metadata": {"annotations": {PRE_CREATED: Value::Null, MIGRATING: Value::Null, RELEASED_AT: Value::Null}}}),
-        ));
+        effects.push(Effect::Patch(json!({"metadata": {"annotations": {
+            PRE_CREATED: Value::Null, MIGRATING: Value::Null, RELEASED_AT: Value::Null,
+            OBJECTS_CARRIED: Value::Null}}})));
     }
     effects.extend(taint(m, migration, false));
     effects

@@ -38,13 +38,13 @@ use kube::{Client, ResourceExt};
 use migration_api::common::{condition_is_true, selector_matches};
 use migration_api::migration::{
     BootstrapDelivery, CarriedAddOn, CarriedCluster, ClusterState, MAX_CARRY_OVER_PER_CLUSTER,
-    MAX_CARRY_OVER_TOTAL, MigrationRole, MigrationTask, MigrationTaskStatus, TaskStage,
-    split_carry_over,
+    MAX_CARRY_OVER_TOTAL, MAX_CARRY_OVER_WITH_OBJECTS, MigrationRole, MigrationTask,
+    MigrationTaskStatus, TaskStage, split_carry_over,
 };
 use migration_api::names;
 use migration_api::names::annotations::{
     BLOCK_MOVE, DISABLE_AUTO_IMPORT, KLUSTERLET_CONFIG, KLUSTERLET_DEPLOY_MODE, MIGRATING,
-    ORIGINAL_KLUSTERLET_CONFIG, PRE_CREATED, RELEASED_AT,
+    OBJECTS_CARRIED, ORIGINAL_KLUSTERLET_CONFIG, PRE_CREATED, RELEASED_AT,
 };
 use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED};
 use migration_api::names::labels::{CLUSTER_NAME, CLUSTER_SET, LOCAL_CLUSTER};
@@ -429,6 +429,28 @@ async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Actio
             }
         }
     }
+    // The kinds the clusters carry over: both hubs must serve them, or nothing is touched.
+    let mut kinds = Vec::new();
+    if task.spec.stage == TaskStage::Validating
+        && let Some(wanted) = task.spec.carry_kinds.as_deref()
+    {
+        match migration_api::discovery::served(&ctx.client, wanted)
+            .await
+            .map_err(ctx_err("discovering the kinds to carry over"))?
+        {
+            Ok(found) => kinds = wanted.iter().cloned().zip(found).collect(),
+            Err(why) => {
+                let report = Report {
+                    state: StageState::Failed,
+                    message: format!("carryOver: {why} on this hub"),
+                    refusal: Some(names::reasons::CARRY_OVER_NOT_SERVED),
+                    ..Default::default()
+                };
+                write_status(&ctx, &task, &[], report).await?;
+                return Ok(Action::requeue(Duration::from_secs(60)));
+            }
+        }
+    }
     // A target that pre-creates clusters from a carry-over in parts waits for all of them.
     let task = match (&task.spec.carry_over_parts, task.spec.role, task.spec.stage) {
         (Some(parts), MigrationRole::Target, TaskStage::Deploying | TaskStage::Registering) => {
@@ -444,7 +466,7 @@ async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Actio
     };
     let report = match (task.spec.role, task.spec.stage) {
         (MigrationRole::Source, TaskStage::Validating) => {
-            source_validate(&ctx, &task, &names).await?
+            source_validate(&ctx, &task, &names, &kinds).await?
         }
         (MigrationRole::Target, TaskStage::Validating) => {
             target_validate(&ctx, &task, &names).await?

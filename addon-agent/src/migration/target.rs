@@ -1,5 +1,8 @@
 //! The target role: pre-create, admit (CSR admission), roll back, clean up.
 
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+
 use super::*;
 
 /// Whether a CSR is a klusterlet of `cluster` registering with the migration's bootstrap
@@ -206,6 +209,143 @@ pub(super) async fn carry_addons(ctx: &Ctx, task: &MigrationTask, name: &str) ->
     Ok(())
 }
 
+/// The objects cluster `name` carries over (`carryOver`), created in its namespace here, owners
+/// first, each labelled with the migration, paused where its controller has a pause, its owner
+/// references pointing at this hub's objects ([`carried::for_target`]); then its
+/// ManagedCluster is marked ([`OBJECTS_CARRIED`]). One of this migration's already there is
+/// taken as it is; one that is not this migration's is never overwritten (an error: the stage
+/// waits, and times out into a rollback). Until the hub has made the cluster's namespace,
+/// nothing (the namespace's arrival changes the ManagedCluster's conditions, and so wakes this).
+pub(super) async fn carry_objects(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    name: &str,
+) -> Result<(), Error> {
+    use migration_api::carried;
+    let Some(record) = carried(task, name) else {
+        return Ok(());
+    };
+    let Some(mc) = get(&ctx.caches.clusters, None, name) else {
+        return Ok(());
+    };
+    let key = task.spec.key();
+    let mut uids = BTreeMap::new();
+    if let Some(uid) = mc.uid() {
+        uids.insert(
+            (
+                "cluster.open-cluster-management.io".to_owned(),
+                "ManagedCluster".to_owned(),
+                name.to_owned(),
+            ),
+            uid,
+        );
+    }
+    let values: Vec<Value> = record.objects.iter().map(|o| o.object.clone()).collect();
+    for i in migration_api::bundle::import_order(&values) {
+        let carried = &record.objects[i];
+        let object = carried::for_target(carried, name, key, &uids);
+        let api_version = object["apiVersion"].as_str().unwrap_or_default().to_owned();
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        let object_name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(group, version, &kind),
+            &carried.resource,
+        );
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), name, &ar);
+        let what = || format!("{kind} {name}/{object_name}");
+        let body: DynamicObject = serde_json::from_value(object.clone()).map_err(|e| {
+            Error::Kube(ApiError::new(
+                format!("building {}", what()),
+                kube::Error::SerdeError(e),
+            ))
+        })?;
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let made = match api.create(&pp, &body).await {
+            Ok(made) => made,
+            // The namespace is not here yet.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let there = api
+                    .get(&object_name)
+                    .await
+                    .map_err(ctx_err(format!("reading {}", what())))?;
+                if there.labels().get(carried::CARRIED_BY).map(String::as_str) != Some(key) {
+                    return Err(Error::Config(format!(
+                        "{} exists on this hub and is not this migration's: not overwritten",
+                        what()
+                    )));
+                }
+                there
+            }
+            Err(e) => {
+                return Err(Error::Kube(ApiError::new(
+                    format!("creating {}", what()),
+                    e,
+                )));
+            }
+        };
+        if let Some(uid) = made.uid() {
+            uids.insert((group.to_owned(), kind, object_name), uid);
+        }
+    }
+    patch_cluster(
+        ctx,
+        name,
+        json!({"metadata": {"annotations": {OBJECTS_CARRIED: key}}}),
+    )
+    .await?;
+    tracing::info!(cluster = %name, objects = record.objects.len(), "carried objects over");
+    Ok(())
+}
+
+/// Removes what this migration created in cluster `name`'s namespace of the kinds it carries
+/// over (labelled [`carried::CARRIED_BY`] with its key), before its pre-created copy goes.
+pub(super) async fn remove_carried(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    name: &str,
+) -> Result<(), Error> {
+    use migration_api::carried;
+    let Some(kinds) = task.spec.carry_kinds.as_deref().filter(|k| !k.is_empty()) else {
+        return Ok(());
+    };
+    // Each kind on its own: one no longer served here leaves nothing of it to remove, and
+    // does not keep the others' copies.
+    let mut found = Vec::new();
+    for kind in kinds {
+        found.extend(
+            migration_api::discovery::served(&ctx.client, std::slice::from_ref(kind))
+                .await
+                .map_err(ctx_err("discovering the kinds carried over"))?
+                .unwrap_or_default(),
+        );
+    }
+    let ours = format!("{}={}", carried::CARRIED_BY, task.spec.key());
+    for ar in found {
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), name, &ar);
+        let listed = api
+            .list(&ListParams::default().labels(&ours))
+            .await
+            .map_err(ctx_err(format!(
+                "listing the {} carried to {name}",
+                ar.plural
+            )))?;
+        for o in listed.items {
+            ignore_not_found(api.delete(&o.name_any(), &DeleteParams::default()).await).map_err(
+                ctx_err(format!("removing {} {name}/{}", ar.kind, o.name_any())),
+            )?;
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn target_state(mc: Option<&ManagedCluster>) -> ClusterState {
     match mc {
         None => ClusterState::Pending,
@@ -258,11 +398,17 @@ pub(super) async fn target_register(
             import_took_over: acm_target && import_took_over(&ctx.caches.works, name),
             requests: &requests,
             now: jiff::Timestamp::now(),
+            carries_objects: carried(task, name).is_some_and(|r| !r.objects.is_empty()),
         };
         let (state, effects) = arrive(task, &seen);
         planned.push((name.as_str(), effects));
         states.push(state);
     }
+    // Deploying ends once every cluster's objects are here.
+    let carrying = planned
+        .iter()
+        .filter(|(_, e)| e.contains(&Effect::CarryObjects))
+        .count();
     apply_all(ctx, task, planned).await?;
     let registered = states
         .iter()
@@ -273,11 +419,15 @@ pub(super) async fn target_register(
         .filter(|s| **s == ClusterState::Refused)
         .count();
     Ok(Report {
-        message: format!(
-            "{registered} of {} clusters registered, {refused} refused",
-            names.len()
-        ),
-        state: StageState::done_if(!registering),
+        message: if !registering && carrying > 0 {
+            format!("carrying over the objects of {carrying} clusters")
+        } else {
+            format!(
+                "{registered} of {} clusters registered, {refused} refused",
+                names.len()
+            )
+        },
+        state: StageState::done_if(!registering && carrying == 0),
         states,
         ..Default::default()
     })

@@ -21,13 +21,22 @@ fn carry_over_past_the_limits_fails_the_clusters_it_concerns() {
     use ClusterState::*;
     // One cluster over its own limit fails alone.
     let mut states = [Valid, Valid, NotFound];
-    apply_carry_over_limits(&mut states, &[100, MAX_CARRY_OVER_PER_CLUSTER + 1, 100]);
+    let limit = MAX_CARRY_OVER_PER_CLUSTER;
+    apply_carry_over_limits(
+        &mut states,
+        &[(100, limit), (limit + 1, limit), (100, limit)],
+    );
     assert_eq!(states, [Valid, TooLarge, NotFound]);
+    // A record with objects has a larger limit of its own.
+    let mut states = [Valid, Valid];
+    let big = MAX_CARRY_OVER_WITH_OBJECTS;
+    apply_carry_over_limits(&mut states, &[(limit + 1, big), (big + 1, big)]);
+    assert_eq!(states, [Valid, TooLarge]);
     // Records each within the limit, but more than the migration can carry: the ones
     // past the total fail.
     let n = MAX_CARRY_OVER_TOTAL / 10_000 + 3;
     let mut states = vec![Valid; n];
-    apply_carry_over_limits(&mut states, &vec![10_000; n]);
+    apply_carry_over_limits(&mut states, &vec![(10_000, limit); n]);
     let fit = MAX_CARRY_OVER_TOTAL / 10_001;
     assert!(states[..fit].iter().all(|s| *s == Valid), "{states:?}");
     assert!(
@@ -35,7 +44,7 @@ fn carry_over_past_the_limits_fails_the_clusters_it_concerns() {
         "{states:?}"
     );
     let mut small = [Valid; 3];
-    apply_carry_over_limits(&mut small, &[10, 10, 10]);
+    apply_carry_over_limits(&mut small, &[(10, limit); 3]);
     assert_eq!(small, [Valid; 3]);
 }
 
@@ -403,7 +412,57 @@ fn arriving<'a>(
         import_took_over: true,
         requests,
         now: at("2026-01-01T00:10:00Z"),
+        carries_objects: false,
     }
+}
+
+#[test]
+fn the_target_carries_a_clusters_objects_once_it_is_pre_created_until_it_is_marked() {
+    use ClusterState::*;
+    let task = target_task();
+    let requests = pending_csr();
+    let deploying = |mc| Arriving {
+        registering: false,
+        released: false,
+        carries_objects: true,
+        ..arriving(mc, &requests)
+    };
+    // Not there yet: pre-created first; the objects follow into its namespace.
+    assert_eq!(
+        arrive(&task, &deploying(None)),
+        (Created, vec![Effect::Precreate])
+    );
+    let made = target_cluster(&[(PRE_CREATED, "k1")], true, false, false);
+    assert_eq!(
+        arrive(&task, &deploying(Some(&made))),
+        (Created, vec![Effect::CarryObjects])
+    );
+    // Marked by this migration: done; marked by another, or not ours at all: not carried.
+    let done = target_cluster(
+        &[(PRE_CREATED, "k1"), (OBJECTS_CARRIED, "k1")],
+        true,
+        false,
+        false,
+    );
+    assert_eq!(arrive(&task, &deploying(Some(&done))), (Created, vec![]));
+    let other = target_cluster(
+        &[(PRE_CREATED, "k1"), (OBJECTS_CARRIED, "k0")],
+        true,
+        false,
+        false,
+    );
+    assert_eq!(
+        arrive(&task, &deploying(Some(&other))),
+        (Created, vec![Effect::CarryObjects])
+    );
+    let foreign = target_cluster(&[], true, false, false);
+    assert_eq!(arrive(&task, &deploying(Some(&foreign))), (Refused, vec![]));
+    // Without objects: nothing to carry.
+    let plain = Arriving {
+        carries_objects: false,
+        ..deploying(Some(&made))
+    };
+    assert_eq!(arrive(&task, &plain), (Created, vec![]));
 }
 
 #[test]
@@ -610,9 +669,12 @@ fn rolling_back_on_the_target_refuses_and_lets_a_waiting_klusterlet_through() {
     assert_eq!(
         unmark(Some(&up), "k1"),
         vec![Effect::Patch(
-            json!({"metadata": {"annotations": {PRE_CREATED: null, MIGRATING: null, RELEASED_AT: null}}})
+            json!({"metadata": {"annotations": {PRE_CREATED: null, MIGRATING: null, RELEASED_AT: null, OBJECTS_CARRIED: null}}})
         )]
     );
+    // Its objects' mark alone is one of them (found by the e2e test's leftover check).
+    let carried_only = target_cluster(&[(OBJECTS_CARRIED, "k1")], true, true, true);
+    assert_eq!(unmark(Some(&carried_only), "k1").len(), 1);
     assert_eq!(unmark(Some(&foreign), "k1"), vec![]);
     assert_eq!(unmark(None, "k1"), vec![]);
     // And its taint, if it still has one.

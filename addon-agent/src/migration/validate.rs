@@ -1,5 +1,8 @@
 //! Validating, on both roles: the clusters named or selected, what each carries, tenancy, and whether the hub can take them.
 
+use kube::discovery::ApiResource;
+use migration_api::carried::{self, CarriedObject, CarryOverResource};
+
 use super::*;
 
 /// Labels carried to the target: the user's, not OCM's bookkeeping.
@@ -63,6 +66,7 @@ pub(super) async fn source_validate(
     ctx: &Ctx,
     task: &MigrationTask,
     names: &[String],
+    kinds: &[(CarryOverResource, ApiResource)],
 ) -> Result<Report, Error> {
     let addons: Vec<ManagedClusterAddOn> = Api::<ManagedClusterAddOn>::all(ctx.client.clone())
         .list(&ListParams::default())
@@ -86,6 +90,7 @@ pub(super) async fn source_validate(
         };
     let shape = klusterlet_config_shape_now(ctx).await?;
     let bound = bound_sets(ctx, task).await?;
+    let mut objects = carried_objects(ctx, kinds, names).await?;
     // An ACM hub's import controller: it honours disable-auto-import.
     let acm = shape != "None";
     let mut states = Vec::with_capacity(names.len());
@@ -100,7 +105,8 @@ pub(super) async fn source_validate(
             carry.push(record);
             continue;
         };
-        let record = carried_record(&mc, &addons, &kacs);
+        let mut record = carried_record(&mc, &addons, &kacs);
+        record.objects = objects.remove(name).unwrap_or_default();
         let other = mc
             .annotations()
             .get(MIGRATING)
@@ -129,9 +135,17 @@ pub(super) async fn source_validate(
         states.push(state);
         carry.push(record);
     }
-    let sizes: Vec<usize> = carry
+    let sizes: Vec<(usize, usize)> = carry
         .iter()
-        .map(|r| serde_json::to_string(r).map_or(usize::MAX, |s| s.len()))
+        .map(|r| {
+            let size = serde_json::to_string(r).map_or(usize::MAX, |s| s.len());
+            let limit = if r.objects.is_empty() {
+                MAX_CARRY_OVER_PER_CLUSTER
+            } else {
+                MAX_CARRY_OVER_WITH_OBJECTS
+            };
+            (size, limit)
+        })
         .collect();
     apply_carry_over_limits(&mut states, &sizes);
     // A cluster that cannot carry its record takes its name alone (it fails validation).
@@ -150,13 +164,59 @@ pub(super) async fn source_validate(
             kube::Error::SerdeError(e),
         ))
     })?;
-    if parts.len() == 1 {
+    // Objects carried over may be Secrets: they never travel in a status, only in parts
+    // (Secrets themselves).
+    let with_objects = carry.iter().any(|r| !r.objects.is_empty());
+    if parts.len() == 1 && !with_objects {
         report.carry_over = parts.pop();
     } else {
         report.carry_parts = Some(publish(ctx, task, &parts).await?);
     }
     report.shape = Some(shape);
     Ok(report)
+}
+
+/// The objects of each of `kinds` in the namespaces of `clusters`, those its selector matches,
+/// made fit for the target ([`carried::clean`]), by cluster. One list per kind, cluster-wide
+/// (what the Validating stage's grant allows), rather than one per cluster and kind.
+async fn carried_objects(
+    ctx: &Ctx,
+    kinds: &[(CarryOverResource, ApiResource)],
+    clusters: &[String],
+) -> Result<BTreeMap<String, Vec<CarriedObject>>, Error> {
+    let wanted: BTreeSet<&str> = clusters.iter().map(String::as_str).collect();
+    let mut out: BTreeMap<String, Vec<CarriedObject>> = BTreeMap::new();
+    for (kind, ar) in kinds {
+        let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), ar);
+        let listed = api
+            .list(&ListParams::default())
+            .await
+            .map_err(ctx_err(format!("listing {} to carry over", kind.display())))?;
+        for o in listed.items {
+            let Some(ns) = o.namespace().filter(|ns| wanted.contains(ns.as_str())) else {
+                continue;
+            };
+            if kind
+                .label_selector
+                .as_ref()
+                .is_some_and(|sel| !selector_matches(sel, o.labels()))
+            {
+                continue;
+            }
+            let Ok(mut value) = serde_json::to_value(&o) else {
+                continue;
+            };
+            value["apiVersion"] = json!(ar.api_version);
+            value["kind"] = json!(ar.kind);
+            if let Some(object) = carried::clean(&value) {
+                out.entry(ns).or_default().push(CarriedObject {
+                    resource: ar.plural.clone(),
+                    object,
+                });
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// What a cluster carries to the target: its labels, set, own KlusterletConfig, the
@@ -191,6 +251,7 @@ fn carried_record(
             .managed_cluster_client_configs
             .clone()
             .unwrap_or_default(),
+        objects: Vec::new(),
         name,
     }
 }
@@ -213,16 +274,14 @@ pub fn carried_annotations(annotations: &BTreeMap<String, String>) -> BTreeMap<S
         .collect()
 }
 
-/// Marks as too large each valid cluster whose record (`sizes`, JSON bytes) is over the
-/// per-cluster limit or, counted in list order, takes the migration past its total: nothing
-/// that cannot travel is dropped silently.
-pub(super) fn apply_carry_over_limits(states: &mut [ClusterState], sizes: &[usize]) {
+/// Marks as too large each valid cluster whose record (`sizes`: JSON bytes, and the limit of
+/// such a record) is over its per-cluster limit or, counted in list order, takes the migration
+/// past its total: nothing that cannot travel is dropped silently.
+pub(super) fn apply_carry_over_limits(states: &mut [ClusterState], sizes: &[(usize, usize)]) {
     let mut total = 2usize;
-    for (state, size) in states.iter_mut().zip(sizes) {
+    for (state, (size, limit)) in states.iter_mut().zip(sizes) {
         total = total.saturating_add(size.saturating_add(1));
-        if *state == ClusterState::Valid
-            && (*size > MAX_CARRY_OVER_PER_CLUSTER || total > MAX_CARRY_OVER_TOTAL)
-        {
+        if *state == ClusterState::Valid && (size > limit || total > MAX_CARRY_OVER_TOTAL) {
             *state = ClusterState::TooLarge;
         }
     }

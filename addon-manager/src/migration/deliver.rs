@@ -53,6 +53,7 @@ pub(super) fn base_task(
         lift_disable_auto_import: (role == MigrationRole::Source)
             .then_some(mcm.spec.lift_disable_auto_import)
             .flatten(),
+        carry_kinds: mcm.spec.carry_over.clone().filter(|k| !k.is_empty()),
         ..Default::default()
     }
 }
@@ -178,6 +179,13 @@ pub(super) async fn deliver_target(
         release,
     );
     let mut manifests = mr::agent_grants(m, MigrationRole::Target, &grants)?;
+    manifests.extend(mr::carry_grants(
+        m,
+        MigrationRole::Target,
+        target.carry_kinds.as_deref().unwrap_or_default(),
+        &target.clusters,
+        &target_ns,
+    )?);
     manifests.extend(mr::target_manifests(
         m,
         &target_ns,
@@ -281,6 +289,13 @@ pub(super) async fn deliver_source(
     let carried = carried(ctx, m, &step.status).unwrap_or_default();
     let grants = agent_grants(ctx, &source, &carried, &source_ns, release);
     let mut manifests = mr::agent_grants(m, MigrationRole::Source, &grants)?;
+    manifests.extend(mr::carry_grants(
+        m,
+        MigrationRole::Source,
+        source.carry_kinds.as_deref().unwrap_or_default(),
+        &source.clusters,
+        &source_ns,
+    )?);
     manifests.extend(mr::source_manifests(m, &source_ns, source)?);
     // The bootstrap objects first, in a work of their own that stays as it is while clusters
     // are released; it goes once no cluster may switch any more. (A token missing for a

@@ -67,7 +67,9 @@ pub(super) async fn plan(
     // the plan names without their records.
     let parts = migration_api::migration::split_carry_over(carry)
         .map_err(|e| ApiError::new("encoding the carry-over", kube::Error::SerdeError(e)))?;
-    if parts.len() > 1 {
+    // Objects carried over may be Secrets: never inline, where the plan would show them.
+    let with_objects = carry.iter().any(|c| !c.objects.is_empty());
+    if parts.len() > 1 || with_objects {
         target.carry_over_parts = Some(CarryOverParts {
             count: u32::try_from(parts.len()).unwrap_or(u32::MAX),
             digest: migration_api::migration::carry_over_digest(&parts),
@@ -108,6 +110,35 @@ pub(super) async fn plan(
                 "spec": {"hubAcceptsClient": true}
             }),
         ));
+        // Its objects as they would be created there (secret data redacted), their owners'
+        // uids those they will have there.
+        let mut uids = std::collections::BTreeMap::new();
+        let mut owner = |api_version: &str, kind: &str, name: &str| {
+            uids.insert(
+                (
+                    migration_api::carried::group_of(api_version).to_owned(),
+                    kind.to_owned(),
+                    name.to_owned(),
+                ),
+                "(set when created)".to_owned(),
+            );
+        };
+        owner(
+            "cluster.open-cluster-management.io/v1",
+            "ManagedCluster",
+            &c.name,
+        );
+        for o in &c.objects {
+            owner(
+                o.object["apiVersion"].as_str().unwrap_or_default(),
+                o.object["kind"].as_str().unwrap_or_default(),
+                o.object["metadata"]["name"].as_str().unwrap_or_default(),
+            );
+        }
+        for o in &c.objects {
+            let copy = migration_api::carried::for_target(o, &c.name, &m.key, &uids);
+            objects.push(planned(&m.to, &mr::redact(&copy)));
+        }
     }
     Ok(MigrationPlan {
         clusters: clusters.to_vec(),

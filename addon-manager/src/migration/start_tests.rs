@@ -104,6 +104,33 @@ fn the_sources_report_is_judged_whole() {
 }
 
 #[test]
+fn a_hub_that_does_not_serve_a_carried_kind_refuses_the_migration_as_a_whole() {
+    let mut refused = finished_report(StageState::Failed, "", &[]);
+    refused.report.message =
+        Some("carryOver: clusterdeployments.hive.openshift.io is not served on this hub".into());
+    refused.report.refusal = Some(reasons::CARRY_OVER_NOT_SERVED.into());
+    let named = names_of(&["a"]);
+    let source = judge_source(Some(&named), None, &refused, "hub1").unwrap_err();
+    assert_eq!(source.reason, reasons::CARRY_OVER_NOT_SERVED);
+    assert_eq!(
+        source.message,
+        "source hub hub1: carryOver: clusterdeployments.hive.openshift.io is not served on this hub"
+    );
+    assert!(source.states.is_none());
+    let target = judge_target(&named, &refused, "hub2").unwrap_err();
+    assert_eq!(target.reason, reasons::CARRY_OVER_NOT_SERVED);
+    assert!(
+        target.message.starts_with("target hub hub2: carryOver: "),
+        "{}",
+        target.message
+    );
+    // Without the named refusal, a failed report is judged as before.
+    refused.report.refusal = None;
+    let other = judge_target(&named, &refused, "hub2").unwrap_err();
+    assert_ne!(other.reason, reasons::CARRY_OVER_NOT_SERVED);
+}
+
+#[test]
 fn a_source_that_failed_clusters_names_them_and_keeps_their_states() {
     let ab = names_of(&["a", "b"]);
     let failed = finished_report(StageState::Failed, "vN", &["a", "b"]);

@@ -36,7 +36,10 @@ pub(super) async fn validating(
     );
     source_task.cluster_selector = mcm.spec.included_managed_clusters_selector.clone();
     source_task.cluster_placement = mcm.spec.included_managed_clusters_placement_ref.clone();
-    let manifests = mr::source_manifests(m, &source_ns, source_task)?;
+    // Reading the kinds the clusters carry over, while validating only.
+    let kinds = source_task.carry_kinds.clone().unwrap_or_default();
+    let mut manifests = mr::carry_grants(m, MigrationRole::Source, &kinds, &[], &source_ns)?;
+    manifests.extend(mr::source_manifests(m, &source_ns, source_task)?);
     let mut source = match ask(ctx, mcm, m, MigrationRole::Source, manifests, &source_ns).await? {
         Ok(f) => f,
         Err(wait) => return Ok(step.settle(wait)),
@@ -217,6 +220,9 @@ pub(super) fn judge_source(
     source: &Feedback,
     from: &str,
 ) -> Result<SourceChecked, Refusal> {
+    if let Some(refusal) = carry_over_refused(source, "source", from) {
+        return Err(refusal);
+    }
     // A Placement that does not exist selects nothing: the source says so, and nothing else.
     if let Some(p) = placement
         && source.failed()
@@ -299,6 +305,21 @@ pub(super) fn judge_source(
 
 /// The target's finished validation report, judged: it must take every resolved cluster. A
 /// refusal that names no cluster is the hub's own (it cannot take any), in its agent's words.
+/// A hub that does not serve a kind `carryOver` lists refuses the stage as a whole, saying
+/// which (`status.refusal`).
+fn carry_over_refused(f: &Feedback, role: &str, hub: &str) -> Option<Refusal> {
+    (f.failed() && f.report.refusal.as_deref() == Some(reasons::CARRY_OVER_NOT_SERVED)).then(|| {
+        Refusal {
+            reason: reasons::CARRY_OVER_NOT_SERVED,
+            message: format!(
+                "{role} hub {hub}: {}",
+                f.report.message.clone().unwrap_or_default()
+            ),
+            states: None,
+        }
+    })
+}
+
 pub(super) fn judge_target(
     resolved: &[String],
     target: &Feedback,
@@ -306,6 +327,9 @@ pub(super) fn judge_target(
 ) -> Result<(), Refusal> {
     if !target.failed() {
         return Ok(());
+    }
+    if let Some(refusal) = carry_over_refused(target, "target", to) {
+        return Err(refusal);
     }
     let states = target.states(resolved.len());
     let (reason, message) = match failure_summary(resolved, &states, &format!("on target hub {to}"))

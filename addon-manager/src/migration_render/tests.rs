@@ -484,3 +484,62 @@ fn carry_over_parts_are_read_back_read_only_and_delivered_as_secrets() {
         "cluster-migration-addon"
     );
 }
+
+#[test]
+fn carried_kinds_are_read_everywhere_only_while_validating_then_in_the_clusters_namespaces() {
+    use migration_api::carried::CarryOverResource;
+    let kinds = vec![
+        CarryOverResource {
+            group: "".into(),
+            resource: "secrets".into(),
+            label_selector: None,
+        },
+        CarryOverResource {
+            group: "hive.openshift.io".into(),
+            resource: "clusterdeployments".into(),
+            label_selector: None,
+        },
+    ];
+    let rules = |objs: &[Value]| objs[0]["rules"].clone();
+    // Validating: the source reads, cluster-wide.
+    let v = carry_grants(&m(), MigrationRole::Source, &kinds, &[], "agent-ns").unwrap();
+    assert_eq!(v.len(), 2, "{v:?}");
+    assert_eq!(
+        rules(&v),
+        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]},
+               {"apiGroups": ["hive.openshift.io"], "resources": ["clusterdeployments"], "verbs": ["get", "list"]}])
+    );
+    assert_eq!(v[1]["kind"], "ClusterRoleBinding");
+    assert_eq!(v[1]["subjects"][0]["namespace"], "agent-ns");
+    // Then: in each cluster's namespace only.
+    let clusters = vec!["c1".to_owned(), "c2".to_owned()];
+    let s = carry_grants(&m(), MigrationRole::Source, &kinds, &clusters, "agent-ns").unwrap();
+    assert_eq!(
+        s.iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["ClusterRole", "RoleBinding", "RoleBinding"]
+    );
+    assert_eq!(s[1]["metadata"]["namespace"], "c1");
+    assert_eq!(s[2]["metadata"]["namespace"], "c2");
+    assert_eq!(s[1]["roleRef"]["name"], s[0]["metadata"]["name"]);
+    assert_eq!(rules(&s)[0]["verbs"], json!(["get", "list", "patch"]));
+    let t = carry_grants(&m(), MigrationRole::Target, &kinds, &clusters, "agent-ns").unwrap();
+    assert_eq!(
+        rules(&t)[1]["verbs"],
+        json!(["get", "list", "create", "patch", "delete"])
+    );
+    assert!(t.iter().all(|o| o["kind"] != "ClusterRoleBinding"));
+    assert_ne!(t[0]["metadata"]["name"], s[0]["metadata"]["name"]);
+    // Nothing to grant: no kinds, or a target without clusters.
+    assert!(
+        carry_grants(&m(), MigrationRole::Source, &[], &clusters, "a")
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        carry_grants(&m(), MigrationRole::Target, &kinds, &[], "a")
+            .unwrap()
+            .is_empty()
+    );
+}

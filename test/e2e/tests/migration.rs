@@ -1282,6 +1282,230 @@ async fn kubectl_mcm_export_and_import_carry_clusters_through_a_directory() {
     s.invariant(&homes).await;
 }
 
+/// A namespaced ClusterDeployment kind, as hive serves it (its schema left open here).
+const HIVE_CD_CRD: &str = r#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+  "metadata": {"name": "clusterdeployments.hive.openshift.io"},
+  "spec": {"group": "hive.openshift.io", "scope": "Namespaced",
+    "names": {"plural": "clusterdeployments", "singular": "clusterdeployment", "kind": "ClusterDeployment", "listKind": "ClusterDeploymentList"},
+    "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn carried_objects_arrive_paused_before_the_switch_and_go_again_on_rollback() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::DynamicObject;
+    use kube::discovery::ApiResource;
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    let (hub1, hub2) = (
+        kubeconfig(s.dir.path(), "hub1"),
+        kubeconfig(s.dir.path(), "hub2"),
+    );
+    kubectl_apply(&hub1, HIVE_CD_CRD);
+    let cd_api = |i: usize, ns: &str| {
+        let ar = ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("hive.openshift.io", "v1", "ClusterDeployment"),
+            "clusterdeployments",
+        );
+        Api::<DynamicObject>::namespaced_with(s.hub(i), ns, &ar)
+    };
+    // Each cluster's namespace on hub1: its ClusterDeployment, the admin kubeconfig it owns
+    // (labelled for carrying), and a Secret not selected.
+    for c in ["cluster1", "cluster2"] {
+        kubectl_apply(
+            &hub1,
+            &format!(
+                r#"{{"apiVersion": "hive.openshift.io/v1", "kind": "ClusterDeployment", "metadata": {{"name": "{c}", "namespace": "{c}"}}, "spec": {{"clusterName": "{c}", "baseDomain": "example.com"}}}}"#
+            ),
+        );
+        let uid = cd_api(1, c).get(c).await.unwrap().uid().unwrap();
+        kubectl_apply(
+            &hub1,
+            &format!(
+                r#"{{"apiVersion": "v1", "kind": "Secret", "metadata": {{"name": "{c}-admin-kubeconfig", "namespace": "{c}", "labels": {{"ztp": "yes"}},
+  "ownerReferences": [{{"apiVersion": "hive.openshift.io/v1", "kind": "ClusterDeployment", "name": "{c}", "uid": "{uid}"}}]}}, "stringData": {{"kubeconfig": "admin-of-{c}"}}}}"#
+            ),
+        );
+        kubectl_apply(
+            &hub1,
+            &format!(
+                r#"{{"apiVersion": "v1", "kind": "Secret", "metadata": {{"name": "{c}-other", "namespace": "{c}"}}, "stringData": {{"x": "y"}}}}"#
+            ),
+        );
+    }
+    let carry = r#""carryOver": [{"group": "hive.openshift.io", "resource": "clusterdeployments"},
+        {"resource": "secrets", "labelSelector": {"matchLabels": {"ztp": "yes"}}}]"#;
+    // A kind the target does not serve: refused by the target, nothing touched.
+    let message = refused(
+        &s,
+        "no-kind",
+        &format!(
+            r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"], {carry}}}"#
+        ),
+        "CarryOverNotServed",
+    )
+    .await;
+    assert!(
+        message.contains("target hub hub2")
+            && message.contains("clusterdeployments.hive.openshift.io is not served"),
+        "{message}"
+    );
+    no_leftovers(&s, "no-kind").await;
+    kubectl_apply(&hub2, HIVE_CD_CRD);
+    // A dry run plans the copies, and no secret's data reaches the migration's status.
+    s.apply(
+        "carry-plan",
+        &format!(r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"], "dryRun": true, {carry}}}"#),
+    );
+    let m = s
+        .phase(
+            "carry-plan",
+            MigrationPhase::Completed,
+            Duration::from_secs(120),
+        )
+        .await;
+    let plan = m.status.clone().unwrap().plan.unwrap();
+    let planned: Vec<(&str, &str, &str)> = plan
+        .objects
+        .iter()
+        .filter(|o| o.namespace.as_deref() == Some("cluster1"))
+        .map(|o| (o.hub.as_str(), o.kind.as_str(), o.name.as_str()))
+        .collect();
+    assert!(
+        planned.contains(&("hub2", "ClusterDeployment", "cluster1")),
+        "{planned:?}"
+    );
+    assert!(
+        planned.contains(&("hub2", "Secret", "cluster1-admin-kubeconfig")),
+        "{planned:?}"
+    );
+    let status_text = serde_json::to_string(&m.status).unwrap();
+    assert!(
+        !status_text.contains("admin-of-cluster1")
+            && !status_text.contains("YWRtaW4tb2YtY2x1c3RlcjE"),
+        "a carried secret's data in the status"
+    );
+    no_leftovers(&s, "carry-plan").await;
+    // cluster2 held, so the migration stays in Registering with cluster1 registered.
+    block(&hub1, "cluster2", "hold");
+    s.apply(
+        "carry",
+        &format!(r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"], {carry}}}"#),
+    );
+    registered(&s, "carry", 1).await;
+    let m = s.migration("carry").await.unwrap();
+    let status = m.status.clone().unwrap();
+    assert!(
+        status.carry_over.is_none(),
+        "objects never travel in status"
+    );
+    assert!(status.carry_over_parts.is_some());
+    // Both clusters' objects are on hub2 (carried before any switched): paused, labelled,
+    // without status, the kubeconfig owned by hub2's ClusterDeployment.
+    for c in ["cluster1", "cluster2"] {
+        let cd = cd_api(2, c).get(c).await.unwrap();
+        let annotations = cd.annotations();
+        assert_eq!(
+            annotations
+                .get("hive.openshift.io/reconcile-pause")
+                .map(String::as_str),
+            Some("true"),
+            "{c}"
+        );
+        assert!(
+            annotations.contains_key("migration.open-cluster-management.io/paused-by"),
+            "{c}"
+        );
+        assert!(
+            cd.labels()
+                .contains_key("migration.open-cluster-management.io/carried-by"),
+            "{c}"
+        );
+        assert_eq!(cd.data["spec"]["clusterName"], c);
+        let secrets: Api<Secret> = Api::namespaced(s.hub(2), c);
+        let kc = secrets.get(&format!("{c}-admin-kubeconfig")).await.unwrap();
+        assert_eq!(
+            kc.data
+                .clone()
+                .unwrap_or_default()
+                .get("kubeconfig")
+                .map(|b| b.0.clone()),
+            Some(format!("admin-of-{c}").into_bytes())
+        );
+        let owners = kc.metadata.owner_references.clone().unwrap_or_default();
+        assert_eq!(owners.len(), 1, "{owners:?}");
+        assert_eq!(
+            Some(owners[0].uid.clone()),
+            cd.uid(),
+            "{c}: owner is hub2's ClusterDeployment"
+        );
+        assert!(
+            secrets
+                .get_opt(&format!("{c}-other"))
+                .await
+                .unwrap()
+                .is_none(),
+            "{c}: not selected"
+        );
+        // The source's copies are as they were.
+        let source = cd_api(1, c).get(c).await.unwrap();
+        assert!(
+            !source
+                .annotations()
+                .contains_key("hive.openshift.io/reconcile-pause")
+        );
+    }
+    // Rolled back: cluster2's copies go from hub2; cluster1, registered there, keeps its own.
+    kubectl_ok(
+        &s.global_kc,
+        &[
+            "annotate",
+            "mcm",
+            "carry",
+            "-n",
+            NS,
+            "--overwrite",
+            "migration.open-cluster-management.io/request=rollback",
+        ],
+        None,
+    );
+    s.phase("carry", MigrationPhase::Failed, Duration::from_secs(120))
+        .await;
+    eventually(
+        Duration::from_secs(60),
+        "cluster2's copies removed from hub2",
+        || async {
+            let cd = cd_api(2, "cluster2").get_opt("cluster2").await.ok()?;
+            let kc = Api::<Secret>::namespaced(s.hub(2), "cluster2")
+                .get_opt("cluster2-admin-kubeconfig")
+                .await
+                .ok()?;
+            (cd.is_none() && kc.is_none()).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        cd_api(2, "cluster1")
+            .get_opt("cluster1")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        cd_api(1, "cluster2")
+            .get_opt("cluster2")
+            .await
+            .unwrap()
+            .is_some(),
+        "the source keeps its own"
+    );
+    unblock(&hub1, "cluster2");
+    let mut expected = s.homes();
+    expected.insert("cluster1".into(), 2);
+    s.invariant(&expected).await;
+    no_leftovers(&s, "carry").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_manager_restarted_in_every_phase_still_completes() {
     let _serial = ONE_AT_A_TIME.lock().await;

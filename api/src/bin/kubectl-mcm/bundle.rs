@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
-use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope};
+use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use kube::{Client, ResourceExt};
 use migration_api::bundle::{carry_kinds, exported_cluster, file_of, import_order};
 use migration_api::carried::{self, CarryOverResource};
+use migration_api::discovery::served;
 use serde_json::Value;
 
 /// The field manager of what `import` applies.
@@ -79,41 +80,27 @@ async fn resolve(
     client: &Client,
     kinds: &[CarryOverResource],
 ) -> Result<Vec<(ApiResource, bool)>, Stop> {
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .map_err(|e| Stop::Failed(format!("discovering the hub's APIs: {e}")))?;
-    let find = |group: &str, resource: &str| -> Option<(ApiResource, ApiCapabilities)> {
-        discovery
-            .groups()
-            .filter(|g| g.name() == group)
-            .flat_map(|g| g.recommended_resources())
-            .find(|(ar, _)| ar.plural == resource)
-    };
+    let discovered = |e: kube::Error| Stop::Failed(format!("discovering the hub's APIs: {e}"));
     let mut out = Vec::new();
     for (group, resource) in [
         ("addon.open-cluster-management.io", "managedclusteraddons"),
         ("agent.open-cluster-management.io", "klusterletaddonconfigs"),
     ] {
-        if let Some((ar, _)) = find(group, resource) {
-            out.push((ar, true));
+        let kind = CarryOverResource {
+            group: group.into(),
+            resource: resource.into(),
+            label_selector: None,
+        };
+        if let Ok(found) = served(client, &[kind]).await.map_err(discovered)? {
+            out.extend(found.into_iter().map(|ar| (ar, true)));
         }
     }
-    for k in kinds {
-        match find(&k.group, &k.resource) {
-            Some((ar, caps)) if caps.scope == Scope::Namespaced => out.push((ar, false)),
-            Some(_) => {
-                return Err(Stop::Usage(format!(
-                    "{} is cluster-scoped: only objects in a cluster's namespace travel",
-                    k.display()
-                )));
-            }
-            None => {
-                return Err(Stop::Failed(format!(
-                    "this hub does not serve {}; nothing was written",
-                    k.display()
-                )));
-            }
+    match served(client, kinds).await.map_err(discovered)? {
+        Ok(found) => out.extend(found.into_iter().map(|ar| (ar, false))),
+        Err(why) => {
+            return Err(Stop::Failed(format!(
+                "on this hub {why}; nothing was written"
+            )));
         }
     }
     Ok(out)
