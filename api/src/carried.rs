@@ -168,7 +168,12 @@ pub fn for_target(
     let meta = &mut out["metadata"];
     meta["namespace"] = json!(cluster);
     meta["labels"][CARRIED_BY] = json!(key);
-    if let Some((k, v)) = pause_annotation(&group, &carried.resource) {
+    // Paused unless it already is (a pause of the user's, copied as it is, stays theirs).
+    let annotations: BTreeMap<String, String> =
+        serde_json::from_value(meta["annotations"].clone()).unwrap_or_default();
+    if let Some((k, v)) = pause_annotation(&group, &carried.resource)
+        && !paused(&group, &carried.resource, &annotations)
+    {
         meta["annotations"][k] = json!(v);
         meta["annotations"][PAUSED_BY] = json!(key);
     }
@@ -425,6 +430,15 @@ mod tests {
             object: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "elsewhere",
                 "ownerReferences": [{"apiVersion": "v1", "kind": "Secret", "name": "gone", "uid": "u"}]}}),
         };
+        // One the user paused stays paused, and theirs: the migration will not resume it.
+        let mut user_paused = cd.clone();
+        user_paused.object["metadata"]["annotations"] =
+            json!({"hive.openshift.io/reconcile-pause": "True"});
+        let out = for_target(&user_paused, "c1", "k1", &uids);
+        assert_eq!(
+            out["metadata"]["annotations"],
+            json!({"hive.openshift.io/reconcile-pause": "True"})
+        );
         let out = for_target(&cm, "c1", "k1", &BTreeMap::new());
         assert_eq!(out["metadata"]["namespace"], "c1");
         assert!(out["metadata"].get("annotations").is_none(), "{out}");

@@ -277,6 +277,12 @@ pub mod annotations {
     /// On a ManagedCluster pre-created on the target: the objects its cluster carries over
     /// (`carryOver`) are there; the value is the migration's key.
     pub const OBJECTS_CARRIED: &str = "migration.open-cluster-management.io/objects-carried";
+    /// On a ManagedCluster on the source: the controllers of the objects it carries over were
+    /// paused by the migration of this key.
+    pub const OBJECTS_PAUSED: &str = "migration.open-cluster-management.io/objects-paused";
+    /// On a ManagedCluster on the target: its copies of the objects it carried over were
+    /// resumed once it registered there.
+    pub const OBJECTS_RESUMED: &str = "migration.open-cluster-management.io/objects-resumed";
     /// ManagedCluster pre-created on the target by a migration; the value names it (so only
     /// what the migration created is removed on rollback).
     pub const PRE_CREATED: &str = "migration.open-cluster-management.io/pre-created-by";

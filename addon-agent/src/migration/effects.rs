@@ -27,6 +27,11 @@ pub(super) enum Effect {
     /// Target: create the objects the cluster carries over (`carryOver`) in its namespace, and
     /// mark its ManagedCluster once they are all there.
     CarryObjects,
+    /// Source: pause the controllers of the objects the cluster carries over, and mark it.
+    PauseObjects,
+    /// Lift the migration's pauses from the cluster's objects (the source's when it goes back,
+    /// the target's copies once it registered there), and mark it.
+    ResumeObjects,
     /// Approve the bootstrap CSR of this name.
     Approve(String, Approval),
     /// Plain OCM target: drive the cluster's klusterlet work toward this hub's own settings.
@@ -117,6 +122,8 @@ pub(super) async fn apply(
             Effect::Precreate => precreate(ctx, task, cluster).await?,
             Effect::CarryAddons => carry_addons(ctx, task, cluster).await?,
             Effect::CarryObjects => carry_objects(ctx, task, cluster).await?,
+            Effect::PauseObjects => pause_on_source(ctx, task, cluster).await?,
+            Effect::ResumeObjects => resume(ctx, task, cluster).await?,
             Effect::Approve(csr, why) => approve_csr(ctx, &csr, why).await?,
             Effect::Settle => {
                 klusterlet_settle(ctx, task, cluster).await?;
@@ -156,6 +163,21 @@ pub(super) struct Returning<'a> {
 /// (and, finishing, the mark removed). One without the mark and without anything to restore is
 /// back already. `now`: the time to mark.
 pub(super) fn take_back(
+    task: &MigrationTask,
+    seen: &Returning,
+    now: &str,
+) -> (ClusterState, Vec<Effect>) {
+    let (state, mut effects) = take_back_cluster(task, seen, now);
+    // Its objects' controllers act again here, first (not back until they do).
+    if to_resume_on_source(task, seen.mc) {
+        effects.insert(0, Effect::ResumeObjects);
+        return (ClusterState::RollingBack, effects);
+    }
+    (state, effects)
+}
+
+/// [`take_back`] of the ManagedCluster itself.
+fn take_back_cluster(
     task: &MigrationTask,
     seen: &Returning,
     now: &str,
@@ -411,11 +433,15 @@ pub(super) fn arrive(task: &MigrationTask, seen: &Arriving) -> (ClusterState, Ve
             effects.push(Effect::CarryAddons);
         }
     }
-    // Registered here: placements may choose it.
+    // Registered here: placements may choose it, and its copies' controllers may act (the
+    // source's were paused before any cluster switched).
     if state == ClusterState::Available
         && let Some(m) = seen.mc
     {
         effects.extend(taint(m, task.spec.key(), false));
+        if to_resume_on_target(task, m) {
+            effects.push(Effect::ResumeObjects);
+        }
     }
     (state, effects)
 }
@@ -483,13 +509,19 @@ pub(super) fn unmark(mc: Option<&ManagedCluster>, migration: &str) -> Vec<Effect
         return vec![];
     };
     let mut effects = vec![];
-    if [PRE_CREATED, MIGRATING, RELEASED_AT, OBJECTS_CARRIED]
-        .iter()
-        .any(|k| m.annotations().contains_key(*k))
+    if [
+        PRE_CREATED,
+        MIGRATING,
+        RELEASED_AT,
+        OBJECTS_CARRIED,
+        OBJECTS_RESUMED,
+    ]
+    .iter()
+    .any(|k| m.annotations().contains_key(*k))
     {
         effects.push(Effect::Patch(json!({"metadata": {"annotations": {
             PRE_CREATED: Value::Null, MIGRATING: Value::Null, RELEASED_AT: Value::Null,
-            OBJECTS_CARRIED: Value::Null}}})));
+            OBJECTS_CARRIED: Value::Null, OBJECTS_RESUMED: Value::Null}}})));
     }
     effects.extend(taint(m, migration, false));
     effects

@@ -44,7 +44,7 @@ use migration_api::migration::{
 use migration_api::names;
 use migration_api::names::annotations::{
     BLOCK_MOVE, DISABLE_AUTO_IMPORT, KLUSTERLET_CONFIG, KLUSTERLET_DEPLOY_MODE, MIGRATING,
-    OBJECTS_CARRIED, ORIGINAL_KLUSTERLET_CONFIG, PRE_CREATED, RELEASED_AT,
+    OBJECTS_CARRIED, OBJECTS_RESUMED, ORIGINAL_KLUSTERLET_CONFIG, PRE_CREATED, RELEASED_AT,
 };
 use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED};
 use migration_api::names::labels::{CLUSTER_NAME, CLUSTER_SET, LOCAL_CLUSTER};
@@ -67,6 +67,9 @@ mod carry;
 mod configs;
 mod effects;
 mod klusterlets;
+mod objects;
+#[cfg(test)]
+mod objects_tests;
 mod source;
 mod target;
 #[cfg(test)]
@@ -77,6 +80,7 @@ use carry::*;
 use configs::*;
 use effects::*;
 use klusterlets::*;
+use objects::*;
 use source::*;
 use target::*;
 use validate::*;

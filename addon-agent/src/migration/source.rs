@@ -11,13 +11,24 @@ pub(super) async fn source_deploy(
     // The clusters are annotated now, so their klusterlets have the target's bootstrap
     // kubeconfig by the time Registering starts.
     let states = source_register_all(ctx, task, names).await?;
+    // And the controllers of the objects they carry paused, before any switches.
+    let planned: Vec<(&str, Vec<Effect>)> = names
+        .iter()
+        .filter(|n| get(&ctx.caches.clusters, None, n).is_some_and(|mc| to_pause(task, &mc)))
+        .map(|n| (n.as_str(), vec![Effect::PauseObjects]))
+        .collect();
+    let pausing = planned.len();
+    apply_all(ctx, task, planned).await?;
+    let done = present && pausing == 0;
     Ok(Report {
         states,
-        state: StageState::done_if(present),
-        message: if present {
-            format!("{name} in place")
-        } else {
+        state: StageState::done_if(done),
+        message: if !present {
             format!("waiting for {name}")
+        } else if pausing > 0 {
+            format!("pausing the objects {pausing} clusters carry")
+        } else {
+            format!("{name} in place")
         },
         ..Default::default()
     })

@@ -72,7 +72,7 @@ fn states_round_trip_and_name_their_failures() {
     assert_eq!(msg, "1 of 2 clusters cannot move: b is itself a hub");
 }
 
-fn task_with_key(key: &str) -> MigrationTask {
+pub(super) fn task_with_key(key: &str) -> MigrationTask {
     let mut t = MigrationTask::new(
         key,
         migration_api::migration::MigrationTaskSpec {
@@ -87,7 +87,11 @@ fn task_with_key(key: &str) -> MigrationTask {
 }
 
 /// A ManagedCluster with these annotations, accepted or not, Available or not.
-fn cluster_with(annotations: &[(&str, &str)], accepted: bool, up: bool) -> ManagedCluster {
+pub(super) fn cluster_with(
+    annotations: &[(&str, &str)],
+    accepted: bool,
+    up: bool,
+) -> ManagedCluster {
     serde_json::from_value(json!({
         "metadata": {"name": "c1", "uid": "u1", "resourceVersion": "1",
                      "annotations": annotations.iter().cloned().collect::<BTreeMap<_, _>>()},
@@ -358,7 +362,7 @@ fn registering_on_the_source_marks_clusters_then_refuses_the_released() {
 }
 
 /// A ManagedCluster on the target with these annotations: accepted or not, joined, Available.
-fn target_cluster(
+pub(super) fn target_cluster(
     annotations: &[(&str, &str)],
     accepted: bool,
     joined: bool,
@@ -381,14 +385,14 @@ fn at(t: &str) -> jiff::Timestamp {
 }
 
 /// The target's task of migration `k1`.
-fn target_task() -> MigrationTask {
+pub(super) fn target_task() -> MigrationTask {
     let mut task = task_with_key("k1");
     task.spec.role = MigrationRole::Target;
     task
 }
 
 /// One bootstrap CSR, filed at 00:06 and undecided.
-fn pending_csr() -> [admission::Request<'static>; 1] {
+pub(super) fn pending_csr() -> [admission::Request<'static>; 1] {
     [admission::Request {
         name: "csr-1",
         created: at("2026-01-01T00:06:00Z"),
@@ -398,7 +402,7 @@ fn pending_csr() -> [admission::Request<'static>; 1] {
 
 /// What the target observes of `mc` at 00:10 while clusters register (ACM, released, the
 /// import took over).
-fn arriving<'a>(
+pub(super) fn arriving<'a>(
     mc: Option<&'a ManagedCluster>,
     requests: &'a [admission::Request<'a>],
 ) -> Arriving<'a> {
@@ -669,7 +673,7 @@ fn rolling_back_on_the_target_refuses_and_lets_a_waiting_klusterlet_through() {
     assert_eq!(
         unmark(Some(&up), "k1"),
         vec![Effect::Patch(
-            json!({"metadata": {"annotations": {PRE_CREATED: null, MIGRATING: null, RELEASED_AT: null, OBJECTS_CARRIED: null}}})
+            json!({"metadata": {"annotations": {PRE_CREATED: null, MIGRATING: null, RELEASED_AT: null, OBJECTS_CARRIED: null, OBJECTS_RESUMED: null}}})
         )]
     );
     // Its objects' mark alone is one of them (found by the e2e test's leftover check).

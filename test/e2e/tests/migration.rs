@@ -1335,6 +1335,21 @@ async fn carried_objects_arrive_paused_before_the_switch_and_go_again_on_rollbac
     }
     let carry = r#""carryOver": [{"group": "hive.openshift.io", "resource": "clusterdeployments"},
         {"resource": "secrets", "labelSelector": {"matchLabels": {"ztp": "yes"}}}]"#;
+    // A kind the source does not serve: refused by the source, nothing touched.
+    let message = refused(
+        &s,
+        "no-kind-here",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"],
+            "carryOver": [{"group": "metal3.io", "resource": "baremetalhosts"}]}"#,
+        "CarryOverNotServed",
+    )
+    .await;
+    assert!(
+        message.contains("source hub hub1")
+            && message.contains("baremetalhosts.metal3.io is not served"),
+        "{message}"
+    );
+    no_leftovers(&s, "no-kind-here").await;
     // A kind the target does not serve: refused by the target, nothing touched.
     let message = refused(
         &s,
@@ -1400,22 +1415,25 @@ async fn carried_objects_arrive_paused_before_the_switch_and_go_again_on_rollbac
         "objects never travel in status"
     );
     assert!(status.carry_over_parts.is_some());
-    // Both clusters' objects are on hub2 (carried before any switched): paused, labelled,
-    // without status, the kubeconfig owned by hub2's ClusterDeployment.
+    let pause = |o: &DynamicObject| {
+        (
+            o.annotations()
+                .get("hive.openshift.io/reconcile-pause")
+                .cloned(),
+            o.annotations()
+                .get("migration.open-cluster-management.io/paused-by")
+                .cloned(),
+        )
+    };
+    let key = pause(&cd_api(1, "cluster1").get("cluster1").await.unwrap())
+        .1
+        .expect("the source's ClusterDeployment paused by the migration");
+    let by_us = (Some("true".to_owned()), Some(key.clone()));
+    // Both clusters' objects are on hub2 (carried before any switched): labelled, without
+    // status, the kubeconfig owned by hub2's ClusterDeployment; both sources' paused before
+    // any switched.
     for c in ["cluster1", "cluster2"] {
         let cd = cd_api(2, c).get(c).await.unwrap();
-        let annotations = cd.annotations();
-        assert_eq!(
-            annotations
-                .get("hive.openshift.io/reconcile-pause")
-                .map(String::as_str),
-            Some("true"),
-            "{c}"
-        );
-        assert!(
-            annotations.contains_key("migration.open-cluster-management.io/paused-by"),
-            "{c}"
-        );
         assert!(
             cd.labels()
                 .contains_key("migration.open-cluster-management.io/carried-by"),
@@ -1447,14 +1465,27 @@ async fn carried_objects_arrive_paused_before_the_switch_and_go_again_on_rollbac
                 .is_none(),
             "{c}: not selected"
         );
-        // The source's copies are as they were.
-        let source = cd_api(1, c).get(c).await.unwrap();
-        assert!(
-            !source
-                .annotations()
-                .contains_key("hive.openshift.io/reconcile-pause")
+        assert_eq!(
+            pause(&cd_api(1, c).get(c).await.unwrap()),
+            by_us,
+            "{c} on hub1"
         );
     }
+    // cluster2, held, has its copy paused on hub2; cluster1, registered there, has its own
+    // resumed: one hub's controller acts on each cluster at a time.
+    assert_eq!(
+        pause(&cd_api(2, "cluster2").get("cluster2").await.unwrap()),
+        by_us
+    );
+    eventually(
+        Duration::from_secs(60),
+        "cluster1's copy resumed on hub2",
+        || async {
+            let cd = cd_api(2, "cluster1").get("cluster1").await.ok()?;
+            (pause(&cd) == (None, None)).then_some(())
+        },
+    )
+    .await;
     // Rolled back: cluster2's copies go from hub2; cluster1, registered there, keeps its own.
     kubectl_ok(
         &s.global_kc,
@@ -1491,13 +1522,19 @@ async fn carried_objects_arrive_paused_before_the_switch_and_go_again_on_rollbac
             .unwrap()
             .is_some()
     );
-    assert!(
-        cd_api(1, "cluster2")
-            .get_opt("cluster2")
-            .await
-            .unwrap()
-            .is_some(),
-        "the source keeps its own"
+    // The source keeps its own: cluster2's, back, resumed; cluster1's, moved away, paused.
+    eventually(
+        Duration::from_secs(60),
+        "cluster2's resumed on hub1",
+        || async {
+            let cd = cd_api(1, "cluster2").get("cluster2").await.ok()?;
+            (pause(&cd) == (None, None)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        pause(&cd_api(1, "cluster1").get("cluster1").await.unwrap()),
+        by_us
     );
     unblock(&hub1, "cluster2");
     let mut expected = s.homes();

@@ -21,7 +21,8 @@
 //! - A cluster annotated `import.open-cluster-management.io/disable-auto-import` keeps the
 //!   works it has, every manifest of them made ReadOnly; nothing new is rendered for it.
 //! - Deleting a cluster ([`clean_up`], [`delete_namespaces`]): the works of one the hub no
-//!   longer accepts, or that is unavailable, are force-deleted; then its namespace goes.
+//!   longer accepts, or that is unavailable, are force-deleted; then its namespace goes, unless
+//!   addons, HostedClusters, ClusterDeployments, InfraEnvs or pods are still in it.
 //! - The Klusterlet goes last in the work, after the ClusterRole that lets the work agent
 //!   (`admin`) manage it (`pkg/bootstrap/manifests/klusterlet/clusterrole_aggregate.yaml`).
 //!
@@ -767,8 +768,7 @@ async fn clean_up(client: &Client, mc: &ManagedCluster) -> Result<Action, kube::
 
 /// Upstream `pkg/controller/clusternamespacedeletion/controller.go`: once a cluster is gone,
 /// its namespace goes too, unless annotated `open-cluster-management.io/retain-namespace` or
-/// ManagedClusterAddOns are still in it (the hive, assisted-installer, hosted-cluster and pod
-/// checks have nothing to find here).
+/// anything in it still needs it ([`keeps_namespace`]).
 async fn delete_namespaces(client: Client) {
     let clusters: Api<ManagedCluster> = Api::all(client.clone());
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -781,18 +781,13 @@ async fn delete_namespaces(client: Client) {
             continue;
         };
         let name = mc.name_any();
-        let addons: Api<ManagedClusterAddOn> = Api::namespaced(client.clone(), &name);
         let result = async {
             let Some(ns) = namespaces.get_opt(&name).await? else {
                 return Ok(());
             };
             if ns.annotations().contains_key(RETAIN_NAMESPACE)
                 || ns.metadata.deletion_timestamp.is_some()
-                || !addons
-                    .list_metadata(&ListParams::default())
-                    .await?
-                    .items
-                    .is_empty()
+                || keeps_namespace(&client, &name).await?
             {
                 return Ok(());
             }
@@ -803,6 +798,70 @@ async fn delete_namespaces(client: Client) {
             tracing::warn!(cluster = %name, error = %e, "deleting the cluster namespace");
         }
     }
+}
+
+/// Whether something in a deleted cluster's namespace keeps it, as upstream checks in order:
+/// ManagedClusterAddOns, HostedClusters, hive's ClusterDeployments, assisted-service's
+/// InfraEnvs (each only where the hub serves it: a kind it does not serve has none), and pods
+/// other than a curator's or hook's jobs (a running one always, unless it is the cluster's
+/// uninstall).
+async fn keeps_namespace(client: &Client, ns: &str) -> Result<bool, kube::Error> {
+    use kube::api::DynamicObject;
+    use kube::core::GroupVersionKind;
+    use kube::discovery::ApiResource;
+    let addons: Api<ManagedClusterAddOn> = Api::namespaced(client.clone(), ns);
+    if !addons
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .is_empty()
+    {
+        return Ok(true);
+    }
+    for (group, version, kind, plural) in [
+        (
+            "hypershift.openshift.io",
+            "v1beta1",
+            "HostedCluster",
+            "hostedclusters",
+        ),
+        (
+            "hive.openshift.io",
+            "v1",
+            "ClusterDeployment",
+            "clusterdeployments",
+        ),
+        (
+            "agent-install.openshift.io",
+            "v1beta1",
+            "InfraEnv",
+            "infraenvs",
+        ),
+    ] {
+        let ar =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+        match api.list_metadata(&ListParams::default()).await {
+            Ok(l) if !l.items.is_empty() => return Ok(true),
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    let pods = match pods.list(&ListParams::default()).await {
+        Ok(l) => l.items,
+        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    Ok(pods.iter().any(|p| {
+        let name = p.name_any();
+        let job = ["curator-job", "posthookjob", "prehookjob"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix));
+        let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        !job || (running && !name.contains(&format!("{ns}-uninstall")))
+    }))
 }
 
 /// The import controller's finalizer on every ManagedCluster.
