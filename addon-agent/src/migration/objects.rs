@@ -71,8 +71,12 @@ pub(super) async fn carry_objects(
         };
         let made = match api.create(&pp, &body).await {
             Ok(made) => made,
-            // The namespace is not here yet.
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            // The namespace is not here yet (a kind no longer served is an error, not a wait).
+            Err(kube::Error::Api(s))
+                if s.code == 404 && s.details.as_ref().is_some_and(|d| d.kind == "namespaces") =>
+            {
+                return Ok(());
+            }
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 let there = api
                     .get(&object_name)
