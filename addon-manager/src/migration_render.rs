@@ -391,23 +391,37 @@ pub fn agent_grants(
     )
 }
 
+/// Where the agent may act on the kinds the clusters carry over ([`carry_grants`]).
+#[derive(Clone, Copy, Debug)]
+pub enum CarryScope<'a> {
+    /// The source validating: read, cluster-wide (which namespaces is not known yet).
+    Validating,
+    /// Then: in these clusters' namespaces alone.
+    Clusters(&'a [String]),
+}
+
 /// What the agent of `role`'s hub may do with the kinds the clusters carry over
-/// (`templates/migration-carry-rbac.yaml.hbs`): while validating (`clusters` empty), the source
-/// reads them, cluster-wide; then, in each of `clusters`' namespaces alone, the source reads and
-/// pauses them, the target reads, creates, resumes and removes its copies. Nothing without
-/// kinds, or for a target without clusters.
+/// (`templates/migration-carry-rbac.yaml.hbs`): while validating, the source reads them,
+/// cluster-wide; then, in each of the clusters' namespaces alone, the source reads and pauses
+/// them, the target reads, creates, resumes and removes its copies. Nothing without kinds, for
+/// a target validating, or without clusters.
 pub fn carry_grants(
     m: &Migration,
     role: MigrationRole,
     kinds: &[CarryOverResource],
-    clusters: &[String],
+    scope: CarryScope<'_>,
     agent_namespace: &str,
 ) -> Result<Vec<Value>, RenderError> {
     let target = role == MigrationRole::Target;
-    if kinds.is_empty() || (target && clusters.is_empty()) {
+    let (everywhere, clusters) = match scope {
+        CarryScope::Validating if !target => (true, &[][..]),
+        CarryScope::Clusters(c) if !c.is_empty() => (false, c),
+        _ => return Ok(Vec::new()),
+    };
+    if kinds.is_empty() {
         return Ok(Vec::new());
     }
-    let verbs: &[&str] = match (target, clusters.is_empty()) {
+    let verbs: &[&str] = match (target, everywhere) {
         (false, true) => &["get", "list"],
         (false, false) => &["get", "list", "patch"],
         (true, _) => &["get", "list", "create", "patch", "delete"],
@@ -418,7 +432,7 @@ pub fn carry_grants(
         &json!({
             "roleName": format!("{}:carry", names::migration_agent_role(&m.key, role)),
             "labels": m.labels(), "kinds": kinds, "verbs": verbs,
-            "everywhere": clusters.is_empty(), "namespaces": clusters,
+            "everywhere": everywhere, "namespaces": clusters,
             "agentName": crate::render::AGENT_NAME, "agentNamespace": agent_namespace,
         }),
     )

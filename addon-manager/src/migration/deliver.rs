@@ -183,7 +183,7 @@ pub(super) async fn deliver_target(
         m,
         MigrationRole::Target,
         target.carry_kinds.as_deref().unwrap_or_default(),
-        &target.clusters,
+        mr::CarryScope::Clusters(&target.clusters),
         &target_ns,
     )?);
     manifests.extend(mr::target_manifests(
@@ -293,7 +293,7 @@ pub(super) async fn deliver_source(
         m,
         MigrationRole::Source,
         source.carry_kinds.as_deref().unwrap_or_default(),
-        &source.clusters,
+        mr::CarryScope::Clusters(&source.clusters),
         &source_ns,
     )?);
     manifests.extend(mr::source_manifests(m, &source_ns, source)?);

@@ -38,7 +38,13 @@ pub(super) async fn validating(
     source_task.cluster_placement = mcm.spec.included_managed_clusters_placement_ref.clone();
     // Reading the kinds the clusters carry over, while validating only.
     let kinds = source_task.carry_kinds.clone().unwrap_or_default();
-    let mut manifests = mr::carry_grants(m, MigrationRole::Source, &kinds, &[], &source_ns)?;
+    let mut manifests = mr::carry_grants(
+        m,
+        MigrationRole::Source,
+        &kinds,
+        mr::CarryScope::Validating,
+        &source_ns,
+    )?;
     manifests.extend(mr::source_manifests(m, &source_ns, source_task)?);
     let mut source = match ask(ctx, mcm, m, MigrationRole::Source, manifests, &source_ns).await? {
         Ok(f) => f,

@@ -502,7 +502,14 @@ fn carried_kinds_are_read_everywhere_only_while_validating_then_in_the_clusters_
     ];
     let rules = |objs: &[Value]| objs[0]["rules"].clone();
     // Validating: the source reads, cluster-wide.
-    let v = carry_grants(&m(), MigrationRole::Source, &kinds, &[], "agent-ns").unwrap();
+    let v = carry_grants(
+        &m(),
+        MigrationRole::Source,
+        &kinds,
+        CarryScope::Validating,
+        "agent-ns",
+    )
+    .unwrap();
     assert_eq!(v.len(), 2, "{v:?}");
     assert_eq!(
         rules(&v),
@@ -513,7 +520,14 @@ fn carried_kinds_are_read_everywhere_only_while_validating_then_in_the_clusters_
     assert_eq!(v[1]["subjects"][0]["namespace"], "agent-ns");
     // Then: in each cluster's namespace only.
     let clusters = vec!["c1".to_owned(), "c2".to_owned()];
-    let s = carry_grants(&m(), MigrationRole::Source, &kinds, &clusters, "agent-ns").unwrap();
+    let s = carry_grants(
+        &m(),
+        MigrationRole::Source,
+        &kinds,
+        CarryScope::Clusters(&clusters),
+        "agent-ns",
+    )
+    .unwrap();
     assert_eq!(
         s.iter()
             .map(|o| o["kind"].as_str().unwrap())
@@ -524,22 +538,41 @@ fn carried_kinds_are_read_everywhere_only_while_validating_then_in_the_clusters_
     assert_eq!(s[2]["metadata"]["namespace"], "c2");
     assert_eq!(s[1]["roleRef"]["name"], s[0]["metadata"]["name"]);
     assert_eq!(rules(&s)[0]["verbs"], json!(["get", "list", "patch"]));
-    let t = carry_grants(&m(), MigrationRole::Target, &kinds, &clusters, "agent-ns").unwrap();
+    let t = carry_grants(
+        &m(),
+        MigrationRole::Target,
+        &kinds,
+        CarryScope::Clusters(&clusters),
+        "agent-ns",
+    )
+    .unwrap();
     assert_eq!(
         rules(&t)[1]["verbs"],
         json!(["get", "list", "create", "patch", "delete"])
     );
     assert!(t.iter().all(|o| o["kind"] != "ClusterRoleBinding"));
     assert_ne!(t[0]["metadata"]["name"], s[0]["metadata"]["name"]);
-    // Nothing to grant: no kinds, or a target without clusters.
-    assert!(
-        carry_grants(&m(), MigrationRole::Source, &[], &clusters, "a")
+    // Nothing to grant: no kinds, a target validating, or no clusters (never cluster-wide
+    // past validation).
+    let none = |role, kinds: &[CarryOverResource], scope| {
+        carry_grants(&m(), role, kinds, scope, "a")
             .unwrap()
             .is_empty()
-    );
-    assert!(
-        carry_grants(&m(), MigrationRole::Target, &kinds, &[], "a")
-            .unwrap()
-            .is_empty()
-    );
+    };
+    assert!(none(
+        MigrationRole::Source,
+        &[],
+        CarryScope::Clusters(&clusters)
+    ));
+    assert!(none(MigrationRole::Target, &kinds, CarryScope::Validating));
+    assert!(none(
+        MigrationRole::Source,
+        &kinds,
+        CarryScope::Clusters(&[])
+    ));
+    assert!(none(
+        MigrationRole::Target,
+        &kinds,
+        CarryScope::Clusters(&[])
+    ));
 }
