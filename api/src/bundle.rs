@@ -85,20 +85,10 @@ pub fn file_of(dir: &Path, cluster: &str, resource: &str, object: &Value) -> Pat
 /// first, then every other object with no owner in the folder, then those whose owners are
 /// (so each owner exists, with its uid, before what it owns). Returns indexes into `objects`.
 pub fn import_order(objects: &[Value]) -> Vec<usize> {
-    let key = |o: &Value| {
-        (
-            carried::group_of(o["apiVersion"].as_str().unwrap_or_default()).to_owned(),
-            o["kind"].as_str().unwrap_or_default().to_owned(),
-            o["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-        )
-    };
     let present: BTreeMap<_, usize> = objects
         .iter()
         .enumerate()
-        .map(|(i, o)| (key(o), i))
+        .map(|(i, o)| (carried::object_key(o), i))
         .collect();
     let depth = |i: usize| {
         // Owners within the folder, followed up to a bound (a cycle is not a reason to hang).
@@ -110,12 +100,10 @@ pub fn import_order(objects: &[Value]) -> Vec<usize> {
                 .into_iter()
                 .flatten()
                 .find_map(|r| {
-                    let k = (
-                        carried::group_of(r["apiVersion"].as_str()?).to_owned(),
-                        r["kind"].as_str()?.to_owned(),
-                        r["name"].as_str()?.to_owned(),
-                    );
-                    present.get(&k).copied().filter(|&o| o != at)
+                    present
+                        .get(&carried::owner_key(r)?)
+                        .copied()
+                        .filter(|&o| o != at)
                 })
             else {
                 break;

@@ -157,7 +157,7 @@ pub fn for_target(
     carried: &CarriedObject,
     cluster: &str,
     key: &str,
-    uids: &BTreeMap<(String, String, String), String>,
+    uids: &BTreeMap<ObjectKey, String>,
 ) -> Value {
     let mut out = carried.object.clone();
     let group = group_of(out["apiVersion"].as_str().unwrap_or_default()).to_owned();
@@ -225,6 +225,37 @@ pub fn clean(object: &Value) -> Option<Value> {
     Some(out)
 }
 
+/// How an owner reference names an object: its API group, kind and name.
+pub type ObjectKey = (String, String, String);
+
+/// The [`ObjectKey`] of the object of `api_version`, `kind` and `name`.
+pub fn key_of(api_version: &str, kind: &str, name: &str) -> ObjectKey {
+    (
+        group_of(api_version).to_owned(),
+        kind.to_owned(),
+        name.to_owned(),
+    )
+}
+
+/// The [`ObjectKey`] an owner reference points at (`None` when it lacks a field).
+pub fn owner_key(r: &Value) -> Option<ObjectKey> {
+    Some(key_of(
+        r["apiVersion"].as_str()?,
+        r["kind"].as_str()?,
+        r["name"].as_str()?,
+    ))
+}
+
+/// The [`ObjectKey`] of an object (empty fields where it lacks them).
+pub fn object_key(o: &Value) -> ObjectKey {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    key_of(
+        &text(&o["apiVersion"]),
+        &text(&o["kind"]),
+        &text(&o["metadata"]["name"]),
+    )
+}
+
 /// The group of an `apiVersion` (`""` for `v1`).
 pub fn group_of(api_version: &str) -> &str {
     api_version.rsplit_once('/').map_or("", |(g, _)| g)
@@ -234,18 +265,10 @@ pub fn group_of(api_version: &str) -> &str {
 /// object the target has (`uids`, by group, kind and name: the objects carried with it and the
 /// cluster's ManagedCluster) points at that object's uid there; any other is dropped, since
 /// the garbage collector deletes an object whose owner does not exist.
-pub fn rewrite_owners(
-    refs: &[Value],
-    uids: &BTreeMap<(String, String, String), String>,
-) -> Vec<Value> {
+pub fn rewrite_owners(refs: &[Value], uids: &BTreeMap<ObjectKey, String>) -> Vec<Value> {
     refs.iter()
         .filter_map(|r| {
-            let key = (
-                group_of(r["apiVersion"].as_str()?).to_owned(),
-                r["kind"].as_str()?.to_owned(),
-                r["name"].as_str()?.to_owned(),
-            );
-            let uid = uids.get(&key)?;
+            let uid = uids.get(&owner_key(r)?)?;
             let mut out = r.clone();
             out["uid"] = json!(uid);
             Some(out)

@@ -7,7 +7,7 @@
 
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
-use migration_api::carried;
+use migration_api::carried::{self, CarryOverResource};
 use migration_api::names::annotations::OBJECTS_PAUSED;
 
 use super::*;
@@ -34,10 +34,10 @@ pub(super) async fn carry_objects(
     let mut uids = BTreeMap::new();
     if let Some(uid) = mc.uid() {
         uids.insert(
-            (
-                "cluster.open-cluster-management.io".to_owned(),
-                "ManagedCluster".to_owned(),
-                name.to_owned(),
+            carried::key_of(
+                "cluster.open-cluster-management.io/v1",
+                "ManagedCluster",
+                name,
             ),
             uid,
         );
@@ -98,7 +98,7 @@ pub(super) async fn carry_objects(
             }
         };
         if let Some(uid) = made.uid() {
-            uids.insert((group.to_owned(), kind, object_name), uid);
+            uids.insert(carried::object_key(&object), uid);
         }
     }
     patch_cluster(
@@ -121,19 +121,13 @@ pub(super) async fn remove_carried(
     let Some(kinds) = task.spec.carry_kinds.as_deref().filter(|k| !k.is_empty()) else {
         return Ok(());
     };
-    // Each kind on its own: one no longer served here leaves nothing of it to remove, and
-    // does not keep the others' copies.
-    let mut found = Vec::new();
-    for kind in kinds {
-        found.extend(
-            migration_api::discovery::served(&ctx.client, std::slice::from_ref(kind))
-                .await
-                .map_err(ctx_err("discovering the kinds carried over"))?
-                .unwrap_or_default(),
-        );
-    }
+    // A kind no longer served here leaves nothing of it to remove, and does not keep the
+    // others' copies.
+    let found = migration_api::discovery::served_each(&ctx.client, kinds)
+        .await
+        .map_err(ctx_err("discovering the kinds carried over"))?;
     let ours = format!("{}={}", carried::CARRIED_BY, task.spec.key());
-    for ar in found {
+    for (_, ar) in found {
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), name, &ar);
         let listed = api
             .list(&ListParams::default().labels(&ours))
@@ -185,35 +179,37 @@ async fn pausable(
 ) -> Result<Vec<(ApiResource, DynamicObject)>, Error> {
     let target = task.spec.role == MigrationRole::Target;
     let ours = format!("{}={}", carried::CARRIED_BY, task.spec.key());
+    let kinds: Vec<CarryOverResource> = task
+        .spec
+        .carry_kinds
+        .iter()
+        .flatten()
+        .filter(|k| carried::pause_annotation(&k.group, &k.resource).is_some())
+        .cloned()
+        .collect();
+    let found = migration_api::discovery::served_each(&ctx.client, &kinds)
+        .await
+        .map_err(ctx_err("discovering the kinds carried over"))?;
     let mut out = Vec::new();
-    for kind in task.spec.carry_kinds.iter().flatten() {
-        if carried::pause_annotation(&kind.group, &kind.resource).is_none() {
-            continue;
-        }
-        let found = migration_api::discovery::served(&ctx.client, std::slice::from_ref(kind))
+    for (kind, ar) in found {
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), cluster, &ar);
+        let params = if target {
+            ListParams::default().labels(&ours)
+        } else {
+            ListParams::default()
+        };
+        let listed = api
+            .list(&params)
             .await
-            .map_err(ctx_err("discovering the kinds carried over"))?
-            .unwrap_or_default();
-        for ar in found {
-            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), cluster, &ar);
-            let params = if target {
-                ListParams::default().labels(&ours)
-            } else {
-                ListParams::default()
-            };
-            let listed = api
-                .list(&params)
-                .await
-                .map_err(ctx_err(format!("listing the {} of {cluster}", ar.plural)))?;
-            for o in listed.items {
-                let selected = target
-                    || kind
-                        .label_selector
-                        .as_ref()
-                        .is_none_or(|sel| selector_matches(sel, o.labels()));
-                if selected {
-                    out.push((ar.clone(), o));
-                }
+            .map_err(ctx_err(format!("listing the {} of {cluster}", ar.plural)))?;
+        for o in listed.items {
+            let selected = target
+                || kind
+                    .label_selector
+                    .as_ref()
+                    .is_none_or(|sel| selector_matches(sel, o.labels()));
+            if selected {
+                out.push((ar.clone(), o));
             }
         }
     }

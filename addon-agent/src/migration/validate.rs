@@ -203,11 +203,9 @@ async fn carried_objects(
             {
                 continue;
             }
-            let Ok(mut value) = serde_json::to_value(&o) else {
+            let Some(value) = migration_api::discovery::typed(&o, ar) else {
                 continue;
             };
-            value["apiVersion"] = json!(ar.api_version);
-            value["kind"] = json!(ar.kind);
             if let Some(object) = carried::clean(&value) {
                 out.entry(ns).or_default().push(CarriedObject {
                     resource: ar.plural.clone(),

@@ -112,29 +112,15 @@ pub(super) async fn plan(
         ));
         // Its objects as they would be created there (secret data redacted), their owners'
         // uids those they will have there.
-        let mut uids = std::collections::BTreeMap::new();
-        let mut owner = |api_version: &str, kind: &str, name: &str| {
-            uids.insert(
-                (
-                    migration_api::carried::group_of(api_version).to_owned(),
-                    kind.to_owned(),
-                    name.to_owned(),
-                ),
-                "(set when created)".to_owned(),
-            );
-        };
-        owner(
+        use migration_api::carried::{key_of, object_key};
+        let uids: std::collections::BTreeMap<_, _> = std::iter::once(key_of(
             "cluster.open-cluster-management.io/v1",
             "ManagedCluster",
             &c.name,
-        );
-        for o in &c.objects {
-            owner(
-                o.object["apiVersion"].as_str().unwrap_or_default(),
-                o.object["kind"].as_str().unwrap_or_default(),
-                o.object["metadata"]["name"].as_str().unwrap_or_default(),
-            );
-        }
+        ))
+        .chain(c.objects.iter().map(|o| object_key(&o.object)))
+        .map(|k| (k, "(set when created)".to_owned()))
+        .collect();
         for o in &c.objects {
             let copy = migration_api::carried::for_target(o, &c.name, &m.key, &uids);
             objects.push(planned(&m.to, &mr::redact(&copy)));

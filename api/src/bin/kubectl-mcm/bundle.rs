@@ -11,7 +11,7 @@ use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use kube::{Client, ResourceExt};
 use migration_api::bundle::{carry_kinds, exported_cluster, file_of, import_order};
 use migration_api::carried::{self, CarryOverResource};
-use migration_api::discovery::served;
+use migration_api::discovery::{served, served_each, typed};
 use serde_json::Value;
 
 /// The field manager of what `import` applies.
@@ -81,20 +81,21 @@ async fn resolve(
     kinds: &[CarryOverResource],
 ) -> Result<Vec<(ApiResource, bool)>, Stop> {
     let discovered = |e: kube::Error| Stop::Failed(format!("discovering the hub's APIs: {e}"));
-    let mut out = Vec::new();
-    for (group, resource) in [
+    let always = [
         ("addon.open-cluster-management.io", "managedclusteraddons"),
         ("agent.open-cluster-management.io", "klusterletaddonconfigs"),
-    ] {
-        let kind = CarryOverResource {
-            group: group.into(),
-            resource: resource.into(),
-            label_selector: None,
-        };
-        if let Ok(found) = served(client, &[kind]).await.map_err(discovered)? {
-            out.extend(found.into_iter().map(|ar| (ar, true)));
-        }
-    }
+    ]
+    .map(|(group, resource)| CarryOverResource {
+        group: group.into(),
+        resource: resource.into(),
+        label_selector: None,
+    });
+    let mut out: Vec<(ApiResource, bool)> = served_each(client, &always)
+        .await
+        .map_err(discovered)?
+        .into_iter()
+        .map(|(_, ar)| (ar, true))
+        .collect();
     match served(client, kinds).await.map_err(discovered)? {
         Ok(found) => out.extend(found.into_iter().map(|ar| (ar, false))),
         Err(why) => {
@@ -106,17 +107,22 @@ async fn resolve(
     Ok(out)
 }
 
+/// The hub's ManagedClusters, read as JSON objects.
+fn managed_clusters_api(client: &Client) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cluster.open-cluster-management.io", "v1", "ManagedCluster"),
+        "managedclusters",
+    );
+    Api::all_with(client.clone(), &ar)
+}
+
 /// The ManagedClusters named (each must exist) or selected, as JSON.
 async fn managed_clusters(
     client: &Client,
     names: &[String],
     selector: Option<&str>,
 ) -> Result<Vec<Value>, Stop> {
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cluster.open-cluster-management.io", "v1", "ManagedCluster"),
-        "managedclusters",
-    );
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let api = managed_clusters_api(client);
     let found: Vec<DynamicObject> = if let Some(selector) = selector {
         api.list(&ListParams::default().labels(selector))
             .await
@@ -157,16 +163,7 @@ async fn list_in(
 ) -> Result<Vec<Value>, Stop> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, ar);
     match api.list(&ListParams::default()).await {
-        Ok(list) => Ok(list
-            .items
-            .iter()
-            .filter_map(|o| {
-                let mut v = serde_json::to_value(o).ok()?;
-                v["apiVersion"] = ar.api_version.clone().into();
-                v["kind"] = ar.kind.clone().into();
-                Some(v)
-            })
-            .collect()),
+        Ok(list) => Ok(list.items.iter().filter_map(|o| typed(o, ar)).collect()),
         Err(kube::Error::Api(s)) if optional && s.code == 404 => Ok(Vec::new()),
         Err(e) => Err(Stop::Failed(format!("listing {} in {ns}: {e}", ar.plural))),
     }
@@ -270,13 +267,7 @@ pub async fn import(client: Client, dir: &Path, dry_run: bool) -> Result<String,
             })?;
         resolved.insert(key, found);
     }
-    let mc_api = Api::<DynamicObject>::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("cluster.open-cluster-management.io", "v1", "ManagedCluster"),
-            "managedclusters",
-        ),
-    );
+    let mc_api = managed_clusters_api(&client);
     for f in &folders {
         match mc_api.get_opt(&f.cluster).await {
             Ok(None) => {}
@@ -323,7 +314,7 @@ async fn import_folder(
     created: &mut Vec<(ApiResource, Option<String>, String)>,
 ) -> Result<(), String> {
     let objects: Vec<Value> = f.objects.iter().map(|(_, o)| o.clone()).collect();
-    let mut uids: BTreeMap<(String, String, String), String> = BTreeMap::new();
+    let mut uids: BTreeMap<carried::ObjectKey, String> = BTreeMap::new();
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let mut namespace_ready = false;
     for i in import_order(&objects) {
@@ -380,10 +371,7 @@ async fn import_folder(
         let ns = (caps.scope == Scope::Namespaced).then(|| f.cluster.clone());
         created.push((ar.clone(), ns, name.clone()));
         if let Some(uid) = applied.uid() {
-            uids.insert(
-                (carried::group_of(&api_version).to_owned(), kind, name),
-                uid,
-            );
+            uids.insert(carried::object_key(&object), uid);
         }
     }
     Ok(())
