@@ -855,6 +855,12 @@ pub fn decode_carry_over(json: &str) -> Result<Vec<CarriedCluster>, serde_json::
     serde_json::from_str(json)
 }
 
+/// Whether `records`, split into `parts`, travel inline in a status: when they fit one part
+/// and carry no objects (those may be Secrets, and never travel in a status).
+pub fn carry_over_inline(records: &[CarriedCluster], parts: usize) -> bool {
+    parts == 1 && records.iter().all(|r| r.objects.is_empty())
+}
+
 /// The records in parts of at most [`CARRY_OVER_PART_BYTES`] (a record larger than that, which
 /// the per-cluster limit rules out, gets a part of its own), each a JSON array; at least one.
 pub fn split_carry_over(records: &[CarriedCluster]) -> Result<Vec<String>, serde_json::Error> {
@@ -1727,6 +1733,21 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_carry_over_travels_inline_only_in_one_part_and_without_objects() {
+        let plain = CarriedCluster {
+            name: "c1".into(),
+            ..Default::default()
+        };
+        let with = CarriedCluster {
+            objects: vec![crate::carried::CarriedObject::default()],
+            ..plain.clone()
+        };
+        assert!(carry_over_inline(std::slice::from_ref(&plain), 1));
+        assert!(!carry_over_inline(std::slice::from_ref(&plain), 2));
+        assert!(!carry_over_inline(&[plain, with], 1));
     }
 
     #[test]

@@ -164,10 +164,8 @@ pub(super) async fn source_validate(
             kube::Error::SerdeError(e),
         ))
     })?;
-    // Objects carried over may be Secrets: they never travel in a status, only in parts
-    // (Secrets themselves).
-    let with_objects = carry.iter().any(|r| !r.objects.is_empty());
-    if parts.len() == 1 && !with_objects {
+    // Objects carried over may be Secrets: they travel only in parts (Secrets themselves).
+    if migration_api::migration::carry_over_inline(&carry, parts.len()) {
         report.carry_over = parts.pop();
     } else {
         report.carry_parts = Some(publish(ctx, task, &parts).await?);

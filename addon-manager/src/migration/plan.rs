@@ -68,8 +68,7 @@ pub(super) async fn plan(
     let parts = migration_api::migration::split_carry_over(carry)
         .map_err(|e| ApiError::new("encoding the carry-over", kube::Error::SerdeError(e)))?;
     // Objects carried over may be Secrets: never inline, where the plan would show them.
-    let with_objects = carry.iter().any(|c| !c.objects.is_empty());
-    if parts.len() > 1 || with_objects {
+    if !migration_api::migration::carry_over_inline(carry, parts.len()) {
         target.carry_over_parts = Some(CarryOverParts {
             count: u32::try_from(parts.len()).unwrap_or(u32::MAX),
             digest: migration_api::migration::carry_over_digest(&parts),
