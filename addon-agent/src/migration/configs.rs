@@ -1,4 +1,4 @@
-//! The KlusterletConfigs derived from the clusters' own.
+//! The KlusterletConfigs derived from the clusters' own, and the hub's KlusterletConfig shape.
 
 use super::*;
 
@@ -100,4 +100,63 @@ pub(super) fn ours(task: &MigrationTask, name: &str) -> bool {
         .klusterlet_config_name
         .as_deref()
         .is_some_and(|base| name == base || name.starts_with(&format!("{base}-")))
+}
+
+/// How long a read of the hub's KlusterletConfig shape stands: the CRD changes only when ACM
+/// is installed or upgraded on the hub, and reading it on every reconcile cost a request per
+/// reconcile (the agent may only `get` that one CRD, not watch it).
+const SHAPE_TTL: Duration = Duration::from_secs(30);
+
+/// The hub's KlusterletConfig shape: `multipleHubsConfig` (current ACM),
+/// `bootstrapKubeConfigs` (older ACM) or `None` (plain OCM), read at most every [`SHAPE_TTL`].
+pub(super) async fn klusterlet_config_shape(ctx: &Ctx) -> Result<String, Error> {
+    if let Ok(cached) = ctx.shape.lock()
+        && let Some((at, shape)) = cached.as_ref()
+        && at.elapsed() < SHAPE_TTL
+    {
+        return Ok(shape.clone());
+    }
+    klusterlet_config_shape_now(ctx).await
+}
+
+/// [`klusterlet_config_shape`] read now (validation decides the migration's shape from it).
+pub(super) async fn klusterlet_config_shape_now(ctx: &Ctx) -> Result<String, Error> {
+    let shape = read_klusterlet_config_shape(&ctx.client).await?;
+    if let Ok(mut cached) = ctx.shape.lock() {
+        *cached = Some((std::time::Instant::now(), shape.clone()));
+    }
+    Ok(shape)
+}
+
+async fn read_klusterlet_config_shape(client: &Client) -> Result<String, Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = ignore_not_found(crds.get(KLUSTERLET_CONFIG_CRD).await)
+        .map_err(ctx_err("reading the KlusterletConfig CRD"))?;
+    let Some(crd) = crd else {
+        return Ok("None".into());
+    };
+    let spec_props = |v: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionVersion| {
+        v.schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .and_then(|s| s.properties.as_ref())
+            .and_then(|p| p.get("spec"))
+            .and_then(|s| s.properties.clone())
+            .unwrap_or_default()
+    };
+    let version = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.storage)
+        .or_else(|| crd.spec.versions.first());
+    let props = version.map(spec_props).unwrap_or_default();
+    Ok(if props.contains_key("multipleHubsConfig") {
+        "multipleHubsConfig"
+    } else if props.contains_key("bootstrapKubeConfigs") {
+        "bootstrapKubeConfigs"
+    } else {
+        "None"
+    }
+    .into())
 }

@@ -61,6 +61,43 @@ pub(super) fn taint(mc: &ManagedCluster, migration: &str, present: bool) -> Opti
     Some(Effect::Taint(patch))
 }
 
+/// `patch` and the taint change as one write of the ManagedCluster. A taint change goes with the
+/// resourceVersion it was read at ([`taint`]): any write of the cluster before it in the same
+/// list makes it fail with a conflict, every time, and the taint waits for the next reconcile
+/// (a write and a retry more per cluster). Merged, the patch shares that precondition: a
+/// conflict means the decision is taken again on the newer version.
+pub(super) fn with_taint(patch: Value, taint: Option<Effect>) -> Effect {
+    match taint {
+        Some(Effect::Taint(mut t)) => {
+            merge_objects(&mut t, patch);
+            Effect::Taint(t)
+        }
+        _ => Effect::Patch(patch),
+    }
+}
+
+/// Merges `from` into `into`, objects key by key (`from` wins elsewhere).
+fn merge_objects(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(into), Value::Object(from)) => {
+            for (k, v) in from {
+                merge_objects(into.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (into, from) => *into = from,
+    }
+}
+
+/// `effects` with the taint changes first, each list's order kept otherwise: a taint change
+/// after another write of the same cluster would always conflict ([`with_taint`]).
+pub(super) fn taint_first(effects: Vec<Effect>) -> Vec<Effect> {
+    let (mut first, rest): (Vec<Effect>, Vec<Effect>) = effects
+        .into_iter()
+        .partition(|e| matches!(e, Effect::Taint(_)));
+    first.extend(rest);
+    first
+}
+
 /// How many clusters' effects are carried out at once: a stage writes to hundreds of clusters,
 /// one request each, and the hub serves many at a time.
 pub(super) const CONCURRENCY: usize = 16;
@@ -97,7 +134,7 @@ pub(super) async fn apply(
     cluster: &str,
     effects: Vec<Effect>,
 ) -> Result<(), Error> {
-    for effect in effects {
+    for effect in taint_first(effects) {
         match effect {
             Effect::Patch(patch) => patch_cluster(ctx, cluster, patch).await?,
             Effect::Refuse(patch, why) => {
@@ -138,7 +175,10 @@ pub(super) async fn apply(
                     .await?
                     .is_some()
                 {
-                    tracing::debug!(cluster = %cluster, "taints changed meanwhile; deciding again");
+                    tracing::debug!(cluster = %cluster, "changed meanwhile; deciding again");
+                    if let Ok(mut again) = ctx.again.lock() {
+                        again.insert(task.name_any());
+                    }
                 }
             }
         }
@@ -194,9 +234,10 @@ fn take_back_cluster(
         patch["metadata"]["annotations"][RESTORED_AT] =
             json!(restored_at.map_or(now, String::as_str));
         patch["spec"] = json!({"hubAcceptsClient": true});
-        let mut effects = vec![Effect::Patch(patch)];
-        effects.extend(untaint);
-        effects.push(Effect::Await(true));
+        // The taint first: sent after the restore it would always conflict ([`with_taint`]);
+        // the restore itself goes unconditionally.
+        let mut effects: Vec<Effect> = untaint.into_iter().collect();
+        effects.extend([Effect::Patch(patch), Effect::Await(true)]);
         return (ClusterState::RollingBack, effects);
     }
     if let Some(untaint) = untaint {
@@ -308,19 +349,22 @@ pub(super) fn register(task: &MigrationTask, seen: &Registering) -> (ClusterStat
         task.spec.lift_disable_auto_import == Some(true),
         freeze,
     );
+    // Placements choose it no more while it moves: the taint goes with the marks, in one write.
+    let taint = taint(mc, task.spec.key(), true);
     let mut effects = Vec::new();
     if refuse {
         let mut patch = flight::patch(&changes);
         patch["spec"] = json!({"hubAcceptsClient": false});
+        effects.extend(taint);
         effects.push(Effect::Refuse(
             patch,
             "released: this hub no longer accepts it",
         ));
     } else if !flight::settled(mc.annotations(), &changes) {
-        effects.push(Effect::Patch(flight::patch(&changes)));
+        effects.push(with_taint(flight::patch(&changes), taint));
+    } else {
+        effects.extend(taint);
     }
-    // Placements choose it no more while it moves.
-    effects.extend(taint(mc, task.spec.key(), true));
     let state = if seen.release {
         ClusterState::Switching
     } else if held {
@@ -508,7 +552,7 @@ pub(super) fn unmark(mc: Option<&ManagedCluster>, migration: &str) -> Vec<Effect
     let Some(m) = mc else {
         return vec![];
     };
-    let mut effects = vec![];
+    let untaint = taint(m, migration, false);
     if [
         PRE_CREATED,
         MIGRATING,
@@ -519,10 +563,10 @@ pub(super) fn unmark(mc: Option<&ManagedCluster>, migration: &str) -> Vec<Effect
     .iter()
     .any(|k| m.annotations().contains_key(*k))
     {
-        effects.push(Effect::Patch(json!({"metadata": {"annotations": {
+        let marks = json!({"metadata": {"annotations": {
             PRE_CREATED: Value::Null, MIGRATING: Value::Null, RELEASED_AT: Value::Null,
-            OBJECTS_CARRIED: Value::Null, OBJECTS_RESUMED: Value::Null}}})));
+            OBJECTS_CARRIED: Value::Null, OBJECTS_RESUMED: Value::Null}}});
+        return vec![with_taint(marks, untaint)];
     }
-    effects.extend(taint(m, migration, false));
-    effects
+    untaint.into_iter().collect()
 }

@@ -66,6 +66,8 @@ use crate::{admission, flight};
 mod carry;
 mod configs;
 mod effects;
+#[cfg(test)]
+mod effects_tests;
 mod klusterlets;
 mod objects;
 #[cfg(test)]
@@ -111,6 +113,10 @@ struct Ctx {
     shape: std::sync::Mutex<Option<(std::time::Instant, String)>>,
     /// The last carry-over decoded from parts, by digest (`carry`).
     carry_memo: std::sync::Mutex<Option<(String, Arc<Vec<CarriedCluster>>)>>,
+    /// Tasks (by name) whose last reconcile had a write refused for a newer version of a
+    /// cluster (a taint change, [`effects::with_taint`]): decided again soon, not at the next
+    /// event (the change that caused the conflict may be one the caches do not wake on).
+    again: std::sync::Mutex<BTreeSet<String>>,
 }
 
 /// Why a reconcile failed.
@@ -277,6 +283,7 @@ pub async fn run(client: Client, opts: Options) {
         metrics: opts.metrics,
         shape: std::sync::Mutex::default(),
         carry_memo: std::sync::Mutex::default(),
+        again: std::sync::Mutex::default(),
     });
     controller
         .reconcile_all_on(trigger_rx)
@@ -492,6 +499,13 @@ async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Actio
         (MigrationRole::Target, TaskStage::Cleaning) => target_clean(&ctx, &task, &names).await?,
     };
     write_status(&ctx, &task, &names, report).await?;
+    let again = ctx
+        .again
+        .lock()
+        .is_ok_and(|mut a| a.remove(&task.name_any()));
+    if again {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
     // Everything the task waits for is watched; the requeue only bounds how stale a report
     // can get if an event is ever missed.
     Ok(Action::requeue(Duration::from_secs(60)))
@@ -537,65 +551,6 @@ fn verdict(names: &[String], states: Vec<ClusterState>) -> Report {
         states,
         ..Default::default()
     }
-}
-
-/// How long a read of the hub's KlusterletConfig shape stands: the CRD changes only when ACM
-/// is installed or upgraded on the hub, and reading it on every reconcile cost a request per
-/// reconcile (the agent may only `get` that one CRD, not watch it).
-const SHAPE_TTL: Duration = Duration::from_secs(30);
-
-/// The hub's KlusterletConfig shape: `multipleHubsConfig` (current ACM),
-/// `bootstrapKubeConfigs` (older ACM) or `None` (plain OCM), read at most every [`SHAPE_TTL`].
-async fn klusterlet_config_shape(ctx: &Ctx) -> Result<String, Error> {
-    if let Ok(cached) = ctx.shape.lock()
-        && let Some((at, shape)) = cached.as_ref()
-        && at.elapsed() < SHAPE_TTL
-    {
-        return Ok(shape.clone());
-    }
-    klusterlet_config_shape_now(ctx).await
-}
-
-/// [`klusterlet_config_shape`] read now (validation decides the migration's shape from it).
-async fn klusterlet_config_shape_now(ctx: &Ctx) -> Result<String, Error> {
-    let shape = read_klusterlet_config_shape(&ctx.client).await?;
-    if let Ok(mut cached) = ctx.shape.lock() {
-        *cached = Some((std::time::Instant::now(), shape.clone()));
-    }
-    Ok(shape)
-}
-
-async fn read_klusterlet_config_shape(client: &Client) -> Result<String, Error> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = ignore_not_found(crds.get(KLUSTERLET_CONFIG_CRD).await)
-        .map_err(ctx_err("reading the KlusterletConfig CRD"))?;
-    let Some(crd) = crd else {
-        return Ok("None".into());
-    };
-    let spec_props = |v: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionVersion| {
-        v.schema
-            .as_ref()
-            .and_then(|s| s.open_api_v3_schema.as_ref())
-            .and_then(|s| s.properties.as_ref())
-            .and_then(|p| p.get("spec"))
-            .and_then(|s| s.properties.clone())
-            .unwrap_or_default()
-    };
-    let version = crd
-        .spec
-        .versions
-        .iter()
-        .find(|v| v.storage)
-        .or_else(|| crd.spec.versions.first());
-    let props = version.map(spec_props).unwrap_or_default();
-    Ok(if props.contains_key("multipleHubsConfig") {
-        "multipleHubsConfig"
-    } else if props.contains_key("bootstrapKubeConfigs") {
-        "bootstrapKubeConfigs"
-    } else {
-        "None"
-    }
-    .into())
 }
 
 /// Merge-patches a ManagedCluster when `patch` would change it.

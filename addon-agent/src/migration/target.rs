@@ -463,8 +463,11 @@ pub(super) async fn target_clean(
         planned.push((name.as_str(), unmark(mc.as_deref(), task.spec.key())));
         states.push(target_state(mc.as_deref()));
     }
+    // Done once no cluster that stays has a mark or the taint left, as the cache shows it:
+    // a removal refused for a newer version is decided again, not taken as done.
+    let unmarking = planned.iter().filter(|(_, e)| !e.is_empty()).count();
     apply_all(ctx, task, planned).await?;
-    let done = rollback_done(names, &states, &rollback) && works_left == 0;
+    let done = rollback_done(names, &states, &rollback) && works_left == 0 && unmarking == 0;
     let back = states
         .iter()
         .filter(|s| **s == ClusterState::RolledBack)
@@ -472,6 +475,8 @@ pub(super) async fn target_clean(
     Ok(Report {
         message: if done {
             "migration annotations removed".into()
+        } else if unmarking > 0 {
+            format!("removing the migration's marks from {unmarking} clusters")
         } else if works_left > 0 {
             format!("removing the klusterlet works of {works_left} clusters")
         } else {

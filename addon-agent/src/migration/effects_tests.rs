@@ -1,0 +1,125 @@
+//! A cluster's writes: their order (a taint change carries the resourceVersion it was read at,
+//! so it must never follow another write of the same cluster in one reconcile), and what the
+//! source's cleanup writes.
+
+use super::tests::{cluster_with, returning, source_task, tainted, target_cluster};
+use super::*;
+
+/// Whether a taint change comes after another write of the cluster in `effects`: it would
+/// fail with a conflict every time (the first write changed the resourceVersion).
+fn taint_after_a_write(effects: &[Effect]) -> bool {
+    let first_write = effects
+        .iter()
+        .position(|e| matches!(e, Effect::Patch(_) | Effect::Refuse(..)));
+    let last_taint = effects.iter().rposition(|e| matches!(e, Effect::Taint(_)));
+    matches!((first_write, last_taint), (Some(w), Some(t)) if t > w)
+}
+
+#[test]
+fn a_taint_change_never_follows_another_write_of_the_cluster() {
+    let task = source_task(BootstrapDelivery::KlusterletConfig);
+    let config = task.spec.klusterlet_config_at(0);
+    // The source's first look at a cluster: marks and taint, in one write.
+    let fresh = cluster_with(&[], true, true);
+    let (_, marking) = register(
+        &task,
+        &Registering {
+            mc: &fresh,
+            release: false,
+            config: config.as_deref(),
+            derived_ready: true,
+            switched: false,
+            delivered: false,
+        },
+    );
+    // Taking a tainted cluster back: the taint off, then the restore.
+    let refused = tainted(cluster_with(&[(MIGRATING, "k1")], false, false), "k1");
+    let (_, returning_effects) = take_back(&task, &returning(&refused, false, false), "now");
+    // The target's cleanup of a cluster that stays, still tainted: marks and taint in one.
+    let up = tainted(
+        target_cluster(&[(PRE_CREATED, "k1"), (MIGRATING, "k1")], true, true, true),
+        "k1",
+    );
+    let unmarking = unmark(Some(&up), "k1");
+    for (what, effects) in [
+        ("register", &marking),
+        ("take_back", &returning_effects),
+        ("unmark", &unmarking),
+    ] {
+        assert!(
+            effects.iter().any(|e| matches!(e, Effect::Taint(_))),
+            "{what}: {effects:?}"
+        );
+        assert!(!taint_after_a_write(effects), "{what}: {effects:?}");
+    }
+    assert_eq!(marking.len(), 1, "{marking:?}");
+    let [Effect::Taint(t)] = unmarking.as_slice() else {
+        panic!("{unmarking:?}")
+    };
+    assert_eq!(t["spec"]["taints"], json!([]));
+    assert_eq!(t["metadata"]["annotations"][PRE_CREATED], Value::Null);
+    assert!(t["metadata"]["annotations"].get(MIGRATING).is_some());
+}
+
+#[test]
+fn the_executor_sends_taint_changes_first_and_keeps_the_rest_in_order() {
+    let marks = Effect::Patch(json!({"metadata": {"annotations": {"a": "1"}}}));
+    let taint = Effect::Taint(json!({"spec": {"taints": []}}));
+    let effects = vec![
+        marks.clone(),
+        Effect::Await(true),
+        taint.clone(),
+        Effect::Detach,
+    ];
+    assert!(taint_after_a_write(&effects));
+    let ordered = taint_first(effects);
+    assert_eq!(
+        ordered,
+        vec![taint, marks, Effect::Await(true), Effect::Detach]
+    );
+    assert!(!taint_after_a_write(&ordered));
+}
+
+#[test]
+fn a_patch_merged_with_a_taint_change_keeps_both_and_the_precondition() {
+    let taint = Some(Effect::Taint(json!({
+        "spec": {"taints": []},
+        "metadata": {"uid": "u1", "resourceVersion": "7"}
+    })));
+    let merged = with_taint(
+        json!({"metadata": {"annotations": {"a": null}}, "spec": {"hubAcceptsClient": true}}),
+        taint,
+    );
+    assert_eq!(
+        merged,
+        Effect::Taint(json!({
+            "spec": {"taints": [], "hubAcceptsClient": true},
+            "metadata": {"uid": "u1", "resourceVersion": "7", "annotations": {"a": null}}
+        }))
+    );
+    // No taint change: the patch goes as it is, without a precondition.
+    let plain = json!({"metadata": {"annotations": {"a": "1"}}});
+    assert_eq!(with_taint(plain.clone(), None), Effect::Patch(plain));
+}
+
+#[test]
+fn cleaning_detaches_only_what_the_manager_names_and_only_once() {
+    use ClusterState::*;
+    let present = cluster_with(&[], false, false);
+    assert_eq!(
+        let_go(true, Some(&present)),
+        (Switching, vec![Effect::Detach, Effect::ReleaseWorks])
+    );
+    let mut deleting = present.clone();
+    deleting.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-01-01T00:00:00Z".parse().unwrap(),
+        ));
+    assert_eq!(
+        let_go(true, Some(&deleting)),
+        (Switching, vec![Effect::ReleaseWorks])
+    );
+    assert_eq!(let_go(true, None), (Detached, vec![]));
+    // Arrived but not confirmed by the target: left exactly as it is.
+    assert_eq!(let_go(false, Some(&present)), (Switching, vec![]));
+}
