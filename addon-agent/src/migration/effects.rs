@@ -273,7 +273,17 @@ fn take_back_cluster(
 /// detach is deleted here (once) and its works released, and is `Detached` once gone; any
 /// other (arrived, not confirmed yet) is left exactly as it is, its marks keeping auto-import
 /// and its own KlusterletConfig from pulling it back meanwhile.
-pub(super) fn let_go(detach: bool, mc: Option<&ManagedCluster>) -> (ClusterState, Vec<Effect>) {
+///
+/// `import_controller`: the hub runs ACM's import controller, which force-deletes the works
+/// (and addons) of a deleted cluster it no longer accepts (stolostron/managedcluster-import-
+/// controller `pkg/controller/resourcecleanup/resourcecleanup_controller.go`,
+/// `clusterNeedForceDelete`): there a refused cluster's works are left to it (two requests a
+/// cluster fewer); an accepted one's, and any on plain OCM, are released here.
+pub(super) fn let_go(
+    detach: bool,
+    mc: Option<&ManagedCluster>,
+    import_controller: bool,
+) -> (ClusterState, Vec<Effect>) {
     match (detach, mc) {
         (true, None) => (ClusterState::Detached, vec![]),
         (true, Some(m)) => {
@@ -281,7 +291,9 @@ pub(super) fn let_go(detach: bool, mc: Option<&ManagedCluster>) -> (ClusterState
             if m.metadata.deletion_timestamp.is_none() {
                 effects.push(Effect::Detach);
             }
-            effects.push(Effect::ReleaseWorks);
+            if !import_controller || m.spec.hub_accepts_client {
+                effects.push(Effect::ReleaseWorks);
+            }
             (ClusterState::Switching, effects)
         }
         (false, _) => (ClusterState::Switching, vec![]),

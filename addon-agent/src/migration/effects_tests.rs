@@ -106,8 +106,20 @@ fn a_patch_merged_with_a_taint_change_keeps_both_and_the_precondition() {
 fn cleaning_detaches_only_what_the_manager_names_and_only_once() {
     use ClusterState::*;
     let present = cluster_with(&[], false, false);
+    // Plain OCM: nothing else releases the works of a cluster that left.
     assert_eq!(
-        let_go(true, Some(&present)),
+        let_go(true, Some(&present), false),
+        (Switching, vec![Effect::Detach, Effect::ReleaseWorks])
+    );
+    // ACM: the import controller force-deletes a refused cluster's works once it is deleted;
+    // an accepted one's would wait for its work agent, so they are released here.
+    assert_eq!(
+        let_go(true, Some(&present), true),
+        (Switching, vec![Effect::Detach])
+    );
+    let accepted = cluster_with(&[], true, false);
+    assert_eq!(
+        let_go(true, Some(&accepted), true),
         (Switching, vec![Effect::Detach, Effect::ReleaseWorks])
     );
     let mut deleting = present.clone();
@@ -116,10 +128,11 @@ fn cleaning_detaches_only_what_the_manager_names_and_only_once() {
             "2026-01-01T00:00:00Z".parse().unwrap(),
         ));
     assert_eq!(
-        let_go(true, Some(&deleting)),
+        let_go(true, Some(&deleting), false),
         (Switching, vec![Effect::ReleaseWorks])
     );
-    assert_eq!(let_go(true, None), (Detached, vec![]));
+    assert_eq!(let_go(true, Some(&deleting), true), (Switching, vec![]));
+    assert_eq!(let_go(true, None, false), (Detached, vec![]));
     // Arrived but not confirmed by the target: left exactly as it is.
-    assert_eq!(let_go(false, Some(&present)), (Switching, vec![]));
+    assert_eq!(let_go(false, Some(&present), true), (Switching, vec![]));
 }

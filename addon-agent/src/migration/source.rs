@@ -219,7 +219,8 @@ pub(super) async fn source_clean(
             continue;
         }
         let mc = get(&ctx.caches.clusters, None, name);
-        let (state, effects) = let_go(detach.contains(name), mc.as_deref());
+        // A hub with KlusterletConfigs (ACM) runs the import controller; plain OCM does not.
+        let (state, effects) = let_go(detach.contains(name), mc.as_deref(), !plain(task));
         planned.push((name.as_str(), effects));
         states.push(state);
     }
