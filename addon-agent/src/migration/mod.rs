@@ -72,6 +72,7 @@ mod klusterlets;
 mod objects;
 #[cfg(test)]
 mod objects_tests;
+mod pace;
 mod source;
 mod target;
 #[cfg(test)]
@@ -117,6 +118,8 @@ struct Ctx {
     /// cluster (a taint change, [`effects::with_taint`]): decided again soon, not at the next
     /// event (the change that caused the conflict may be one the caches do not wake on).
     again: std::sync::Mutex<BTreeSet<String>>,
+    /// When this agent last wrote each task's status (by name), for [`pace`].
+    written: std::sync::Mutex<BTreeMap<String, std::time::Instant>>,
 }
 
 /// Why a reconcile failed.
@@ -284,6 +287,7 @@ pub async fn run(client: Client, opts: Options) {
         shape: std::sync::Mutex::default(),
         carry_memo: std::sync::Mutex::default(),
         again: std::sync::Mutex::default(),
+        written: std::sync::Mutex::default(),
     });
     controller
         .reconcile_all_on(trigger_rx)
@@ -412,6 +416,9 @@ async fn reconcile(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Er
 
 async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     if task.metadata.deletion_timestamp.is_some() {
+        if let Ok(mut written) = ctx.written.lock() {
+            written.remove(&task.name_any());
+        }
         return Ok(Action::await_change());
     }
     let mut names = cluster_list(&task, &ctx.caches.clusters);
@@ -498,13 +505,17 @@ async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Actio
         (MigrationRole::Source, TaskStage::Cleaning) => source_clean(&ctx, &task, &names).await?,
         (MigrationRole::Target, TaskStage::Cleaning) => target_clean(&ctx, &task, &names).await?,
     };
-    write_status(&ctx, &task, &names, report).await?;
+    let deferred = write_status(&ctx, &task, &names, report).await?;
     let again = ctx
         .again
         .lock()
         .is_ok_and(|mut a| a.remove(&task.name_any()));
-    if again {
-        return Ok(Action::requeue(Duration::from_millis(500)));
+    let soon = [again.then_some(Duration::from_millis(500)), deferred]
+        .into_iter()
+        .flatten()
+        .min();
+    if let Some(after) = soon {
+        return Ok(Action::requeue(after));
     }
     // Everything the task waits for is watched; the requeue only bounds how stale a report
     // can get if an event is ever missed.
@@ -613,12 +624,14 @@ fn restore_needed(mc: &ManagedCluster, task: &MigrationTask) -> bool {
             .is_some_and(|k| ours(task, k))
 }
 
+/// Writes the task's report as its status when it is due ([`pace::due`]); returns when to
+/// look again if it was deferred.
 async fn write_status(
     ctx: &Ctx,
     task: &MigrationTask,
     names: &[String],
     report: Report,
-) -> Result<(), Error> {
+) -> Result<Option<Duration>, Error> {
     let failures = ClusterState::failures(names, &report.states);
     let status = MigrationTaskStatus {
         observed_stage: Some(task.spec.stage),
@@ -634,13 +647,26 @@ async fn write_status(
         klusterlet_config_shape: report.shape,
         refusal: report.refusal.map(str::to_owned),
     };
+    let name = task.name_any();
+    let since_last = ctx
+        .written
+        .lock()
+        .ok()
+        .and_then(|w| w.get(&name).map(std::time::Instant::elapsed));
+    match pace::due(task.status.as_ref(), &status, since_last) {
+        pace::Due::Unchanged => return Ok(None),
+        pace::Due::After(after) => return Ok(Some(after)),
+        pace::Due::Now => {}
+    }
     let api: Api<MigrationTask> =
         Api::namespaced(ctx.client.clone(), &task.namespace().unwrap_or_default());
-    write_status_if_changed(&api, &task.name_any(), None, task.status.as_ref(), &status)
+    write_status_if_changed(&api, &name, None, task.status.as_ref(), &status)
         .await
         .map_err(ctx_err(format!(
-            "writing the status of MigrationTask {}",
-            task.name_any()
+            "writing the status of MigrationTask {name}"
         )))?;
-    Ok(())
+    if let Ok(mut written) = ctx.written.lock() {
+        written.insert(name, std::time::Instant::now());
+    }
+    Ok(None)
 }

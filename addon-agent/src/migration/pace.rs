@@ -1,0 +1,122 @@
+//! How often a task's status is written. A stage's report changes with every cluster that moves
+//! on, and each change was one write of the task's status: more than one a cluster. The manager
+//! reads the report through the work's status feedback, which the work agent syncs every few
+//! seconds, so a report that only moves clusters on is written at most every [`PACE`]; what
+//! the manager decides on (the stage's state, the revision answered, a refusal, the carry-over)
+//! goes at once. Nothing is lost by waiting: every reconcile computes the whole report again
+//! from what it observes, and the one deferred is requeued for when it is due.
+
+use std::time::Duration;
+
+use migration_api::migration::MigrationTaskStatus;
+
+/// At most one progress-only write of a task's status this often.
+pub(super) const PACE: Duration = Duration::from_secs(1);
+
+/// Whether to write a task's status now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Due {
+    /// It says what it said.
+    Unchanged,
+    Now,
+    /// Only clusters moved on, and the last write was less than [`PACE`] ago: again after this.
+    After(Duration),
+}
+
+/// When to write `new` over `current`, `since_last` after this agent last wrote it (`None`:
+/// not since it started).
+pub(super) fn due(
+    current: Option<&MigrationTaskStatus>,
+    new: &MigrationTaskStatus,
+    since_last: Option<Duration>,
+) -> Due {
+    if current == Some(new) {
+        return Due::Unchanged;
+    }
+    let progress_only = current.is_some_and(|c| {
+        let moved = MigrationTaskStatus {
+            cluster_states: new.cluster_states.clone(),
+            clusters: new.clusters,
+            failures: new.failures.clone(),
+            message: new.message.clone(),
+            ..c.clone()
+        };
+        moved == *new
+    });
+    match since_last {
+        Some(since) if progress_only && since < PACE => Due::After(PACE - since),
+        _ => Due::Now,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use migration_api::migration::TaskStage;
+    use migration_api::task_report::StageState;
+
+    fn status(state: StageState, clusters: &str, revision: &str) -> MigrationTaskStatus {
+        MigrationTaskStatus {
+            observed_stage: Some(TaskStage::Registering),
+            observed_revision: Some(revision.into()),
+            stage_state: Some(state),
+            cluster_states: Some(clusters.into()),
+            message: Some(format!("{clusters} moving")),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn progress_is_written_at_most_every_pace_and_what_the_manager_decides_on_at_once() {
+        let ms = Duration::from_millis;
+        let running = status(StageState::Running, "rrs", "r1");
+        let moved = status(StageState::Running, "rss", "r1");
+        let done = status(StageState::Succeeded, "sss", "r1");
+        let answered = status(StageState::Running, "rrs", "r2");
+        let mut refused = running.clone();
+        refused.refusal = Some("PlacementNotFound".into());
+        let cases = [
+            (
+                "same report",
+                Some(&running),
+                &running,
+                Some(ms(10)),
+                Due::Unchanged,
+            ),
+            ("first report", None, &running, None, Due::Now),
+            ("first since start", Some(&running), &moved, None, Due::Now),
+            (
+                "progress, soon after",
+                Some(&running),
+                &moved,
+                Some(ms(300)),
+                Due::After(ms(700)),
+            ),
+            (
+                "progress, a pace later",
+                Some(&running),
+                &moved,
+                Some(PACE),
+                Due::Now,
+            ),
+            (
+                "stage state changed",
+                Some(&running),
+                &done,
+                Some(ms(10)),
+                Due::Now,
+            ),
+            (
+                "new revision answered",
+                Some(&running),
+                &answered,
+                Some(ms(10)),
+                Due::Now,
+            ),
+            ("refusal", Some(&running), &refused, Some(ms(10)), Due::Now),
+        ];
+        for (what, current, new, since, want) in cases {
+            assert_eq!(due(current, new, since), want, "{what}");
+        }
+    }
+}
