@@ -33,20 +33,39 @@ pub(super) fn due(
     if current == Some(new) {
         return Due::Unchanged;
     }
-    let progress_only = current.is_some_and(|c| {
-        let moved = MigrationTaskStatus {
-            cluster_states: new.cluster_states.clone(),
-            clusters: new.clusters,
-            failures: new.failures.clone(),
-            message: new.message.clone(),
-            ..c.clone()
-        };
-        moved == *new
-    });
+    let progress_only = current.is_some_and(|c| decides_the_same(c, new));
     match since_last {
         Some(since) if progress_only && since < PACE => Due::After(PACE - since),
         _ => Due::Now,
     }
+}
+
+/// Whether `a` and `b` agree on everything but the clusters' progress (their states, counts,
+/// failures and the summary). Every field is named, so a field added to the status counts as
+/// one the manager decides on until it is listed here as progress; nothing is copied.
+fn decides_the_same(a: &MigrationTaskStatus, b: &MigrationTaskStatus) -> bool {
+    let MigrationTaskStatus {
+        observed_stage,
+        stage_state,
+        observed_generation,
+        observed_revision,
+        carry_over_json,
+        carry_over_parts,
+        klusterlet_config_shape,
+        refusal,
+        cluster_states: _,
+        clusters: _,
+        failures: _,
+        message: _,
+    } = a;
+    *observed_stage == b.observed_stage
+        && *stage_state == b.stage_state
+        && *observed_generation == b.observed_generation
+        && *observed_revision == b.observed_revision
+        && *carry_over_json == b.carry_over_json
+        && *carry_over_parts == b.carry_over_parts
+        && *klusterlet_config_shape == b.klusterlet_config_shape
+        && *refusal == b.refusal
 }
 
 #[cfg(test)]
