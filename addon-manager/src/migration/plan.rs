@@ -96,6 +96,18 @@ pub(super) async fn plan(
     for o in mr::target_manifests(m, target_ns, target, Some(&msa_ns))? {
         objects.push(planned(&m.to, &mr::redact(&o)));
     }
+    objects.extend(planned_clusters(m, carry));
+    Ok(MigrationPlan {
+        clusters: clusters.to_vec(),
+        waves,
+        objects,
+    })
+}
+
+/// The first [`PLAN_CLUSTER_OBJECTS`] clusters as the target would pre-create them, with
+/// the objects they carry (secret data redacted).
+fn planned_clusters(m: &Migration, carry: &[CarriedCluster]) -> Vec<PlannedObject> {
+    let mut objects = Vec::new();
     for c in carry.iter().take(PLAN_CLUSTER_OBJECTS) {
         let mut labels = c.labels.clone();
         if let Some(set) = &c.cluster_set {
@@ -125,11 +137,7 @@ pub(super) async fn plan(
             objects.push(planned(&m.to, &mr::redact(&copy)));
         }
     }
-    Ok(MigrationPlan {
-        clusters: clusters.to_vec(),
-        waves,
-        objects,
-    })
+    objects
 }
 
 pub(super) fn planned(hub: &str, o: &Value) -> PlannedObject {
