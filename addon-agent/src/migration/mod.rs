@@ -666,7 +666,7 @@ async fn write_status(
             "writing the status of MigrationTask {name}"
         )))?;
     if let Ok(mut written) = ctx.written.lock() {
-        written.insert(name, std::time::Instant::now());
+        pace::record(&mut written, name, std::time::Instant::now());
     }
     Ok(None)
 }

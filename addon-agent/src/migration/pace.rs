@@ -6,7 +6,8 @@
 //! goes at once. Nothing is lost by waiting: every reconcile computes the whole report again
 //! from what it observes, and the one deferred is requeued for when it is due.
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use migration_api::migration::MigrationTaskStatus;
 
@@ -38,6 +39,15 @@ pub(super) fn due(
         Some(since) if progress_only && since < PACE => Due::After(PACE - since),
         _ => Due::Now,
     }
+}
+
+/// Records that task `name`'s status was written at `now`, and forgets every write older than
+/// [`PACE`]: [`due`] treats those as no write at all, so the map holds only the tasks written
+/// within the last [`PACE`], however many tasks come and go in the agent's life (a deleted
+/// task is not always reconciled once more to be forgotten).
+pub(super) fn record(written: &mut BTreeMap<String, Instant>, name: String, now: Instant) {
+    written.retain(|_, at| now.saturating_duration_since(*at) < PACE);
+    written.insert(name, now);
 }
 
 /// Whether `a` and `b` agree on everything but the clusters' progress (their states, counts,
@@ -136,6 +146,31 @@ mod tests {
         ];
         for (what, current, new, since, want) in cases {
             assert_eq!(due(current, new, since), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn only_writes_within_a_pace_are_remembered_and_forgetting_one_changes_nothing() {
+        let now = Instant::now() + Duration::from_secs(10);
+        let ago = |ms: u64| now - Duration::from_millis(ms);
+        let mut written: BTreeMap<String, Instant> = [
+            ("old".to_string(), ago(5_000)),
+            ("just-past".to_string(), ago(1_000)),
+            ("recent".to_string(), ago(300)),
+        ]
+        .into_iter()
+        .collect();
+        record(&mut written, "new".into(), now);
+        let kept: Vec<&str> = written.keys().map(String::as_str).collect();
+        assert_eq!(kept, ["new", "recent"]);
+        // A write forgotten is one older than a pace: `due` decides the same without it.
+        let running = status(StageState::Running, "rrs", "r1");
+        let moved = status(StageState::Running, "rss", "r1");
+        for since in [PACE, Duration::from_secs(5)] {
+            assert_eq!(
+                due(Some(&running), &moved, Some(since)),
+                due(Some(&running), &moved, None)
+            );
         }
     }
 }
