@@ -174,33 +174,36 @@ pub fn set_condition(
     message: &str,
     observed_generation: Option<i64>,
 ) -> bool {
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            let changed = c.status != status
-                || c.reason != reason
-                || c.message != message
-                || c.observed_generation != observed_generation;
-            if c.status != status {
-                c.last_transition_time = now();
-            }
-            c.status = status.to_owned();
-            c.reason = reason.to_owned();
-            c.message = message.to_owned();
-            c.observed_generation = observed_generation;
-            changed
-        }
-        None => {
-            conditions.push(Condition {
-                type_: type_.to_owned(),
-                status: status.to_owned(),
-                reason: reason.to_owned(),
-                message: message.to_owned(),
-                observed_generation,
-                last_transition_time: now(),
-            });
-            true
-        }
+    let condition = Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation,
+        last_transition_time: now(),
+    };
+    set_condition_at(conditions, condition)
+}
+
+/// [`set_condition`] with the time taken by the caller (`condition.last_transition_time`):
+/// for a pure decision that is handed the clock. Returns whether anything changed.
+pub fn set_condition_at(conditions: &mut Vec<Condition>, condition: Condition) -> bool {
+    let Some(c) = conditions.iter_mut().find(|c| c.type_ == condition.type_) else {
+        conditions.push(condition);
+        return true;
+    };
+    let changed = c.status != condition.status
+        || c.reason != condition.reason
+        || c.message != condition.message
+        || c.observed_generation != condition.observed_generation;
+    if c.status != condition.status {
+        c.last_transition_time = condition.last_transition_time;
     }
+    c.status = condition.status;
+    c.reason = condition.reason;
+    c.message = condition.message;
+    c.observed_generation = condition.observed_generation;
+    changed
 }
 
 pub fn requirement_matches(

@@ -85,18 +85,20 @@ pub(super) enum Gathered {
     Unreadable(String),
 }
 
-/// Reads the source's carry-over in `parts` back (the read-only works applied, unless they
-/// are).
-pub(super) async fn gather(
+/// Reads the source's carry-over in `parts` back (the read-only works go into the step's
+/// effects; applied already, they are not applied again).
+pub(super) fn gather(
     ctx: &Ctx,
     m: &Migration,
+    step: &mut Step,
     parts: &CarryOverParts,
     source_ns: &str,
-) -> Result<Gathered, Error> {
+) -> Gathered {
     for i in 0..parts.count as usize {
-        apply_work(ctx, &mr::carry_read_work(m, source_ns, i)).await?;
+        let work = mr::carry_read_work(m, source_ns, i);
+        step.effects.push(Effect::ApplyWork(work));
     }
-    Ok(match read_parts(ctx, m, parts) {
+    match read_parts(ctx, m, parts) {
         Ok(found) => match join_carry_over(&found) {
             Ok(records) => Gathered::Records(records),
             Err(e) => Gathered::Unreadable(e.to_string()),
@@ -107,7 +109,7 @@ pub(super) async fn gather(
             parts.count,
             CARRY_OVER_PART_BYTES / 1024
         )),
-    })
+    }
 }
 
 /// What the clusters carry, as the migration recorded it: inline in status, or in parts (read

@@ -17,7 +17,7 @@ pub(super) async fn cleaning(
         .and_then(|c| find_condition(c, RESOURCE_CLEANED))
         .is_some_and(|c| c.reason == reasons::REMOVING);
     if touched(&step.status) && !hubs_done {
-        return hubs_clean(ctx, mcm, m, step).await;
+        return delivering(ctx, mcm, m, step, TaskStage::Cleaning, hubs_clean).await;
     }
     // Works first (their objects go with them), and the bootstrap credentials last.
     if !remove_everything(ctx, m, step.status.carry_over_parts.as_ref()).await? {
@@ -49,12 +49,12 @@ pub(super) async fn cleaning(
 
 /// The hubs' part of Cleaning: the target confirms what arrived, the source detaches it and
 /// takes back the rest.
-async fn hubs_clean(
-    ctx: &Ctx,
+pub(super) fn hubs_clean(
+    world: &World,
     mcm: &ManagedClusterMigration,
     m: &Migration,
     step: &mut Step,
-) -> Result<Action, Error> {
+) -> Result<Result<Action, Need>, Error> {
     let (names, mut states) = step.clusters();
     // Whatever did not arrive goes back, and so does a cluster the target lost since.
     let rollback: Vec<String> = names
@@ -64,18 +64,17 @@ async fn hubs_clean(
         .map(|(n, _)| n.clone())
         .collect();
     let tgt = deliver_target(
-        ctx,
+        world,
         mcm,
         m,
         step,
         TaskStage::Cleaning,
         rollback.clone(),
         false,
-    )
-    .await?;
+    )?;
     // Before the source lets go of a cluster that arrived, the target says again that it
     // has it; the verdict goes into status before the source hears of it.
-    let (target, _) = report(ctx, m, MigrationRole::Target, &tgt);
+    let (target, _) = world.report(MigrationRole::Target, &tgt);
     let before = states.clone();
     let late = remaining(step, timeouts(mcm).stage).is_none();
     recheck_arrived(
@@ -86,7 +85,7 @@ async fn hubs_clean(
     if states != before {
         warn_new_failures(step, &names, &before, &states, "ClusterLost");
         step.set_states(&states);
-        return Ok(Action::requeue(Duration::from_millis(10)));
+        return Ok(Ok(Action::requeue(Duration::from_millis(10))));
     }
     let detach: Vec<String> = names
         .iter()
@@ -99,10 +98,9 @@ async fn hubs_clean(
         detach: detach.clone(),
         ..Default::default()
     };
-    let src = deliver_source(ctx, mcm, m, step, TaskStage::Cleaning, part, false)
-        .await?
-        .unwrap_or_default();
-    let (source, _) = report(ctx, m, MigrationRole::Source, &src);
+    let src =
+        deliver_source(world, mcm, m, step, TaskStage::Cleaning, part, false)?.unwrap_or_default();
+    let (source, _) = world.report(MigrationRole::Source, &src);
     mark_rolled_back(&mut states, source.as_ref());
     step.set_states(&states);
     let seen = Cleaned {
@@ -117,7 +115,7 @@ async fn hubs_clean(
         late,
         timeout: timeouts(mcm).stage,
     };
-    Ok(step.settle(seen.outcome(&m.from, &m.to)))
+    Ok(Ok(step.settle(seen.outcome(&m.from, &m.to))))
 }
 
 /// What the hubs' part of Cleaning saw.

@@ -58,14 +58,15 @@ pub(super) fn base_task(
     }
 }
 
-/// Delivers a task (with the extra manifests before it) to one hub; returns its revision.
-pub(super) async fn deliver(
-    ctx: &Ctx,
+/// Delivers a task (with the extra manifests before it) to one hub: the work goes into the
+/// step's effects; returns the task's revision (what the hub's report must answer).
+pub(super) fn deliver(
+    step: &mut Step,
     m: &Migration,
     role: MigrationRole,
     manifests: Vec<Value>,
     task_namespace: &str,
-) -> Result<String, Error> {
+) -> String {
     let revision = manifests
         .iter()
         .find(|o| o["kind"] == "MigrationTask")
@@ -73,8 +74,8 @@ pub(super) async fn deliver(
         .unwrap_or_default()
         .to_owned();
     let work = mr::work(m, role, manifests, mr::task_feedback(m, task_namespace));
-    apply_work(ctx, &work).await?;
-    Ok(revision)
+    step.effects.push(Effect::ApplyWork(work));
+    revision
 }
 
 pub(super) fn shape_of(step: &Step) -> Shape {
@@ -111,30 +112,19 @@ pub(super) fn non_empty(v: Vec<String>) -> Option<Vec<String>> {
     (!v.is_empty()).then_some(v)
 }
 
-/// Delivers the target's part; returns its revision. `rbac`: the bootstrap identity may
-/// still register.
-pub(super) async fn deliver_target(
-    ctx: &Ctx,
+/// Delivers the target's part (into the step's effects); returns its revision. `rbac`: the
+/// bootstrap identity may still register.
+pub(super) fn deliver_target(
+    world: &World,
     mcm: &ManagedClusterMigration,
     m: &Migration,
-    step: &Step,
+    step: &mut Step,
     stage: TaskStage,
     rollback: Vec<String>,
     rbac: bool,
 ) -> Result<String, Error> {
     let names = step.names();
-    let target_ns = addon_namespace(hub_addon(ctx, &m.to, &ctx.config.addon_name).as_deref());
-    let msa_ns = addon_namespace(hub_addon(ctx, &m.to, MSA_ADDON).as_deref());
-    // What the clusters carry, from status or its parts (a migration validated by an older
-    // manager kept it in the target's task only).
-    let carry = match (&step.status.carry_over, &step.status.carry_over_parts) {
-        (None, None) => existing_work(ctx, m, MigrationRole::Target)
-            .as_deref()
-            .and_then(delivered_task)
-            .and_then(|t| t.carry_over)
-            .map(Arc::new),
-        _ => carried(ctx, m, &step.status),
-    };
+    let target_ns = &world.target_ns;
     // The target approves the CSRs of the clusters the source released, and of no other.
     let released_now = if stage == TaskStage::Registering {
         non_empty(released(&names, &step.states()))
@@ -145,12 +135,15 @@ pub(super) async fn deliver_target(
     match &step.status.carry_over_parts {
         // Too large for the task: in works of their own, next to it.
         Some(parts) => {
-            deliver_parts(ctx, m, parts, &target_ns).await?;
+            step.effects.push(Effect::DeliverParts {
+                parts: parts.clone(),
+                target_ns: target_ns.clone(),
+            });
             target.carry_over_parts = Some(parts.clone());
         }
-        None => target.carry_over = carry.as_deref().cloned(),
+        None => target.carry_over = world.target_carry.as_deref().cloned(),
     }
-    target.bootstrap_users = Some(mr::bootstrap_users(m, &msa_ns));
+    target.bootstrap_users = Some(mr::bootstrap_users(m, &world.msa_ns));
     target.rollback = non_empty(rollback);
     target.released = released_now;
     set_delivery(&mut target, shape_of(step));
@@ -158,11 +151,9 @@ pub(super) async fn deliver_target(
     // clusters that arrive a bootstrap kubeconfig of its own from it (cleanup may still have
     // to settle one that arrived as Registering ended). The token never goes to the target.
     if matches!(stage, TaskStage::Registering | TaskStage::Cleaning)
-        && let Some(kubeconfig) = bootstrap(ctx, m, 1)
-            .await?
-            .and_then(|k| k.into_iter().next())
+        && let Some(kubeconfig) = &world.connection
     {
-        target.bootstrap_connection = Some(mr::without_credentials(&kubeconfig)?);
+        target.bootstrap_connection = Some(mr::without_credentials(kubeconfig)?);
     }
     // The agent writes what it must while the work carries its grants; in Cleaning it also
     // releases the works of the copies it removes.
@@ -171,28 +162,29 @@ pub(super) async fn deliver_target(
     } else {
         Vec::new()
     };
-    let grants = agent_grants(
-        ctx,
-        &target,
-        carry.as_deref().map_or(&[], Vec::as_slice),
-        &target_ns,
-        release,
-    );
+    let carry = world.target_carry.as_deref().map_or(&[][..], Vec::as_slice);
+    let grants = agent_grants(&world.addon, &target, carry, target_ns, release);
     let mut manifests = mr::agent_grants(m, MigrationRole::Target, &grants)?;
     manifests.extend(mr::carry_grants(
         m,
         MigrationRole::Target,
         target.carry_kinds.as_deref().unwrap_or_default(),
         mr::CarryScope::Clusters(&target.clusters),
-        &target_ns,
+        target_ns,
     )?);
     manifests.extend(mr::target_manifests(
         m,
-        &target_ns,
+        target_ns,
         target,
-        rbac.then_some(msa_ns.as_str()),
+        rbac.then_some(world.msa_ns.as_str()),
     )?);
-    deliver(ctx, m, MigrationRole::Target, manifests, &target_ns).await
+    Ok(deliver(
+        step,
+        m,
+        MigrationRole::Target,
+        manifests,
+        target_ns,
+    ))
 }
 
 /// What a task's hub agent may write for it ([`mr::AgentGrants`]): nothing while it validates
@@ -200,7 +192,7 @@ pub(super) async fn deliver_target(
 /// source the KlusterletConfigs it derives from the clusters' own (`carry`: the records the
 /// source reported).
 pub(super) fn agent_grants(
-    ctx: &Ctx,
+    addon: &str,
     task: &MigrationTaskSpec,
     carry: &[CarriedCluster],
     agent_namespace: &str,
@@ -237,7 +229,7 @@ pub(super) fn agent_grants(
         .flat_map(|c| c.addons.iter().map(|a| a.name.clone()))
         .collect();
     mr::AgentGrants {
-        addon: ctx.config.addon_name.clone(),
+        addon: addon.to_owned(),
         agent_namespace: agent_namespace.to_owned(),
         clusters: task.clusters.clone(),
         sets: sets.into_iter().collect(),
@@ -255,25 +247,26 @@ pub(super) struct SourcePart {
     pub(super) detach: Vec<String>,
 }
 
-/// Delivers the source's part; returns its revision, or `None` when the bootstrap kubeconfig
-/// is needed (`need_bootstrap`) but its token is gone. Without the token the bootstrap secret
-/// and KlusterletConfig are left out (rollback and cleanup do not need them).
-pub(super) async fn deliver_source(
-    ctx: &Ctx,
+/// Delivers the source's part (into the step's effects); returns its revision, or `None` when
+/// the bootstrap kubeconfig is needed (`need_bootstrap`) but its token is gone. Without the
+/// token the bootstrap secret and KlusterletConfig are left out (rollback and cleanup do not
+/// need them).
+pub(super) fn deliver_source(
+    world: &World,
     mcm: &ManagedClusterMigration,
     m: &Migration,
-    step: &Step,
+    step: &mut Step,
     stage: TaskStage,
     part: SourcePart,
     need_bootstrap: bool,
 ) -> Result<Option<String>, Error> {
     let names = step.names();
-    let source_ns = addon_namespace(hub_addon(ctx, &m.from, &ctx.config.addon_name).as_deref());
-    let kubeconfig = if source_carries_token(stage) {
-        bootstrap(ctx, m, m.identities()).await?
-    } else {
-        None
-    };
+    let source_ns = &world.source_ns;
+    // Only while clusters may switch does the token leave the global hub.
+    let kubeconfig = world
+        .kubeconfigs
+        .as_ref()
+        .filter(|_| source_carries_token(stage));
     if need_bootstrap && kubeconfig.is_none() {
         return Ok(None);
     }
@@ -286,40 +279,39 @@ pub(super) async fn deliver_source(
     // Grants first, so that they are in place when the agent reads its task; in Cleaning the
     // agent also releases the works of the clusters it detaches.
     let release = source.detach.clone().unwrap_or_default();
-    let carried = carried(ctx, m, &step.status).unwrap_or_default();
-    let grants = agent_grants(ctx, &source, &carried, &source_ns, release);
+    let carried = world.carried.as_deref().map_or(&[][..], Vec::as_slice);
+    let grants = agent_grants(&world.addon, &source, carried, source_ns, release);
     let mut manifests = mr::agent_grants(m, MigrationRole::Source, &grants)?;
     manifests.extend(mr::carry_grants(
         m,
         MigrationRole::Source,
         source.carry_kinds.as_deref().unwrap_or_default(),
         mr::CarryScope::Clusters(&source.clusters),
-        &source_ns,
+        source_ns,
     )?);
-    manifests.extend(mr::source_manifests(m, &source_ns, source)?);
+    manifests.extend(mr::source_manifests(m, source_ns, source)?);
     // The bootstrap objects first, in a work of their own that stays as it is while clusters
-    // are released; it goes once no cluster may switch any more. (A token missing for a
-    // moment leaves it as it was.)
-    if let Some(kubeconfigs) = &kubeconfig {
-        let objects = mr::bootstrap_manifests(m, &source_ns, kubeconfigs, shape)?;
-        put_bootstrap_work(ctx, m, objects).await?;
+    // are released (unless it is going; a token missing for a moment leaves it as it was);
+    // it goes once no cluster may switch any more: the work agent removes what it carried.
+    if let Some(kubeconfigs) = kubeconfig {
+        if !world.bootstrap_going() {
+            let objects = mr::bootstrap_manifests(m, source_ns, kubeconfigs, shape)?;
+            step.effects
+                .push(Effect::ApplyWork(mr::bootstrap_work(m, objects)));
+        }
     } else if !source_carries_token(stage) {
-        // The work agent removes what it carried from the hub.
-        remove_work(ctx, &m.from, &names::migration_bootstrap_work(&m.key)).await?;
+        step.effects.push(Effect::RemoveWork {
+            hub: m.from.clone(),
+            name: names::migration_bootstrap_work(&m.key),
+        });
     }
-    Ok(Some(
-        deliver(ctx, m, MigrationRole::Source, manifests, &source_ns).await?,
-    ))
-}
-
-/// Applies the source's bootstrap work unless it is going (a token missing for a moment
-/// leaves it as it was).
-async fn put_bootstrap_work(ctx: &Ctx, m: &Migration, objects: Vec<Value>) -> Result<(), Error> {
-    let name = names::migration_bootstrap_work(&m.key);
-    if work_named(ctx, &m.from, &name).is_some_and(|w| w.metadata.deletion_timestamp.is_some()) {
-        return Ok(());
-    }
-    apply_work(ctx, &mr::bootstrap_work(m, objects)).await
+    Ok(Some(deliver(
+        step,
+        m,
+        MigrationRole::Source,
+        manifests,
+        source_ns,
+    )))
 }
 
 /// Whether the source's work carries the bootstrap token (its Secret, and the

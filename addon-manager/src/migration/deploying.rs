@@ -8,31 +8,32 @@ pub(super) async fn deploying(
     m: &Migration,
     step: &mut Step,
 ) -> Result<Action, Error> {
-    let tgt_rev = deliver_target(ctx, mcm, m, step, TaskStage::Deploying, vec![], true).await?;
-    let Some(src_rev) = deliver_source(
-        ctx,
-        mcm,
-        m,
-        step,
-        TaskStage::Deploying,
-        SourcePart::default(),
-        true,
-    )
-    .await?
-    else {
+    delivering(ctx, mcm, m, step, TaskStage::Deploying, deploy).await
+}
+
+/// Deploying, from what was observed: both tasks delivered, then their reports read.
+pub(super) fn deploy(
+    world: &World,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &mut Step,
+) -> Result<Result<Action, Need>, Error> {
+    let stage = TaskStage::Deploying;
+    let tgt_rev = deliver_target(world, mcm, m, step, stage, vec![], true)?;
+    let part = SourcePart::default();
+    let Some(src_rev) = deliver_source(world, mcm, m, step, stage, part, true)? else {
         let timed_out = remaining(step, timeouts(mcm).stage).is_none();
-        return Ok(step.settle(token_missing(
-            timed_out,
-            timeouts(mcm).stage,
-            RESOURCE_DEPLOYED,
-        )));
+        let missing = token_missing(timed_out, timeouts(mcm).stage, RESOURCE_DEPLOYED);
+        return Ok(Ok(step.settle(missing)));
     };
-    let (source, source_err) = report(ctx, m, MigrationRole::Source, &src_rev);
-    let (target, target_err) = report(ctx, m, MigrationRole::Target, &tgt_rev);
+    let (source, source_err) = world.report(MigrationRole::Source, &src_rev);
+    let (target, target_err) = world.report(MigrationRole::Target, &tgt_rev);
     // The bootstrap objects travel in a work of their own: the source agent only waits for
     // them, so why they do not arrive is read here.
     let bootstrap_work = names::migration_bootstrap_work(&m.key);
-    let bootstrap_err = work_named(ctx, &m.from, &bootstrap_work)
+    let bootstrap_err = world
+        .bootstrap_work
+        .as_deref()
         .and_then(|w| w.manifest_not_applied())
         .map(|e| format!("{bootstrap_work}: {e}"));
     let seen = Deployed {
@@ -44,7 +45,7 @@ pub(super) async fn deploying(
         clusters: step.status.resolved_clusters.as_ref().map_or(0, Vec::len),
         timeout: timeouts(mcm).stage,
     };
-    Ok(step.settle(seen.outcome(&m.from, &m.to)))
+    Ok(Ok(step.settle(seen.outcome(&m.from, &m.to))))
 }
 
 /// What Deploying saw of the hubs' reports.

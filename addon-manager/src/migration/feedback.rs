@@ -42,15 +42,13 @@ impl Feedback {
 
 /// The feedback of a migration's work on one hub, only if it reports on `revision`.
 pub(super) fn report(
-    ctx: &Ctx,
-    m: &Migration,
-    role: MigrationRole,
+    work: Option<&ManifestWork>,
     revision: &str,
 ) -> (Option<Feedback>, Option<String>) {
-    let Some(work) = existing_work(ctx, m, role) else {
+    let Some(work) = work else {
         return (None, None);
     };
-    let fb = Feedback::of(&work);
+    let fb = Feedback::of(work);
     let err = fb.apply_error.clone();
     (
         (fb.report.revision.as_deref() == Some(revision)).then_some(fb),

@@ -11,7 +11,10 @@
 //! `Step`, the spec held once started); one module per phase (`pending`, `validating`,
 //! `initializing`, `deploying`, `registering`, `rollbacking`, `cleaning`) holds that
 //! phase's handler and its pure decisions; `hubs` reads the hubs, `feedback` decodes a
-//! task's report, `deliver` builds and sends each hub's work, `plan` writes a dry run's plan.
+//! task's report, `deliver` builds each hub's work, `plan` writes a dry run's plan. The phases
+//! that deliver tasks decide from a [`World`] the shell read for them (`world`), and every
+//! phase puts the works it writes into the step's effects (`effects`), applied by the shell
+//! once the phase has decided, before the status is written.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -25,7 +28,9 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use migration_api::common::{Condition, condition_is_true, find_condition, now, set_condition};
+use migration_api::common::{
+    Condition, Time, condition_is_true, find_condition, now, set_condition_at,
+};
 use migration_api::migration::{
     CarriedCluster, CarryOverParts, ClusterCounts, ClusterState, ManagedClusterMigration,
     ManagedClusterMigrationSpec, ManagedClusterMigrationStatus, MigrationPhase, MigrationPlan,
@@ -54,7 +59,10 @@ use crate::render::RenderError;
 mod carry;
 mod cleaning;
 mod deliver;
+#[cfg(test)]
+mod deliver_tests;
 mod deploying;
+mod effects;
 mod feedback;
 mod hubs;
 mod initializing;
@@ -63,6 +71,8 @@ mod outcome;
 #[cfg(test)]
 mod outcome_tests;
 mod pending;
+#[cfg(test)]
+mod phase_tests;
 mod plan;
 mod registering;
 mod request;
@@ -72,11 +82,13 @@ mod start_tests;
 #[cfg(test)]
 mod tests;
 mod validating;
+mod world;
 
 use carry::*;
 use cleaning::*;
 use deliver::*;
 use deploying::*;
+use effects::*;
 use feedback::*;
 use hubs::*;
 use initializing::*;
@@ -87,6 +99,7 @@ use registering::*;
 use request::*;
 use rollbacking::*;
 use validating::*;
+use world::*;
 
 /// Field manager of what the migration controller writes.
 pub const FIELD_MANAGER: &str = "cluster-migration-manager";
@@ -240,11 +253,19 @@ fn clusters_of(mcm: &ManagedClusterMigration) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// What one reconcile changes: the new status and the events to publish.
+/// What one reconcile changes: the new status and the events to publish. `now` is the
+/// reconcile's clock, read once by the shell: every time the decisions stamp or compare
+/// (a phase's start, a condition's transition, a deadline) is this one, so a decision is a
+/// function of what was observed and `now`.
+#[derive(Clone)]
 struct Step {
     status: ManagedClusterMigrationStatus,
     events: Vec<(EventType, String, String)>,
     generation: Option<i64>,
+    now: Time,
+    /// The works to apply or remove, in order ([`Effect`]), applied by the shell once the
+    /// phase has decided.
+    effects: Vec<Effect>,
 }
 
 impl Step {
@@ -253,15 +274,15 @@ impl Step {
     }
 
     fn condition(&mut self, type_: &str, status: &str, reason: &str, message: &str) {
-        let generation = self.generation;
-        set_condition(
-            self.conditions(),
-            type_,
-            status,
-            reason,
-            message,
-            generation,
-        );
+        let condition = Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            observed_generation: self.generation,
+            last_transition_time: self.now.clone(),
+        };
+        set_condition_at(self.conditions(), condition);
     }
 
     fn enter(&mut self, next: MigrationPhase, why: &str) {
@@ -270,9 +291,9 @@ impl Step {
             return;
         }
         self.status.phase = Some(next);
-        self.status.phase_start_time = Some(now());
+        self.status.phase_start_time = Some(self.now.clone());
         if next.is_terminal() {
-            self.status.completion_time = Some(now());
+            self.status.completion_time = Some(self.now.clone());
         }
         let kind = if next == MigrationPhase::Failed || next == MigrationPhase::Rollbacking {
             EventType::Warning
@@ -362,6 +383,8 @@ async fn reconcile_one(mcm: Arc<ManagedClusterMigration>, ctx: &Ctx) -> Result<A
         status: mcm.status.clone().unwrap_or_default(),
         events: Vec::new(),
         generation: mcm.metadata.generation,
+        now: now(),
+        effects: Vec::new(),
     };
     step.status.observed_generation = mcm.metadata.generation;
     let mcm = hold_spec(mcm, current, &mut step);
@@ -400,6 +423,7 @@ async fn reconcile_one(mcm: Arc<ManagedClusterMigration>, ctx: &Ctx) -> Result<A
             Action::await_change()
         }
     };
+    apply_effects(ctx, &m, std::mem::take(&mut step.effects)).await?;
     write_status(ctx, &mcm, step).await?;
     Ok(action)
 }
@@ -568,10 +592,10 @@ async fn write_status(ctx: &Ctx, mcm: &ManagedClusterMigration, step: Step) -> R
     Ok(())
 }
 
-/// Time left before the current phase times out, or `None` when it has.
+/// Time left at `step.now` before the current phase times out, or `None` when it has.
 fn remaining(step: &Step, timeout: Duration) -> Option<Duration> {
     let started = step.status.phase_start_time.as_ref()?.0;
-    let elapsed = jiff::Timestamp::now().duration_since(started);
+    let elapsed = step.now.0.duration_since(started);
     let elapsed = Duration::try_from(elapsed).unwrap_or_default();
     timeout.checked_sub(elapsed).filter(|d| !d.is_zero())
 }

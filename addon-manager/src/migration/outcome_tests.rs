@@ -336,6 +336,8 @@ fn settling_applies_the_condition_the_phase_and_the_first_rollback_cause() {
         },
         events: Vec::new(),
         generation: Some(3),
+        now: now(),
+        effects: Vec::new(),
     };
     let first = registered(Progress::Stuck, counts(2, 1, 1, 0)).outcome("hub2");
     step.settle(first);

@@ -39,7 +39,7 @@ pub(super) async fn pending(
             let seen = read_placement(ctx, &ns, placement).await?;
             let waited = mcm
                 .creation_timestamp()
-                .map(|t| now().0.duration_since(t.0))
+                .map(|t| step.now.0.duration_since(t.0))
                 .and_then(|d| Duration::try_from(d).ok())
                 .unwrap_or_default();
             let choice = choose_target(
@@ -60,7 +60,7 @@ pub(super) async fn pending(
     chosen.status.get_or_insert_with(Default::default).target = target;
     let outcome = started(&chosen, &all.items);
     if matches!(outcome, Outcome::Enter(..)) {
-        step.status.start_time = Some(now());
+        step.status.start_time = Some(step.now.clone());
         // From here on the migration works from this copy: an edit of the spec changes nothing.
         step.status.accepted_spec = Some(mcm.spec.clone());
     }

@@ -130,50 +130,58 @@ pub(super) async fn registering(
     m: &Migration,
     step: &mut Step,
 ) -> Result<Action, Error> {
+    delivering(ctx, mcm, m, step, TaskStage::Registering, register).await
+}
+
+/// Registering, from what was observed: the release list delivered, the reports merged into
+/// the clusters' states, the next clusters released.
+pub(super) fn register(
+    world: &World,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &mut Step,
+) -> Result<Result<Action, Need>, Error> {
     let (names, mut states) = step.clusters();
     let timeout = timeouts(mcm).registering;
+    let stage = TaskStage::Registering;
     // Deliver what the status says (the release list), then read the reports on it. The
     // target hears of a release first: the source lets a cluster go only once the target has
     // reported on a revision that lists it (and so has recorded when it was released, the
     // earliest its bootstrap CSR may be asked for); until then the source keeps what it had.
-    let tgt_rev = deliver_target(ctx, mcm, m, step, TaskStage::Registering, vec![], true).await?;
-    let (target, _) = report(ctx, m, MigrationRole::Target, &tgt_rev);
+    let tgt_rev = deliver_target(world, mcm, m, step, stage, vec![], true)?;
+    let (target, _) = world.report(MigrationRole::Target, &tgt_rev);
     let release = if target.is_some() {
         released(&names, &states)
     } else {
         // The target is silent: release no more than was released; if the source's work is
         // gone, what status records as in flight.
         // (As the API server has it: the watch may not have seen the last delivery yet.)
-        work_now(
-            ctx,
-            &m.from,
-            &names::migration_work(&m.key, MigrationRole::Source),
-        )
-        .await?
-        .as_ref()
-        .and_then(delivered_task)
-        .filter(|t| t.stage == TaskStage::Registering)
-        .and_then(|t| t.released)
-        .unwrap_or_else(|| {
-            names
-                .iter()
-                .zip(&states)
-                .filter(|(_, s)| s.in_flight())
-                .map(|(n, _)| n.clone())
-                .collect()
-        })
+        let Some(task_now) = &world.source_task_now else {
+            return Ok(Err(Need::SourceTaskNow));
+        };
+        task_now
+            .as_ref()
+            .filter(|t| t.stage == stage)
+            .and_then(|t| t.released.clone())
+            .unwrap_or_else(|| {
+                names
+                    .iter()
+                    .zip(&states)
+                    .filter(|(_, s)| s.in_flight())
+                    .map(|(n, _)| n.clone())
+                    .collect()
+            })
     };
     let part = SourcePart {
         released: release,
         ..Default::default()
     };
-    let Some(src_rev) =
-        deliver_source(ctx, mcm, m, step, TaskStage::Registering, part, true).await?
-    else {
+    let Some(src_rev) = deliver_source(world, mcm, m, step, stage, part, true)? else {
         let timed_out = remaining(step, timeout).is_none();
-        return Ok(step.settle(token_missing(timed_out, timeout, CLUSTER_REGISTERED)));
+        let missing = token_missing(timed_out, timeout, CLUSTER_REGISTERED);
+        return Ok(Ok(step.settle(missing)));
     };
-    let (source, _) = report(ctx, m, MigrationRole::Source, &src_rev);
+    let (source, _) = world.report(MigrationRole::Source, &src_rev);
     let before = states.clone();
     let max_conc = mcm
         .spec
@@ -202,7 +210,7 @@ pub(super) async fn registering(
         timeout,
         timeout_text: &format_duration(timeout),
     };
-    Ok(step.settle(seen.outcome(&m.to)))
+    Ok(Ok(step.settle(seen.outcome(&m.to))))
 }
 
 /// What Registering saw once the reports were merged into the states.

@@ -220,6 +220,7 @@ pub(super) async fn create_retry(
 mod tests {
     use super::super::outcome_tests::goes;
     use super::*;
+    use migration_api::common::set_condition;
 
     /// Migration default/m (uid u1) of c1..c4 from hub1 to hub2, in `phase`, each cluster in
     /// the state of its letter in `states`.

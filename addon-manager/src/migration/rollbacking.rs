@@ -8,6 +8,17 @@ pub(super) async fn rollbacking(
     m: &Migration,
     step: &mut Step,
 ) -> Result<Action, Error> {
+    delivering(ctx, mcm, m, step, TaskStage::Rollbacking, roll_back).await
+}
+
+/// Rollbacking, from what was observed: the target lets go first, the source takes back
+/// what the target let go (or, the target silent past its grace, never admitted).
+pub(super) fn roll_back(
+    world: &World,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &mut Step,
+) -> Result<Result<Action, Need>, Error> {
     let (names, mut states) = step.clusters();
     let to_roll: Vec<String> = names
         .iter()
@@ -26,11 +37,11 @@ pub(super) async fn rollbacking(
             "no cluster had been touched",
         );
         step.enter(MigrationPhase::Cleaning, "rolled back");
-        return Ok(Action::requeue(Duration::from_millis(10)));
+        return Ok(Ok(Action::requeue(Duration::from_millis(10))));
     }
     // The target first: it stops admitting them and removes what it pre-created; the source
     // then takes back each cluster the target has let go.
-    let target_view = existing_work(ctx, m, MigrationRole::Target).map(|w| Feedback::of(&w));
+    let target_view = world.target_work.as_deref().map(Feedback::of);
     let target_states = target_view.as_ref().map(|f| f.states(names.len()));
     let target_done: BTreeSet<&String> = match &target_states {
         Some(ts) => names
@@ -44,16 +55,15 @@ pub(super) async fn rollbacking(
     // The bootstrap identity keeps its rights while rolling back: a klusterlet that already
     // chose the target must still see its CSR approved to get away again.
     let target_rev = deliver_target(
-        ctx,
+        world,
         mcm,
         m,
         step,
         TaskStage::Rollbacking,
         to_roll.clone(),
         true,
-    )
-    .await?;
-    let (target, _) = report(ctx, m, MigrationRole::Target, &target_rev);
+    )?;
+    let (target, _) = world.report(MigrationRole::Target, &target_rev);
     // A target that does not answer (its API or agent down) cannot hold the clusters hostage:
     // after half the stage timeout the source takes back every cluster the target was never
     // seen to admit; the target's pre-created copies go in Cleaning, once it answers again.
@@ -72,10 +82,9 @@ pub(super) async fn rollbacking(
         rollback: source_list.clone(),
         ..Default::default()
     };
-    let src_rev = deliver_source(ctx, mcm, m, step, TaskStage::Rollbacking, part, false)
-        .await?
+    let src_rev = deliver_source(world, mcm, m, step, TaskStage::Rollbacking, part, false)?
         .unwrap_or_default();
-    let (source, _) = report(ctx, m, MigrationRole::Source, &src_rev);
+    let (source, _) = world.report(MigrationRole::Source, &src_rev);
     let target_ok = target.as_ref().is_some_and(Feedback::succeeded);
     let source_ok =
         source.as_ref().is_some_and(Feedback::succeeded) && source_list.len() == to_roll.len();
@@ -102,7 +111,7 @@ pub(super) async fn rollbacking(
             .unwrap_or_default(),
         timeout: timeouts(mcm).stage,
     };
-    Ok(step.settle(seen.outcome(&m.from, &m.to)))
+    Ok(Ok(step.settle(seen.outcome(&m.from, &m.to))))
 }
 
 /// What Rollbacking saw once the reports were in.

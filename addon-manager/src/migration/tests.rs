@@ -1,5 +1,6 @@
 use super::*;
 use ClusterState::*;
+use migration_api::common::set_condition;
 
 fn mcm(to: &str, phase: MigrationPhase, accepted_to: Option<&str>) -> ManagedClusterMigration {
     let spec = |to: &str| ManagedClusterMigrationSpec {
@@ -17,12 +18,51 @@ fn mcm(to: &str, phase: MigrationPhase, accepted_to: Option<&str>) -> ManagedClu
     m
 }
 
-fn step_of(m: &ManagedClusterMigration) -> Step {
+pub(super) fn step_of(m: &ManagedClusterMigration) -> Step {
     Step {
         status: m.status.clone().unwrap_or_default(),
         events: Vec::new(),
         generation: None,
+        now: now(),
+        effects: Vec::new(),
     }
+}
+
+#[test]
+fn a_phase_is_timed_on_the_clock_the_step_is_given() {
+    let at = |secs: i64| Time(jiff::Timestamp::from_second(1_800_000_000 + secs).unwrap());
+    let timeout = Duration::from_secs(600);
+    let mut step = step_of(&mcm("hub2", MigrationPhase::Deploying, None));
+    step.now = at(0);
+    step.enter(MigrationPhase::Registering, "switching clusters");
+    assert_eq!(step.status.phase_start_time, Some(at(0)));
+    assert_eq!(step.status.completion_time, None);
+    // (seconds since the phase began, time left, when a waiting phase looks again)
+    let table = [
+        (0, Some(600), Duration::from_millis(600_100)),
+        (540, Some(60), Duration::from_millis(60_100)),
+        (600, None, Duration::from_millis(1_100)),
+        (900, None, Duration::from_millis(1_100)),
+    ];
+    for (elapsed, left, wake) in table {
+        step.now = at(elapsed);
+        let left = left.map(Duration::from_secs);
+        assert_eq!(remaining(&step, timeout), left, "{elapsed}s");
+        let waiting = Outcome::Wait(
+            Said::no(CLUSTER_REGISTERED, reasons::WAITING, ""),
+            Wake::Deadline(timeout),
+        );
+        assert_eq!(step.settle(waiting), Action::requeue(wake), "{elapsed}s");
+    }
+    // A condition that changes status is stamped with the step's clock, not the machine's.
+    step.now = at(1_000);
+    step.enter(MigrationPhase::Completed, "done");
+    assert_eq!(step.status.completion_time, Some(at(1_000)));
+    let c = find_condition(
+        step.status.conditions.as_deref().unwrap(),
+        CLUSTER_REGISTERED,
+    );
+    assert_eq!(c.map(|c| c.last_transition_time.clone()), Some(at(0)));
 }
 
 #[test]

@@ -46,7 +46,9 @@ pub(super) async fn validating(
         &source_ns,
     )?;
     manifests.extend(mr::source_manifests(m, &source_ns, source_task)?);
-    let mut source = match ask(ctx, mcm, m, MigrationRole::Source, manifests, &source_ns).await? {
+    let role = MigrationRole::Source;
+    let asked = ask(ctx, mcm, m, step, role, manifests, &source_ns);
+    let mut source = match asked {
         Ok(f) => f,
         Err(wait) => return Ok(step.settle(wait)),
     };
@@ -54,7 +56,7 @@ pub(super) async fn validating(
     if source.carry.is_none()
         && let Some(parts) = &source.report.carry_parts
     {
-        match gather(ctx, m, parts, &source_ns).await? {
+        match gather(ctx, m, step, parts, &source_ns) {
             Gathered::Records(records) => source.carry = Some(Ok(records)),
             Gathered::Unreadable(why) => source.carry = Some(Err(why)),
             Gathered::Waiting(waiting) => {
@@ -83,7 +85,9 @@ pub(super) async fn validating(
         checked.resolved.clone(),
     );
     let manifests = mr::target_manifests(m, &target_ns, target_task, None)?;
-    let target = match ask(ctx, mcm, m, MigrationRole::Target, manifests, &target_ns).await? {
+    let role = MigrationRole::Target;
+    let asked = ask(ctx, mcm, m, step, role, manifests, &target_ns);
+    let target = match asked {
         Ok(f) => f,
         Err(wait) => return Ok(step.settle(wait)),
     };
@@ -152,22 +156,23 @@ async fn precheck(
 
 /// Delivers a hub's validation task and reads its finished report; `Err` with what to say
 /// while it has not finished (or when its work agent cannot apply the task).
-async fn ask(
+fn ask(
     ctx: &Ctx,
     mcm: &ManagedClusterMigration,
     m: &Migration,
+    step: &mut Step,
     role: MigrationRole,
     manifests: Vec<Value>,
     task_namespace: &str,
-) -> Result<Result<Feedback, Outcome>, Error> {
+) -> Result<Feedback, Outcome> {
     let hub = m.hub(role);
-    let rev = deliver(ctx, m, role, manifests, task_namespace).await?;
-    let (report, err) = report(ctx, m, role, &rev);
+    let rev = deliver(step, m, role, manifests, task_namespace);
+    let (report, err) = report(existing_work(ctx, m, role).as_deref(), &rev);
     if let Some(problem) = work_agent_refused(&ctx.config.addon_name, hub, err.as_deref()) {
-        return Ok(Err(Outcome::invalid(reasons::HUB_INVALID, problem)));
+        return Err(Outcome::invalid(reasons::HUB_INVALID, problem));
     }
     if let Some(f) = report.filter(|f| f.succeeded() || f.failed()) {
-        return Ok(Ok(f));
+        return Ok(f);
     }
     let mut msg = format!(
         "waiting for {} hub {hub}'s agent to check the clusters",
@@ -176,10 +181,10 @@ async fn ask(
     if let Some(e) = err {
         msg.push_str(&format!(" (the work reports: {e})"));
     }
-    Ok(Err(Outcome::Wait(
+    Err(Outcome::Wait(
         Said::no(RESOURCE_VALIDATED, reasons::WAITING, msg),
         Wake::Deadline(timeouts(mcm).stage),
-    )))
+    ))
 }
 
 /// What the source's validation report established.

@@ -1,0 +1,424 @@
+//! Table tests of the phases that deliver tasks, run as the shell runs them but on a
+//! [`World`] built by hand and the step's clock: what each decides from the hubs' reports,
+//! the deadlines and a silent hub, with no API server.
+
+use super::deliver_tests::{m, mcm, task_in, world, writes};
+use super::tests::step_of;
+use super::*;
+use ClusterState::*;
+use migration_api::common::set_condition;
+use migration_api::ocm::work::{
+    FeedbackValue, FieldValue, ManifestCondition, ManifestResourceMeta, ManifestResourceStatus,
+    ManifestWorkStatus, StatusFeedbackResult,
+};
+use migration_api::task_report::StageState;
+
+/// A moment `secs` after the phase began.
+fn at(secs: u64) -> Time {
+    let start = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+    Time(start + Duration::from_secs(secs))
+}
+
+/// The migration of c1..c3 in `phase` (begun at `at(0)`, its clusters initialized), each
+/// cluster in `states`.
+fn in_phase(phase: MigrationPhase, states: &[ClusterState]) -> ManagedClusterMigration {
+    let mut mcm = mcm(states);
+    if let Some(s) = mcm.status.as_mut() {
+        s.phase = Some(phase);
+        s.phase_start_time = Some(at(0));
+        let conditions = s.conditions.get_or_insert_with(Vec::new);
+        set_condition(
+            conditions,
+            RESOURCE_INITIALIZED,
+            "True",
+            reasons::DONE,
+            "",
+            None,
+        );
+    }
+    mcm
+}
+
+/// The work named `name` that `effects` apply, as its hub's work agent shows it once the
+/// agent has reported `state` and `clusters` on the task's revision.
+fn answered(
+    effects: &[Effect],
+    name: &str,
+    state: StageState,
+    clusters: &[ClusterState],
+) -> Option<Arc<ManifestWork>> {
+    let (applied, _) = writes(effects);
+    let (_, work) = applied.into_iter().find(|(n, _)| n == name)?;
+    let revision = task_in(work).revision.unwrap_or_default();
+    let mut w: ManifestWork = serde_json::from_value(work.clone()).ok()?;
+    let text = |name: &str, value: String| FeedbackValue {
+        name: name.into(),
+        field_value: FieldValue {
+            type_: "String".into(),
+            string: Some(value),
+            ..Default::default()
+        },
+    };
+    let values = vec![
+        text("revision", revision),
+        text("state", state.as_str().into()),
+        text("clusters", ClusterState::encode(clusters)),
+    ];
+    let task = ManifestCondition {
+        resource_meta: ManifestResourceMeta {
+            kind: Some("MigrationTask".into()),
+            ..Default::default()
+        },
+        status_feedback: Some(StatusFeedbackResult {
+            values: Some(values),
+        }),
+        conditions: Vec::new(),
+    };
+    w.status = Some(ManifestWorkStatus {
+        conditions: None,
+        resource_status: Some(ManifestResourceStatus {
+            manifests: Some(vec![task]),
+        }),
+    });
+    Some(Arc::new(w))
+}
+
+/// Runs `decide` at `now` on `mcm` as it is; the step it leaves and what it returned.
+fn decide_at(
+    decide: Decide,
+    world: &World,
+    mcm: &ManagedClusterMigration,
+    now: u64,
+) -> (Step, Result<Action, Need>) {
+    let mut step = step_of(mcm);
+    step.now = at(now);
+    let result = decide(world, mcm, &m(), &mut step).unwrap();
+    (step, result)
+}
+
+fn said(step: &Step, type_: &str) -> (String, String) {
+    let c = step.status.conditions.as_deref().unwrap_or_default();
+    let c = find_condition(c, type_).unwrap();
+    (c.status.clone(), c.reason.clone())
+}
+
+fn work_name(role: MigrationRole) -> String {
+    names::migration_work(&m().key, role)
+}
+
+#[test]
+fn deploying_moves_on_once_both_hubs_confirm_what_was_just_delivered() {
+    let mcm = in_phase(MigrationPhase::Deploying, &[Valid; 3]);
+    let stage = timeouts(&mcm).stage;
+    let secs = stage.as_secs();
+    let soon = Action::requeue(Duration::from_millis(10));
+    let at_deadline =
+        |now: u64| Action::requeue(stage - Duration::from_secs(now) + Duration::from_millis(100));
+    let (source, target) = confirmed(&mcm);
+    // (source report, target report, seconds since the phase began, phase after, condition reason, wake)
+    let table = [
+        (
+            None,
+            None,
+            10,
+            MigrationPhase::Deploying,
+            reasons::WAITING,
+            at_deadline(10),
+        ),
+        (
+            source.clone(),
+            None,
+            10,
+            MigrationPhase::Deploying,
+            reasons::WAITING,
+            at_deadline(10),
+        ),
+        (
+            None,
+            target.clone(),
+            10,
+            MigrationPhase::Deploying,
+            reasons::WAITING,
+            at_deadline(10),
+        ),
+        (
+            source.clone(),
+            target.clone(),
+            10,
+            MigrationPhase::Registering,
+            reasons::DONE,
+            soon.clone(),
+        ),
+        // Confirmed at the last moment still counts; past the deadline, a rollback.
+        (
+            source.clone(),
+            target.clone(),
+            secs - 1,
+            MigrationPhase::Registering,
+            reasons::DONE,
+            soon.clone(),
+        ),
+        (
+            source.clone(),
+            None,
+            secs - 1,
+            MigrationPhase::Deploying,
+            reasons::WAITING,
+            at_deadline(secs - 1),
+        ),
+        (
+            source.clone(),
+            None,
+            secs + 1,
+            MigrationPhase::Rollbacking,
+            reasons::TIMEOUT,
+            soon.clone(),
+        ),
+    ];
+    for (i, (source_work, target_work, now, phase, reason, wake)) in table.into_iter().enumerate() {
+        let world = World {
+            source_work,
+            target_work,
+            ..world()
+        };
+        let (step, result) = decide_at(deploy, &world, &mcm, now);
+        assert_eq!(step.status.phase, Some(phase), "row {i}");
+        assert_eq!(said(&step, RESOURCE_DEPLOYED).1, reason, "row {i}");
+        assert_eq!(result, Ok(wake), "row {i}");
+        if phase == MigrationPhase::Rollbacking {
+            assert_eq!(
+                step.status.rollback_cause.as_deref(),
+                Some(reasons::TIMEOUT)
+            );
+        }
+    }
+}
+
+/// What each hub's work shows once its agent confirmed the Deploying task `mcm` delivers.
+fn confirmed(
+    mcm: &ManagedClusterMigration,
+) -> (Option<Arc<ManifestWork>>, Option<Arc<ManifestWork>>) {
+    let (step, _) = decide_at(deploy, &world(), mcm, 10);
+    let done = StageState::Succeeded;
+    let source = answered(
+        &step.effects,
+        &work_name(MigrationRole::Source),
+        done,
+        &[Ready; 3],
+    );
+    let target = answered(
+        &step.effects,
+        &work_name(MigrationRole::Target),
+        done,
+        &[Valid; 3],
+    );
+    (source, target)
+}
+
+#[test]
+fn a_report_on_another_revision_is_no_answer() {
+    let mcm = in_phase(MigrationPhase::Deploying, &[Valid; 3]);
+    let (source, target) = confirmed(&mcm);
+    // What the source confirmed of a task that said something else.
+    let mut older = mcm.clone();
+    older.spec.lift_disable_auto_import = Some(true);
+    let (stale, _) = confirmed(&older);
+    let revision =
+        |w: &Option<Arc<ManifestWork>>| Feedback::of(w.as_deref().unwrap()).report.revision;
+    assert_ne!(revision(&stale), revision(&source));
+    // (the source's work, the phase after)
+    let table = [
+        (stale, MigrationPhase::Deploying),
+        (source, MigrationPhase::Registering),
+    ];
+    for (source_work, phase) in table {
+        let world = World {
+            source_work,
+            target_work: target.clone(),
+            ..world()
+        };
+        let (step, _) = decide_at(deploy, &world, &mcm, 10);
+        assert_eq!(step.status.phase, Some(phase));
+    }
+}
+
+#[test]
+fn a_silent_target_gets_no_more_clusters_released_than_the_source_was_told() {
+    let mcm = in_phase(MigrationPhase::Registering, &[Switching, Switching, Ready]);
+    // The target has not answered: the source's task is read as the API server has it.
+    let (_, result) = decide_at(register, &world(), &mcm, 10);
+    assert_eq!(result, Err(Need::SourceTaskNow));
+    let told = |released: Option<Vec<&str>>, stage| MigrationTaskSpec {
+        stage,
+        released: released.map(|r| r.into_iter().map(String::from).collect()),
+        ..Default::default()
+    };
+    let owned = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    // (the source's task now, what the source is told is released)
+    let table = [
+        (
+            Some(told(Some(vec!["c1"]), TaskStage::Registering)),
+            owned(&["c1"]),
+        ),
+        // No task, or one of another stage: what status records as in flight.
+        (None, owned(&["c1", "c2"])),
+        (
+            Some(told(Some(vec!["c1"]), TaskStage::Deploying)),
+            owned(&["c1", "c2"]),
+        ),
+    ];
+    for (i, (now, released)) in table.into_iter().enumerate() {
+        let world = World {
+            source_task_now: Some(now),
+            ..world()
+        };
+        let (step, result) = decide_at(register, &world, &mcm, 10);
+        assert!(result.is_ok(), "row {i}");
+        let (applied, _) = writes(&step.effects);
+        let source = applied
+            .iter()
+            .find(|(n, _)| *n == work_name(MigrationRole::Source));
+        assert_eq!(task_in(source.unwrap().1).released, released, "row {i}");
+        // The target's task lists what status records as released.
+        let target = applied
+            .iter()
+            .find(|(n, _)| *n == work_name(MigrationRole::Target));
+        assert_eq!(
+            task_in(target.unwrap().1).released,
+            owned(&["c1", "c2"]),
+            "row {i}"
+        );
+    }
+}
+
+#[test]
+fn registering_merges_the_reports_releases_the_next_and_ends_when_all_arrived() {
+    let mcm = in_phase(MigrationPhase::Registering, &[Switching, Switching, Ready]);
+    let (step, _) = decide_at(
+        register,
+        &World {
+            source_task_now: Some(None),
+            ..world()
+        },
+        &mcm,
+        10,
+    );
+    let delivered = step.effects;
+    let report = |role, clusters: &[ClusterState]| {
+        answered(&delivered, &work_name(role), StageState::Running, clusters)
+    };
+    // (maxFailures, target's states, source's states, the states after, phase after, the
+    // rollback's cause)
+    let table = [
+        (
+            0,
+            [Available, Joined, Pending],
+            [Switching, Switching, Ready],
+            vec![Available, Joined, Switching],
+            MigrationPhase::Registering,
+            None,
+        ),
+        // A refusal within the budget: the next cluster goes all the same.
+        (
+            1,
+            [Refused, Available, Pending],
+            [Switching, Switching, Ready],
+            vec![Refused, Available, Switching],
+            MigrationPhase::Registering,
+            None,
+        ),
+        // Past the budget: no more releases, and nothing left in flight: roll back.
+        (
+            0,
+            [Refused, Available, Pending],
+            [Switching, Switching, Ready],
+            vec![Refused, Available, Ready],
+            MigrationPhase::Rollbacking,
+            Some("FailureBudgetExceeded"),
+        ),
+        (
+            0,
+            [Available, Available, Available],
+            [Switching, Switching, Switching],
+            vec![Available, Available, Available],
+            MigrationPhase::Cleaning,
+            None,
+        ),
+    ];
+    for (i, (budget, target, source, after, phase, cause)) in table.into_iter().enumerate() {
+        let world = World {
+            target_work: report(MigrationRole::Target, &target),
+            source_work: report(MigrationRole::Source, &source),
+            ..world()
+        };
+        let mut mcm = mcm.clone();
+        mcm.spec.max_failures = Some(budget);
+        let (step, result) = decide_at(register, &world, &mcm, 10);
+        assert_eq!(
+            result,
+            Ok(Action::requeue(Duration::from_millis(10))),
+            "row {i}"
+        );
+        assert_eq!(step.states(), after, "row {i}");
+        assert_eq!(step.status.rollback_cause.as_deref(), cause, "row {i}");
+        assert_eq!(step.status.phase, Some(phase), "row {i}");
+    }
+}
+
+#[test]
+fn a_rollback_takes_back_behind_a_silent_target_only_after_its_grace_and_never_an_admitted_cluster()
+{
+    let mut mcm = in_phase(MigrationPhase::Rollbacking, &[Switching, Joined, Available]);
+    if let Some(s) = mcm.status.as_mut() {
+        let conditions = s.conditions.get_or_insert_with(Vec::new);
+        set_condition(
+            conditions,
+            RESOURCE_ROLLED_BACK,
+            "False",
+            reasons::TIMEOUT,
+            "",
+            None,
+        );
+        s.rollback_cause = Some(reasons::TIMEOUT.into());
+    }
+    let grace = timeouts(&mcm).stage.as_secs() / 2;
+    let owned = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    // (seconds since the rollback began, what the source takes back)
+    let table = [
+        (grace - 1, None, MigrationPhase::Rollbacking),
+        (grace + 1, owned(&["c1"]), MigrationPhase::Rollbacking),
+        (grace * 2 - 1, owned(&["c1"]), MigrationPhase::Rollbacking),
+        // Past the stage timeout the rollback ends unfinished (ResourceRolledBack Timeout)
+        // and Cleaning goes on: c2, admitted by the target, is never taken back blind.
+        (grace * 2 + 1, owned(&["c1"]), MigrationPhase::Cleaning),
+    ];
+    for (now, takes_back, phase) in table {
+        let (step, result) = decide_at(roll_back, &world(), &mcm, now);
+        assert!(result.is_ok(), "{now}s");
+        let (applied, _) = writes(&step.effects);
+        let source = applied
+            .iter()
+            .find(|(n, _)| *n == work_name(MigrationRole::Source));
+        assert_eq!(task_in(source.unwrap().1).rollback, takes_back, "{now}s");
+        // The target is told to let go of both clusters that did not arrive.
+        let target = applied
+            .iter()
+            .find(|(n, _)| *n == work_name(MigrationRole::Target));
+        assert_eq!(
+            task_in(target.unwrap().1).rollback,
+            owned(&["c1", "c2"]),
+            "{now}s"
+        );
+        assert_eq!(step.status.phase, Some(phase), "{now}s");
+        // The cause stays the one that started the rollback.
+        assert_eq!(
+            step.status.rollback_cause.as_deref(),
+            Some(reasons::TIMEOUT)
+        );
+    }
+    let (step, _) = decide_at(roll_back, &world(), &mcm, grace * 2 + 1);
+    assert_eq!(
+        said(&step, RESOURCE_ROLLED_BACK),
+        ("False".into(), reasons::TIMEOUT.into())
+    );
+}
