@@ -10,6 +10,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::condition_is_true;
 use migration_api::migration::MigrationTask;
+use migration_api::names::condition_status::TRUE;
 use migration_api::names::conditions::CLUSTER_AVAILABLE;
 use migration_api::names::labels::LOCAL_CLUSTER;
 use migration_api::ocm::addon::ManagedClusterAddOn;
@@ -124,7 +125,7 @@ pub async fn write_condition(
     let changed = migration_api::common::set_condition(
         &mut conds,
         AGENT_CONDITION,
-        "True",
+        TRUE,
         AGENT_RUNNING,
         message,
         None,

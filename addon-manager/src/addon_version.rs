@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use migration_api::names::annotations as ann;
+use migration_api::names::condition_status::{FALSE, TRUE};
 use migration_api::names::reasons::{COMPLETED, FAILED, PROGRESSING, WAITING};
 
 /// What a hub's ManagedClusterAddOn records of its versions (its annotations; empty values
@@ -163,7 +164,7 @@ pub fn rollout(r: &Recorded, o: &Observed) -> Rollout {
     } else if target != o.desired && !o.config_refused && !o.may_start {
         (
             cond(
-                "False",
+                FALSE,
                 WAITING,
                 format!(
                     "agent {} waits for its turn in the rollout; {target} keeps running",
@@ -176,20 +177,20 @@ pub fn rollout(r: &Recorded, o: &Observed) -> Rollout {
         let started = r.rollout_started.clone().unwrap_or_default();
         let degraded = if o.config_refused {
             cond(
-                "True",
+                TRUE,
                 "ConfigurationRefused",
                 format!("agent {target} keeps running; see the Configured condition"),
             )
         } else {
             cond(
-                "False",
+                FALSE,
                 "AsExpected",
                 format!("agent {target} is running as desired"),
             )
         };
         (
             cond(
-                "False",
+                FALSE,
                 COMPLETED,
                 format!(
                     "agent {target} is available ({change} started {started}, completed {completed})"
@@ -212,7 +213,7 @@ pub fn rollout(r: &Recorded, o: &Observed) -> Rollout {
             };
             (
                 cond(
-                    "True",
+                    TRUE,
                     PROGRESSING,
                     format!("{change} in progress since {since}"),
                 ),
@@ -233,14 +234,14 @@ pub fn rollout(r: &Recorded, o: &Observed) -> Rollout {
 fn rolled_back(f: &str, target: &str, deadline: &str) -> (Cond, Option<Cond>) {
     (
         cond(
-            "False",
+            FALSE,
             FAILED,
             format!(
                 "agent {f} did not become available within {deadline}; rolled back to {target}"
             ),
         ),
         Some(cond(
-            "True",
+            TRUE,
             "UpgradeFailed",
             format!(
                 "running {target} instead of the desired {f}; point AGENT_VERSION elsewhere to retry"
@@ -285,7 +286,7 @@ fn past_deadline(
     }
     (
         cond(
-            "False",
+            FALSE,
             FAILED,
             format!(
                 "agent {target} did not become available within {deadline} ({change}); {}",
@@ -294,7 +295,7 @@ fn past_deadline(
             ),
         ),
         Some(cond(
-            "True",
+            TRUE,
             "UpgradeFailed",
             format!("agent {target} is not available"),
         )),

@@ -12,6 +12,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
+use migration_api::names::condition_status::TRUE;
 use migration_api::names::{self, KUBE_APISERVER_CLIENT_SIGNER, labels};
 use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::runtime::{csr_decided, requested_identity};
@@ -129,7 +130,7 @@ async fn reconcile_one(
         return Ok(Action::await_change());
     }
     let approval = json!({"status": {"conditions": [{
-        "type": "Approved", "status": "True", "reason": "AutoApprovedByClusterMigrationAddon",
+        "type": "Approved", "status": TRUE, "reason": "AutoApprovedByClusterMigrationAddon",
         "message": format!("the {} agent of {hub} asked for its registered identity", ctx.addon),
         "lastUpdateTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
     }]}});

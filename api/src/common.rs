@@ -11,6 +11,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_with::skip_serializing_none;
 
+use crate::names::condition_status::TRUE;
+
 /// Schema of `Vec<T>` declared as a list-map with the given keys.
 pub fn list_map<T: JsonSchema>(
     generator: &mut schemars::SchemaGenerator,
@@ -151,7 +153,7 @@ pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'
 
 /// True when the condition of that type exists and has status `True`.
 pub fn condition_is_true(conditions: &[Condition], type_: &str) -> bool {
-    find_condition(conditions, type_).is_some_and(|c| c.status == "True")
+    find_condition(conditions, type_).is_some_and(|c| c.status == TRUE)
 }
 
 /// An object of any shape, kept as is.

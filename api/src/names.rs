@@ -342,6 +342,13 @@ pub mod finalizers {
     pub const MIGRATION_CLEANUP: &str = "migration.open-cluster-management.io/migration-cleanup";
 }
 
+/// A condition's status, as Kubernetes spells it (`metav1.ConditionStatus`; the addon never
+/// writes `Unknown`).
+pub mod condition_status {
+    pub const TRUE: &str = "True";
+    pub const FALSE: &str = "False";
+}
+
 /// Condition types.
 pub mod conditions {
     /// ManifestWork: every manifest was applied.

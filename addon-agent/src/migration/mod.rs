@@ -46,6 +46,7 @@ use migration_api::names::annotations::{
     BLOCK_MOVE, DISABLE_AUTO_IMPORT, KLUSTERLET_CONFIG, KLUSTERLET_DEPLOY_MODE, MIGRATING,
     OBJECTS_CARRIED, OBJECTS_RESUMED, ORIGINAL_KLUSTERLET_CONFIG, PRE_CREATED, RELEASED_AT,
 };
+use migration_api::names::condition_status::TRUE;
 use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED};
 use migration_api::names::labels::{CLUSTER_NAME, CLUSTER_SET, LOCAL_CLUSTER};
 use migration_api::ocm::addon::ManagedClusterAddOn;

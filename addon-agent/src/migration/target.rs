@@ -33,11 +33,7 @@ pub(super) fn csr_decision(csr: &CertificateSigningRequest) -> admission::Decisi
         .as_ref()
         .and_then(|s| s.conditions.as_deref())
         .unwrap_or(&[]);
-    let find = |t: &str| {
-        conditions
-            .iter()
-            .find(|c| c.type_ == t && c.status == "True")
-    };
+    let find = |t: &str| conditions.iter().find(|c| c.type_ == t && c.status == TRUE);
     if find("Denied").is_some() {
         admission::Decision::Denied
     } else if find("Failed").is_some() {
@@ -78,7 +74,7 @@ pub(super) async fn approve_csr(ctx: &Ctx, csr: &str, why: Approval) -> Result<(
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
-    let body = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "ApprovedByClusterMigration", "message": message, "lastUpdateTime": now}]}});
+    let body = json!({"status": {"conditions": [{"type": "Approved", "status": TRUE, "reason": "ApprovedByClusterMigration", "message": message, "lastUpdateTime": now}]}});
     let api: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
     ignore_not_found(
         api.patch_approval(csr, &PatchParams::default(), &Patch::Merge(&body))

@@ -93,7 +93,7 @@ async fn apply_hub_rbac(
         None => set_condition(
             conds,
             REGISTRATION_APPLIED,
-            "True",
+            TRUE,
             "SetPermissionApplied",
             &format!(
                 "the agent may read its ManagedClusterAddOn and write its status and score in namespace {hub}"
@@ -103,7 +103,7 @@ async fn apply_hub_rbac(
         Some(e) => set_condition(
             conds,
             REGISTRATION_APPLIED,
-            "False",
+            FALSE,
             "SetPermissionFailed",
             e,
             None,
@@ -120,12 +120,12 @@ fn manifest_applied(
 ) -> (&'static str, &'static str, String) {
     let not_applied = deploy_work
         .and_then(ManifestWork::applied_condition)
-        .filter(|c| c.status == "False")
+        .filter(|c| c.status == FALSE)
         .map(|c| c.message.clone());
     match apply_error.or(not_applied) {
-        Some(e) => ("False", MANIFEST_WORK_APPLY_FAILED, e),
+        Some(e) => (FALSE, MANIFEST_WORK_APPLY_FAILED, e),
         None => (
-            "True",
+            TRUE,
             ADDON_MANIFEST_APPLIED,
             "manifests of addon are applied successfully".into(),
         ),

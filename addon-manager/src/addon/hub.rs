@@ -45,7 +45,7 @@ pub(super) async fn reconcile_hub(
         set_condition(
             &mut conds,
             MANIFEST_APPLIED,
-            "False",
+            FALSE,
             "ClusterNotFound",
             &format!(
                 "there is no ManagedCluster {hub} on this hub; the addon cannot be installed in namespace {hub}"
@@ -66,7 +66,7 @@ pub(super) async fn reconcile_hub(
         set_condition(
             &mut conds,
             PROGRESSING,
-            "False",
+            FALSE,
             FAILED,
             "nothing deployed: the config cannot be used",
             None,
@@ -74,7 +74,7 @@ pub(super) async fn reconcile_hub(
         set_condition(
             &mut conds,
             DEGRADED,
-            "True",
+            TRUE,
             "ConfigurationInvalid",
             "see the Configured condition",
             None,
@@ -122,7 +122,7 @@ pub(super) async fn reconcile_hub(
 /// from, or why that config is refused.
 pub(super) fn configured(d: &Desired) -> (&'static str, String, String) {
     if let Some((reason, message)) = &d.problem {
-        return ("False", (*reason).to_owned(), message.clone());
+        return (FALSE, (*reason).to_owned(), message.clone());
     }
     let source = d
         .config
@@ -130,7 +130,7 @@ pub(super) fn configured(d: &Desired) -> (&'static str, String, String) {
         .map(|r| format!("AddOnDeploymentConfig {}/{}", r.namespace, r.name))
         .unwrap_or_else(|| "the manager's defaults".into());
     (
-        "True",
+        TRUE,
         "ConfigurationsConfigured".into(),
         format!("agent version {} from {source}", d.version),
     )

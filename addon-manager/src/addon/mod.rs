@@ -26,6 +26,7 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, condition_is_true, set_condition};
 use migration_api::names::annotations as ann;
+use migration_api::names::condition_status::{FALSE, TRUE};
 use migration_api::names::conditions::{
     AVAILABLE, CONFIGURED, DEGRADED, MANIFEST_APPLIED, PROGRESSING, REGISTRATION_APPLIED,
 };

@@ -91,11 +91,11 @@ pub(super) fn placement_rollout(
         allowed.push((h.name.clone(), plan.start.contains(&h.name)));
     }
     let (status, reason) = if plan.halted.is_some() {
-        ("False", FAILED)
+        (FALSE, FAILED)
     } else if plan.in_progress + plan.waiting > 0 {
-        ("True", migration_api::names::reasons::PROGRESSING)
+        (TRUE, migration_api::names::reasons::PROGRESSING)
     } else {
-        ("False", COMPLETED)
+        (FALSE, COMPLETED)
     };
     PlacementRollout {
         allowed,

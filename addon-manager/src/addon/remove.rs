@@ -73,7 +73,7 @@ pub(super) async fn remove(
             .ctx(|| format!("reading work {hub}/{pre_delete}"))?;
         let (succeeded, failed) = current.as_ref().map(job_feedback).unwrap_or((0, 0));
         if let Some((type_, reason, message)) = hook_pending(succeeded, failed, &hub) {
-            set_condition(&mut conds, type_, "True", reason, &message, None);
+            set_condition(&mut conds, type_, TRUE, reason, &message, None);
             write_status(ctx, mca, conds, d, None).await?;
             return Ok(None);
         }

@@ -218,7 +218,7 @@ mod hub_state_tests {
             "metadata": {"name": "cluster-migration", "namespace": "hub1",
                          "annotations": annotations.iter().cloned().collect::<BTreeMap<_, _>>()},
             "spec": {},
-            "status": {"conditions": [{"type": DEGRADED, "status": if degraded { "True" } else { "False" },
+            "status": {"conditions": [{"type": DEGRADED, "status": if degraded { TRUE } else { FALSE },
                 "reason": "r", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
         }))
         .unwrap()

@@ -35,7 +35,7 @@ pub(super) async fn cleaning(
         .conditions
         .as_deref()
         .and_then(|cs| find_condition(cs, RESOURCE_ROLLED_BACK))
-        .is_none_or(|c| c.status == "True");
+        .is_none_or(|c| c.status == TRUE);
     let counts = ClusterState::counts(&step.states());
     let max_fail = max_failures(mcm);
     let end = verdict(

@@ -36,6 +36,7 @@ use migration_api::migration::{
     ManagedClusterMigrationSpec, ManagedClusterMigrationStatus, MigrationPhase, MigrationPlan,
     MigrationRole, MigrationTaskSpec, PlannedObject, TaskStage, Timeouts, format_duration,
 };
+use migration_api::names::condition_status::{FALSE, TRUE};
 use migration_api::names::conditions::{
     AVAILABLE, CLUSTER_AVAILABLE, CLUSTER_REGISTERED, MIGRATION_STARTED, RESOURCE_CLEANED,
     RESOURCE_DEPLOYED, RESOURCE_INITIALIZED, RESOURCE_ROLLED_BACK, RESOURCE_VALIDATED,
@@ -313,13 +314,13 @@ impl Step {
 
     /// Fails the migration at validation: nothing was touched.
     fn fail_validation(&mut self, reason: &str, message: &str) {
-        self.condition(RESOURCE_VALIDATED, "False", reason, message);
+        self.condition(RESOURCE_VALIDATED, FALSE, reason, message);
         self.enter(MigrationPhase::Failed, message);
     }
 
     /// Starts rolling back, remembering why.
     fn rollback(&mut self, reason: &str, message: &str) {
-        self.condition(RESOURCE_ROLLED_BACK, "False", reason, message);
+        self.condition(RESOURCE_ROLLED_BACK, FALSE, reason, message);
         // The first cause stands: what follows (the rollback's own progress, a timeout of it)
         // reports on the condition, not here.
         if self.status.rollback_cause.is_none() {
@@ -450,7 +451,7 @@ fn hold_spec(
         .conditions
         .as_deref()
         .and_then(|c| find_condition(c, conditions::SPEC_ACCEPTED))
-        .is_some_and(|c| c.status == "False");
+        .is_some_and(|c| c.status == FALSE);
     if !edited.is_empty() {
         let message = format!(
             "the spec was edited after the migration started ({}); the edit is ignored: the migration goes on with the spec it started with (status.acceptedSpec). To move clusters elsewhere, create another migration",
@@ -461,14 +462,14 @@ fn hold_spec(
         }
         step.condition(
             conditions::SPEC_ACCEPTED,
-            "False",
+            FALSE,
             reasons::SPEC_IMMUTABLE,
             &message,
         );
     } else if was_refused {
         step.condition(
             conditions::SPEC_ACCEPTED,
-            "True",
+            TRUE,
             reasons::DONE,
             "the spec is the one the migration started with",
         );

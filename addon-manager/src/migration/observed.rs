@@ -156,7 +156,7 @@ impl Observed {
             .conditions
             .as_deref()
             .and_then(|c| find_condition(c, "TokenReported"))
-            .is_some_and(|c| c.status == "False");
+            .is_some_and(|c| c.status == FALSE);
         if refused {
             return Ok(None);
         }

@@ -71,7 +71,7 @@ impl Step {
     /// Applies a phase's decision to the status and says when to look again.
     /// Writes what `s` says as its condition.
     pub(super) fn say(&mut self, s: &Said) {
-        let status = if s.ok { "True" } else { "False" };
+        let status = if s.ok { TRUE } else { FALSE };
         self.condition(s.type_, status, &s.reason, &s.message);
     }
 

@@ -43,7 +43,7 @@ pub(super) fn answered(request: &str, status: &ManagedClusterMigrationStatus) ->
         .conditions
         .as_deref()
         .and_then(|c| find_condition(c, conditions::REQUEST_ACCEPTED))
-        .is_some_and(|c| c.status == "True" && c.reason == done)
+        .is_some_and(|c| c.status == TRUE && c.reason == done)
 }
 
 /// What a user's `request` does to `mcm` (its status as `status`), asked until it is

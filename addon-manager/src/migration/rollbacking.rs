@@ -32,7 +32,7 @@ pub(super) fn roll_back(
     if !touched(&step.status) {
         step.condition(
             RESOURCE_ROLLED_BACK,
-            "True",
+            TRUE,
             reasons::DONE,
             "no cluster had been touched",
         );

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_with::skip_serializing_none;
 
 use crate::common::{Condition, Time};
+use crate::names::condition_status::{FALSE, TRUE};
 
 /// Resources the hub asks a cluster's work agent to apply.
 #[skip_serializing_none]
@@ -329,18 +330,18 @@ impl ManifestWork {
 
     /// Whether the work is applied at its latest generation.
     pub fn applied(&self) -> bool {
-        self.applied_condition().is_some_and(|c| {
-            c.status == "True" && c.observed_generation == self.metadata.generation
-        })
+        self.applied_condition()
+            .is_some_and(|c| c.status == TRUE && c.observed_generation == self.metadata.generation)
     }
 
     /// Why a manifest of the work could not be applied (`Kind name: message` of the last one
     /// whose `Applied` condition is False), if one could not.
     pub fn manifest_not_applied(&self) -> Option<String> {
         self.manifest_statuses().iter().rev().find_map(|m| {
-            let c = m.conditions.iter().find(|c| {
-                c.type_ == crate::names::conditions::WORK_APPLIED && c.status == "False"
-            })?;
+            let c = m
+                .conditions
+                .iter()
+                .find(|c| c.type_ == crate::names::conditions::WORK_APPLIED && c.status == FALSE)?;
             Some(format!(
                 "{} {}: {}",
                 m.resource_meta.kind.as_deref().unwrap_or_default(),
