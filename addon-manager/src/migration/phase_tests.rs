@@ -106,6 +106,21 @@ fn work_name(role: MigrationRole) -> String {
     names::migration_work(&m().key, role)
 }
 
+/// The task `step` delivers to `role`'s hub.
+fn delivered(step: &Step, role: MigrationRole) -> MigrationTaskSpec {
+    let (applied, _) = writes(&step.effects);
+    let (_, work) = applied
+        .into_iter()
+        .find(|(n, _)| *n == work_name(role))
+        .unwrap();
+    task_in(work)
+}
+
+/// `Some` list of these cluster names.
+fn owned(v: &[&str]) -> Option<Vec<String>> {
+    Some(v.iter().map(|s| s.to_string()).collect())
+}
+
 #[test]
 fn deploying_moves_on_once_both_hubs_confirm_what_was_just_delivered() {
     let mcm = in_phase(MigrationPhase::Deploying, &[Valid; 3]);
@@ -253,7 +268,6 @@ fn a_silent_target_gets_no_more_clusters_released_than_the_source_was_told() {
         released: released.map(|r| r.into_iter().map(String::from).collect()),
         ..Default::default()
     };
-    let owned = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
     // (the source's task now, what the source is told is released)
     let table = [
         (
@@ -274,20 +288,11 @@ fn a_silent_target_gets_no_more_clusters_released_than_the_source_was_told() {
         };
         let (step, result) = decide_at(register, &world, &mcm, 10);
         assert!(result.is_ok(), "row {i}");
-        let (applied, _) = writes(&step.effects);
-        let source = applied
-            .iter()
-            .find(|(n, _)| *n == work_name(MigrationRole::Source));
-        assert_eq!(task_in(source.unwrap().1).released, released, "row {i}");
+        let source = delivered(&step, MigrationRole::Source);
+        assert_eq!(source.released, released, "row {i}");
         // The target's task lists what status records as released.
-        let target = applied
-            .iter()
-            .find(|(n, _)| *n == work_name(MigrationRole::Target));
-        assert_eq!(
-            task_in(target.unwrap().1).released,
-            owned(&["c1", "c2"]),
-            "row {i}"
-        );
+        let target = delivered(&step, MigrationRole::Target);
+        assert_eq!(target.released, owned(&["c1", "c2"]), "row {i}");
     }
 }
 
@@ -382,7 +387,6 @@ fn a_rollback_takes_back_behind_a_silent_target_only_after_its_grace_and_never_a
         s.rollback_cause = Some(reasons::TIMEOUT.into());
     }
     let grace = timeouts(&mcm).stage.as_secs() / 2;
-    let owned = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
     // (seconds since the rollback began, what the source takes back)
     let table = [
         (grace - 1, None, MigrationPhase::Rollbacking),
@@ -395,20 +399,11 @@ fn a_rollback_takes_back_behind_a_silent_target_only_after_its_grace_and_never_a
     for (now, takes_back, phase) in table {
         let (step, result) = decide_at(roll_back, &world(), &mcm, now);
         assert!(result.is_ok(), "{now}s");
-        let (applied, _) = writes(&step.effects);
-        let source = applied
-            .iter()
-            .find(|(n, _)| *n == work_name(MigrationRole::Source));
-        assert_eq!(task_in(source.unwrap().1).rollback, takes_back, "{now}s");
+        let source = delivered(&step, MigrationRole::Source);
+        assert_eq!(source.rollback, takes_back, "{now}s");
         // The target is told to let go of both clusters that did not arrive.
-        let target = applied
-            .iter()
-            .find(|(n, _)| *n == work_name(MigrationRole::Target));
-        assert_eq!(
-            task_in(target.unwrap().1).rollback,
-            owned(&["c1", "c2"]),
-            "{now}s"
-        );
+        let target = delivered(&step, MigrationRole::Target);
+        assert_eq!(target.rollback, owned(&["c1", "c2"]), "{now}s");
         assert_eq!(step.status.phase, Some(phase), "{now}s");
         // The cause stays the one that started the rollback.
         assert_eq!(
