@@ -13,16 +13,22 @@ use migration_api::ocm::work::feedback_value;
 
 use super::*;
 
+/// Where the works of a carry-over's parts are read: work `name` in `hub`'s namespace, as the
+/// watch has it ([`work_named`]) or as an observation of it holds it ([`Checks::part_works`]).
+pub(super) trait Works: Fn(&str, &str) -> Option<Arc<ManifestWork>> {}
+
+impl<F: Fn(&str, &str) -> Option<Arc<ManifestWork>>> Works for F {}
+
 /// The carry-over's parts as the source's read-only works report them or, where such a report
 /// is gone, as they were delivered to the target: all of them, or how many are there.
 pub(super) fn read_parts(
-    ctx: &Ctx,
+    works: &impl Works,
     m: &Migration,
     parts: &CarryOverParts,
 ) -> Result<Vec<String>, usize> {
     let mut found = Vec::with_capacity(parts.count as usize);
     for i in 0..parts.count as usize {
-        match reported_part(ctx, m, parts, i).or_else(|| delivered_part(ctx, m, parts, i)) {
+        match reported_part(works, m, parts, i).or_else(|| delivered_part(works, m, parts, i)) {
             Some(p) => found.push(p),
             None => return Err(found.len()),
         }
@@ -35,9 +41,14 @@ pub(super) fn read_parts(
 }
 
 /// Part `i` as the source's read-only work reports it.
-fn reported_part(ctx: &Ctx, m: &Migration, parts: &CarryOverParts, i: usize) -> Option<String> {
+fn reported_part(
+    works: &impl Works,
+    m: &Migration,
+    parts: &CarryOverParts,
+    i: usize,
+) -> Option<String> {
     let name = names::carry_over_part(&m.key, MigrationRole::Source, i);
-    let work = work_named(ctx, &m.from, &name)?;
+    let work = works(&m.from, &name)?;
     let values = work.feedback("Secret");
     let text = |key: &str| decoded(feedback_value(values, key)?.string.as_deref()?);
     (text(CARRY_OVER_DIGEST_KEY)? == parts.digest)
@@ -46,8 +57,13 @@ fn reported_part(ctx: &Ctx, m: &Migration, parts: &CarryOverParts, i: usize) -> 
 }
 
 /// Part `i` as its work delivers it to the target.
-fn delivered_part(ctx: &Ctx, m: &Migration, parts: &CarryOverParts, i: usize) -> Option<String> {
-    delivered(ctx, m, parts, i, |data| {
+fn delivered_part(
+    works: &impl Works,
+    m: &Migration,
+    parts: &CarryOverParts,
+    i: usize,
+) -> Option<String> {
+    delivered(works, m, parts, i, |data| {
         decoded(data.get(CARRY_OVER_RECORDS_KEY)?.as_str()?)
     })
 }
@@ -60,14 +76,14 @@ fn decoded(value: &str) -> Option<String> {
 /// What `read` finds in the data of part `i`'s work to the target, if that work carries the
 /// parts' digest.
 fn delivered<T>(
-    ctx: &Ctx,
+    works: &impl Works,
     m: &Migration,
     parts: &CarryOverParts,
     i: usize,
     read: impl FnOnce(&serde_json::Value) -> Option<T>,
 ) -> Option<T> {
     let name = names::carry_over_part(&m.key, MigrationRole::Target, i);
-    let work = work_named(ctx, &m.to, &name)?;
+    let work = works(&m.to, &name)?;
     let data = work.manifests().first()?.get("data")?;
     if decoded(data.get(CARRY_OVER_DIGEST_KEY)?.as_str()?)? != parts.digest {
         return None;
@@ -88,7 +104,7 @@ pub(super) enum Gathered {
 /// Reads the source's carry-over in `parts` back (the read-only works go into the step's
 /// effects; applied already, they are not applied again).
 pub(super) fn gather(
-    ctx: &Ctx,
+    works: &impl Works,
     m: &Migration,
     step: &mut Step,
     parts: &CarryOverParts,
@@ -98,7 +114,7 @@ pub(super) fn gather(
         let work = mr::carry_read_work(m, source_ns, i);
         step.effects.push(Effect::ApplyWork(work));
     }
-    match read_parts(ctx, m, parts) {
+    match read_parts(works, m, parts) {
         Ok(found) => match join_carry_over(&found) {
             Ok(records) => Gathered::Records(records),
             Err(e) => Gathered::Unreadable(e.to_string()),
@@ -129,7 +145,8 @@ pub(super) fn carried(
     {
         return Some(records.clone());
     }
-    let records = Arc::new(join_carry_over(&read_parts(ctx, m, parts).ok()?).ok()?);
+    let works = |hub: &str, name: &str| work_named(ctx, hub, name);
+    let records = Arc::new(join_carry_over(&read_parts(&works, m, parts).ok()?).ok()?);
     if let Ok(mut memo) = ctx.carry_memo.lock() {
         memo.insert(m.key.clone(), (parts.digest.clone(), records.clone()));
     }
@@ -145,13 +162,14 @@ pub(super) async fn deliver_parts(
     parts: &CarryOverParts,
     target_ns: &str,
 ) -> Result<(), Error> {
+    let works = |hub: &str, name: &str| work_named(ctx, hub, name);
     let missing: Vec<usize> = (0..parts.count as usize)
-        .filter(|&i| delivered(ctx, m, parts, i, |_| Some(())).is_none())
+        .filter(|&i| delivered(&works, m, parts, i, |_| Some(())).is_none())
         .collect();
     if missing.is_empty() {
         return Ok(());
     }
-    let Ok(found) = read_parts(ctx, m, parts) else {
+    let Ok(found) = read_parts(&works, m, parts) else {
         return Ok(());
     };
     for i in missing {

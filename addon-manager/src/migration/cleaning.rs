@@ -54,7 +54,7 @@ pub(super) fn hubs_clean(
     mcm: &ManagedClusterMigration,
     m: &Migration,
     step: &mut Step,
-) -> Result<Result<Action, Need>, Error> {
+) -> Result<Decided, Error> {
     let (names, mut states) = step.clusters();
     // Whatever did not arrive goes back, and so does a cluster the target lost since.
     let rollback: Vec<String> = names
@@ -85,7 +85,7 @@ pub(super) fn hubs_clean(
     if states != before {
         warn_new_failures(step, &names, &before, &states, "ClusterLost");
         step.set_states(&states);
-        return Ok(Ok(Action::requeue(Duration::from_millis(10))));
+        return Ok(Decided::Wake(Action::requeue(Duration::from_millis(10))));
     }
     let detach: Vec<String> = names
         .iter()
@@ -115,7 +115,7 @@ pub(super) fn hubs_clean(
         late,
         timeout: timeouts(mcm).stage,
     };
-    Ok(Ok(step.settle(seen.outcome(&m.from, &m.to))))
+    Ok(Decided::Wake(step.settle(seen.outcome(&m.from, &m.to))))
 }
 
 /// What the hubs' part of Cleaning saw.

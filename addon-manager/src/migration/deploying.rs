@@ -17,14 +17,14 @@ pub(super) fn deploy(
     mcm: &ManagedClusterMigration,
     m: &Migration,
     step: &mut Step,
-) -> Result<Result<Action, Need>, Error> {
+) -> Result<Decided, Error> {
     let stage = TaskStage::Deploying;
     let tgt_rev = deliver_target(world, mcm, m, step, stage, vec![], true)?;
     let part = SourcePart::default();
     let Some(src_rev) = deliver_source(world, mcm, m, step, stage, part, true)? else {
         let timed_out = remaining(step, timeouts(mcm).stage).is_none();
         let missing = token_missing(timed_out, timeouts(mcm).stage, RESOURCE_DEPLOYED);
-        return Ok(Ok(step.settle(missing)));
+        return Ok(Decided::Wake(step.settle(missing)));
     };
     let (source, source_err) = world.report(MigrationRole::Source, &src_rev);
     let (target, target_err) = world.report(MigrationRole::Target, &tgt_rev);
@@ -45,7 +45,7 @@ pub(super) fn deploy(
         clusters: step.status.resolved_clusters.as_ref().map_or(0, Vec::len),
         timeout: timeouts(mcm).stage,
     };
-    Ok(Ok(step.settle(seen.outcome(&m.from, &m.to))))
+    Ok(Decided::Wake(step.settle(seen.outcome(&m.from, &m.to))))
 }
 
 /// What Deploying saw of the hubs' reports.

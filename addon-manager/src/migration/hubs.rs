@@ -7,21 +7,6 @@ pub(super) fn hub_addon(ctx: &Ctx, hub: &str, addon: &str) -> Option<Arc<Managed
     ctx.observed.addon(hub, addon)
 }
 
-/// ManagedClusterAddOn `addon` of `hub` as the API server has it now (validation's word is
-/// final: a migration it refuses fails).
-async fn hub_addon_now(
-    ctx: &Ctx,
-    hub: &str,
-    addon: &str,
-) -> Result<Option<ManagedClusterAddOn>, Error> {
-    let api: Api<ManagedClusterAddOn> = Api::namespaced(ctx.client.clone(), hub);
-    Ok(
-        ignore_not_found(api.get(addon).await).map_err(ctx_err(format!(
-            "reading ManagedClusterAddOn {hub}/{addon}"
-        )))?,
-    )
-}
-
 /// Namespace an addon's agent runs in on its hub.
 pub(super) fn addon_namespace(mca: Option<&ManagedClusterAddOn>) -> String {
     mca.and_then(|a| {
@@ -34,93 +19,117 @@ pub(super) fn addon_namespace(mca: Option<&ManagedClusterAddOn>) -> String {
     .unwrap_or_else(|| DEFAULT_ADDON_INSTALL_NAMESPACE.into())
 }
 
-/// Why a hub cannot take part, if it cannot.
-pub(super) async fn hub_problem(
-    ctx: &Ctx,
+/// A hub as validation reads it from the API server (its word is final: a migration it
+/// refuses fails): its ManagedCluster on the global hub, the addon's ManagedClusterAddOn
+/// and, on the target, the managed-serviceaccount addon's.
+#[derive(Clone, Debug, Default)]
+pub(super) struct HubSeen {
+    pub(super) cluster: Option<ManagedCluster>,
+    pub(super) addon: Option<ManagedClusterAddOn>,
+    pub(super) msa: Option<ManagedClusterAddOn>,
+}
+
+impl HubSeen {
+    /// Reads `hub` (and its managed-serviceaccount addon when `needs_msa`).
+    pub(super) async fn read(ctx: &Ctx, hub: &str, needs_msa: bool) -> Result<Self, Error> {
+        let clusters: Api<ManagedCluster> = Api::all(ctx.client.clone());
+        let cluster = ignore_not_found(clusters.get(hub).await)
+            .map_err(ctx_err(format!("reading hub {hub}")))?;
+        if cluster.is_none() {
+            return Ok(HubSeen::default());
+        }
+        let addons: Api<ManagedClusterAddOn> = Api::namespaced(ctx.client.clone(), hub);
+        let get = async |name: &str| {
+            ignore_not_found(addons.get(name).await)
+                .map_err(ctx_err(format!("reading ManagedClusterAddOn {hub}/{name}")))
+        };
+        let addon = get(&ctx.config.addon_name).await?;
+        let msa = if needs_msa {
+            get(MSA_ADDON).await?
+        } else {
+            None
+        };
+        Ok(HubSeen {
+            cluster,
+            addon,
+            msa,
+        })
+    }
+}
+
+/// Why a hub (`seen`) cannot take part as `role`, if it cannot: it must be an Available
+/// managed cluster with the `addon` addon Available and, as the target (`needs_msa`), the
+/// managed-serviceaccount addon and an API server URL to point the clusters at.
+pub(super) fn hub_problem(
+    seen: &HubSeen,
+    addon: &str,
     hub: &str,
     role: &str,
     needs_msa: bool,
-) -> Result<Option<String>, Error> {
-    let clusters: Api<ManagedCluster> = Api::all(ctx.client.clone());
-    let Some(mc) =
-        ignore_not_found(clusters.get(hub).await).map_err(ctx_err(format!("reading hub {hub}")))?
-    else {
-        return Ok(Some(format!(
+) -> Option<String> {
+    let Some(mc) = &seen.cluster else {
+        return Some(format!(
             "{role} hub {hub:?} is not a managed cluster of the global hub"
-        )));
+        ));
     };
     if !condition_is_true(mc.conditions(), CLUSTER_AVAILABLE) {
-        return Ok(Some(format!(
+        return Some(format!(
             "{role} hub {hub} is not Available on the global hub"
-        )));
+        ));
     }
-    let addon = &ctx.config.addon_name;
-    match hub_addon_now(ctx, hub, addon).await? {
-        None => {
-            return Ok(Some(format!(
-                "the {addon} addon is not enabled on {role} hub {hub} (create ManagedClusterAddOn {addon} in namespace {hub}, or `clusteradm addon enable --names {addon} --clusters {hub}`)"
-            )));
-        }
-        Some(a) => {
-            if !condition_is_true(a.conditions(), AVAILABLE) {
-                return Ok(Some(format!(
-                    "the {addon} addon on {role} hub {hub} is not Available"
-                )));
-            }
-        }
+    let Some(a) = &seen.addon else {
+        return Some(format!(
+            "the {addon} addon is not enabled on {role} hub {hub} (create ManagedClusterAddOn {addon} in namespace {hub}, or `clusteradm addon enable --names {addon} --clusters {hub}`)"
+        ));
+    };
+    if !condition_is_true(a.conditions(), AVAILABLE) {
+        return Some(format!(
+            "the {addon} addon on {role} hub {hub} is not Available"
+        ));
     }
-    if needs_msa {
-        if hub_addon_now(ctx, hub, MSA_ADDON).await?.is_none() {
-            return Ok(Some(format!(
-                "{role} hub {hub} has no {MSA_ADDON} addon: the migration's bootstrap identity is a ManagedServiceAccount"
-            )));
-        }
-        let has_url = mc
-            .spec
-            .managed_cluster_client_configs
-            .as_ref()
-            .is_some_and(|c| c.iter().any(|c| !c.url.is_empty()));
-        if !has_url {
-            return Ok(Some(format!(
-                "{role} hub {hub} reports no managedClusterClientConfigs: there is no API server URL to point the clusters at"
-            )));
-        }
+    if !needs_msa {
+        return None;
     }
-    Ok(None)
+    if seen.msa.is_none() {
+        return Some(format!(
+            "{role} hub {hub} has no {MSA_ADDON} addon: the migration's bootstrap identity is a ManagedServiceAccount"
+        ));
+    }
+    let has_url = mc
+        .spec
+        .managed_cluster_client_configs
+        .as_ref()
+        .is_some_and(|c| c.iter().any(|c| !c.url.is_empty()));
+    (!has_url).then(|| {
+        format!(
+            "{role} hub {hub} reports no managedClusterClientConfigs: there is no API server URL to point the clusters at"
+        )
+    })
 }
 
 /// Who may move what (OCM's tenancy model, [`migration_api::tenancy`]): both hubs must belong
-/// to a ManagedClusterSet bound to the migration's namespace on the global hub, as they must
-/// for a Placement there to select them. (The source agent checks the clusters the same way on
-/// its hub.)
-pub(super) async fn hubs_forbidden(
-    ctx: &Ctx,
-    mcm: &ManagedClusterMigration,
-) -> Result<Option<String>, Error> {
-    let ns = mcm.namespace().unwrap_or_default();
-    let bound = migration_api::runtime::bound_cluster_sets(&ctx.client, &ns)
-        .await
-        .map_err(|(what, e)| Error::Kube(ApiError::new(what, e)))?;
-    // The spec held for the phases: its `to` is the hub a `toPlacement` chose.
-    let spec = &mcm.spec;
-    let clusters: Api<ManagedCluster> = Api::all(ctx.client.clone());
-    let mut outside = Vec::new();
-    for hub in [&spec.from, &spec.to] {
-        let labels = ignore_not_found(clusters.get(hub).await)
-            .map_err(ctx_err(format!("reading hub {hub}")))?
-            .map(|mc| mc.labels().clone())
-            .unwrap_or_default();
-        if !migration_api::tenancy::admitted(&bound, &labels) {
-            outside.push(hub.as_str());
-        }
-    }
-    if outside.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(format!(
-        "hub {} is in no ManagedClusterSet bound to namespace {ns}: a migration in {ns} may name only hubs a Placement in {ns} could select; bind a set that holds it (a ManagedClusterSetBinding in {ns}, e.g. `clusteradm clusterset bind global --namespace {ns}` on the global hub)",
-        outside.join(" and hub ")
-    )))
+/// to a ManagedClusterSet `bound` to the migration's namespace `ns` on the global hub, as they
+/// must for a Placement there to select them. (The source agent checks the clusters the same
+/// way on its hub.)
+pub(super) fn hubs_forbidden(
+    ns: &str,
+    bound: &[cluster::ManagedClusterSet],
+    hubs: [(&str, &HubSeen); 2],
+) -> Option<String> {
+    let outside: Vec<&str> = hubs
+        .into_iter()
+        .filter(|(_, seen)| {
+            let labels = seen.cluster.as_ref().map(|mc| mc.labels().clone());
+            !migration_api::tenancy::admitted(bound, &labels.unwrap_or_default())
+        })
+        .map(|(hub, _)| hub)
+        .collect();
+    (!outside.is_empty()).then(|| {
+        format!(
+            "hub {} is in no ManagedClusterSet bound to namespace {ns}: a migration in {ns} may name only hubs a Placement in {ns} could select; bind a set that holds it (a ManagedClusterSetBinding in {ns}, e.g. `clusteradm clusterset bind global --namespace {ns}` on the global hub)",
+            outside.join(" and hub ")
+        )
+    })
 }
 
 /// Why a hub cannot take part when its work agent was refused the migration's objects: it

@@ -82,6 +82,8 @@ mod rollbacking;
 mod start_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod validate_tests;
 mod validating;
 mod world;
 

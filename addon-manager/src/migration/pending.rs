@@ -28,15 +28,34 @@ pub(super) async fn pending(
     mcm: &ManagedClusterMigration,
     step: &mut Step,
 ) -> Result<Action, Error> {
-    let all = Api::<ManagedClusterMigration>::all(ctx.client.clone())
+    let migrations = Api::<ManagedClusterMigration>::all(ctx.client.clone())
         .list(&ListParams::default())
         .await
-        .map_err(ctx_err("listing migrations"))?;
-    let target = match &mcm.spec.to_placement {
-        // An invalid spec goes on to Validating, which says what is wrong with it.
+        .map_err(ctx_err("listing migrations"))?
+        .items;
+    // An invalid spec goes on to Validating, which says what is wrong with it.
+    let placement = match &mcm.spec.to_placement {
         Some(placement) if mcm.spec.validate().is_ok() => {
             let ns = mcm.namespace().unwrap_or_default();
-            let seen = read_placement(ctx, &ns, placement).await?;
+            Some(read_placement(ctx, &ns, placement).await?)
+        }
+        _ => None,
+    };
+    Ok(pend(&migrations, placement, mcm, step))
+}
+
+/// Pending's decision, from every migration and, for a `toPlacement`, the Placement as read
+/// (`None`: there is none to read, the spec names its target or is invalid): the target, then
+/// whether it may start now.
+pub(super) fn pend(
+    migrations: &[ManagedClusterMigration],
+    placement: Option<PlacementSeen>,
+    mcm: &ManagedClusterMigration,
+    step: &mut Step,
+) -> Action {
+    let target = match (&mcm.spec.to_placement, placement) {
+        (Some(name), Some(seen)) => {
+            let ns = mcm.namespace().unwrap_or_default();
             let waited = mcm
                 .creation_timestamp()
                 .map(|t| step.now.0.duration_since(t.0))
@@ -44,13 +63,13 @@ pub(super) async fn pending(
                 .unwrap_or_default();
             let choice = choose_target(
                 &mcm.spec.from,
-                &format!("{ns}/{placement}"),
+                &format!("{ns}/{name}"),
                 seen,
                 waited >= timeouts(mcm).stage,
             );
             match choice {
                 Ok(hub) => Some(hub),
-                Err(outcome) => return Ok(step.settle(outcome)),
+                Err(outcome) => return step.settle(outcome),
             }
         }
         _ => (!mcm.spec.to.is_empty()).then(|| mcm.spec.to.clone()),
@@ -58,13 +77,13 @@ pub(super) async fn pending(
     step.status.target = target.clone();
     let mut chosen = mcm.clone();
     chosen.status.get_or_insert_with(Default::default).target = target;
-    let outcome = started(&chosen, &all.items);
+    let outcome = started(&chosen, migrations);
     if matches!(outcome, Outcome::Enter(..)) {
         step.status.start_time = Some(step.now.clone());
         // From here on the migration works from this copy: an edit of the spec changes nothing.
         step.status.accepted_spec = Some(mcm.spec.clone());
     }
-    Ok(step.settle(outcome))
+    step.settle(outcome)
 }
 
 /// Whether `mcm` may start, given every migration (`all`): not while another active one on

@@ -11,10 +11,10 @@ use migration_api::ocm::work::{
     FeedbackValue, FieldValue, ManifestCondition, ManifestResourceMeta, ManifestResourceStatus,
     ManifestWorkStatus, StatusFeedbackResult,
 };
-use migration_api::task_report::StageState;
+use migration_api::task_report::{Field, StageState};
 
 /// A moment `secs` after the phase began.
-fn at(secs: u64) -> Time {
+pub(super) fn at(secs: u64) -> Time {
     let start = jiff::Timestamp::from_second(1_800_000_000).unwrap();
     Time(start + Duration::from_secs(secs))
 }
@@ -47,6 +47,17 @@ fn answered(
     state: StageState,
     clusters: &[ClusterState],
 ) -> Option<Arc<ManifestWork>> {
+    answered_with(effects, name, state, clusters, &[])
+}
+
+/// [`answered`], the report also saying `more` (a count as an integer, the rest as text).
+pub(super) fn answered_with(
+    effects: &[Effect],
+    name: &str,
+    state: StageState,
+    clusters: &[ClusterState],
+    more: &[(Field, String)],
+) -> Option<Arc<ManifestWork>> {
     let (applied, _) = writes(effects);
     let (_, work) = applied.into_iter().find(|(n, _)| n == name)?;
     let revision = task_in(work).revision.unwrap_or_default();
@@ -59,11 +70,22 @@ fn answered(
             ..Default::default()
         },
     };
-    let values = vec![
+    let mut values = vec![
         text("revision", revision),
         text("state", state.as_str().into()),
         text("clusters", ClusterState::encode(clusters)),
     ];
+    values.extend(more.iter().map(|(f, v)| match (f, v.parse::<i64>()) {
+        (Field::Total | Field::CarryParts, Ok(n)) => FeedbackValue {
+            name: f.name().into(),
+            field_value: FieldValue {
+                type_: "Integer".into(),
+                integer: Some(n),
+                ..Default::default()
+            },
+        },
+        _ => text(f.name(), v.clone()),
+    }));
     let task = ManifestCondition {
         resource_meta: ManifestResourceMeta {
             kind: Some("MigrationTask".into()),
@@ -89,7 +111,7 @@ fn decide_at(
     world: &World,
     mcm: &ManagedClusterMigration,
     now: u64,
-) -> (Step, Result<Action, Need>) {
+) -> (Step, Decided) {
     let mut step = step_of(mcm);
     step.now = at(now);
     let result = decide(world, mcm, &m(), &mut step).unwrap();
@@ -199,7 +221,7 @@ fn deploying_moves_on_once_both_hubs_confirm_what_was_just_delivered() {
         let (step, result) = decide_at(deploy, &world, &mcm, now);
         assert_eq!(step.status.phase, Some(phase), "row {i}");
         assert_eq!(said(&step, RESOURCE_DEPLOYED).1, reason, "row {i}");
-        assert_eq!(result, Ok(wake), "row {i}");
+        assert_eq!(result, Decided::Wake(wake), "row {i}");
         if phase == MigrationPhase::Rollbacking {
             assert_eq!(
                 step.status.rollback_cause.as_deref(),
@@ -262,7 +284,7 @@ fn a_silent_target_gets_no_more_clusters_released_than_the_source_was_told() {
     let mcm = in_phase(MigrationPhase::Registering, &[Switching, Switching, Ready]);
     // The target has not answered: the source's task is read as the API server has it.
     let (_, result) = decide_at(register, &world(), &mcm, 10);
-    assert_eq!(result, Err(Need::SourceTaskNow));
+    assert_eq!(result, Decided::Need(Need::SourceTaskNow));
     let told = |released: Option<Vec<&str>>, stage| MigrationTaskSpec {
         stage,
         released: released.map(|r| r.into_iter().map(String::from).collect()),
@@ -287,7 +309,7 @@ fn a_silent_target_gets_no_more_clusters_released_than_the_source_was_told() {
             ..world()
         };
         let (step, result) = decide_at(register, &world, &mcm, 10);
-        assert!(result.is_ok(), "row {i}");
+        assert!(matches!(result, Decided::Wake(_)), "row {i}");
         let source = delivered(&step, MigrationRole::Source);
         assert_eq!(source.released, released, "row {i}");
         // The target's task lists what status records as released.
@@ -361,7 +383,7 @@ fn registering_merges_the_reports_releases_the_next_and_ends_when_all_arrived() 
         let (step, result) = decide_at(register, &world, &mcm, 10);
         assert_eq!(
             result,
-            Ok(Action::requeue(Duration::from_millis(10))),
+            Decided::Wake(Action::requeue(Duration::from_millis(10))),
             "row {i}"
         );
         assert_eq!(step.states(), after, "row {i}");
@@ -398,7 +420,7 @@ fn a_rollback_takes_back_behind_a_silent_target_only_after_its_grace_and_never_a
     ];
     for (now, takes_back, phase) in table {
         let (step, result) = decide_at(roll_back, &world(), &mcm, now);
-        assert!(result.is_ok(), "{now}s");
+        assert!(matches!(result, Decided::Wake(_)), "{now}s");
         let source = delivered(&step, MigrationRole::Source);
         assert_eq!(source.rollback, takes_back, "{now}s");
         // The target is told to let go of both clusters that did not arrive.

@@ -2,22 +2,20 @@
 
 use super::*;
 
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn plan(
-    ctx: &Ctx,
+/// The plan of a validated migration, as it would run now: the waves, and every object it
+/// would create (secret data redacted), from what validation read ([`Checks`]).
+pub(super) fn plan(
+    checks: &Checks,
     mcm: &ManagedClusterMigration,
     m: &Migration,
-    clusters: &[String],
-    carry: &[CarriedCluster],
-    shape: Shape,
-    source_ns: &str,
-    target_ns: &str,
+    checked: &SourceChecked,
 ) -> Result<MigrationPlan, Error> {
+    let (clusters, carry, shape) = (&checked.resolved, &checked.carry, checked.shape);
+    let (source_ns, target_ns) = (&checks.source_ns, &checks.target_ns);
     // Validating resolved the clusters just now: the status may not list them yet; the names
     // of the target's pool of bootstrap identities are those it would take now.
-    let held = pool_of(ctx, &m.to).await?;
     let identities = names::bootstrap_identities(clusters.len());
-    let identity_names = claim(identities, &m.key, &[], &held).unwrap_or_else(|_| {
+    let identity_names = claim(identities, &m.key, &[], &checks.held).unwrap_or_else(|_| {
         (0..identities)
             .map(names::pooled_bootstrap_identity)
             .collect()
@@ -33,22 +31,20 @@ pub(super) async fn plan(
         .map_or(clusters.len(), |c| c.max(1) as usize)
         .max(1);
     let waves = clusters.chunks(wave).map(<[String]>::to_vec).collect();
-    let hub = Api::<ManagedCluster>::all(ctx.client.clone())
-        .get(&m.to)
-        .await
-        .map_err(ctx_err("reading the target hub"))?;
+    let Some(hub) = &checks.to.cluster else {
+        return Err(RenderError::Config(format!("target hub {} is gone", m.to)).into());
+    };
     let url = hub
         .spec
         .managed_cluster_client_configs
-        .unwrap_or_default()
-        .into_iter()
+        .iter()
+        .flatten()
         .next()
-        .map(|c| (c.url, c.ca_bundle));
+        .map(|c| (c.url.clone(), c.ca_bundle.clone()));
     let (server, ca) = url.unwrap_or_default();
-    let proxy = target_proxy(ctx, &m.to);
     let kubeconfig =
-        mr::bootstrap_kubeconfig(&server, ca.as_deref(), mr::REDACTED, proxy.as_ref())?;
-    let msa_ns = addon_namespace(hub_addon(ctx, &m.to, MSA_ADDON).as_deref());
+        mr::bootstrap_kubeconfig(&server, ca.as_deref(), mr::REDACTED, checks.proxy.as_ref())?;
+    let msa_ns = &checks.msa_ns;
     let mut source = base_task(
         mcm,
         MigrationRole::Source,
@@ -76,7 +72,7 @@ pub(super) async fn plan(
     } else {
         target.carry_over = Some(carry.to_vec());
     }
-    target.bootstrap_users = Some(mr::bootstrap_users(m, &msa_ns));
+    target.bootstrap_users = Some(mr::bootstrap_users(m, msa_ns));
     target.released = Some(clusters.to_vec());
     target.bootstrap_connection = Some(mr::without_credentials(&kubeconfig)?);
     set_delivery(&mut target, shape);
@@ -93,7 +89,7 @@ pub(super) async fn plan(
     {
         objects.push(planned(&m.from, &mr::redact(&o)));
     }
-    for o in mr::target_manifests(m, target_ns, target, Some(&msa_ns))? {
+    for o in mr::target_manifests(m, target_ns, target, Some(msa_ns))? {
         objects.push(planned(&m.to, &mr::redact(&o)));
     }
     objects.extend(planned_clusters(m, carry));

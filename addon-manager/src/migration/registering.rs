@@ -140,7 +140,7 @@ pub(super) fn register(
     mcm: &ManagedClusterMigration,
     m: &Migration,
     step: &mut Step,
-) -> Result<Result<Action, Need>, Error> {
+) -> Result<Decided, Error> {
     let (names, mut states) = step.clusters();
     let timeout = timeouts(mcm).registering;
     let stage = TaskStage::Registering;
@@ -157,7 +157,7 @@ pub(super) fn register(
         // gone, what status records as in flight.
         // (As the API server has it: the watch may not have seen the last delivery yet.)
         let Some(task_now) = &world.source_task_now else {
-            return Ok(Err(Need::SourceTaskNow));
+            return Ok(Decided::Need(Need::SourceTaskNow));
         };
         task_now
             .as_ref()
@@ -179,7 +179,7 @@ pub(super) fn register(
     let Some(src_rev) = deliver_source(world, mcm, m, step, stage, part, true)? else {
         let timed_out = remaining(step, timeout).is_none();
         let missing = token_missing(timed_out, timeout, CLUSTER_REGISTERED);
-        return Ok(Ok(step.settle(missing)));
+        return Ok(Decided::Wake(step.settle(missing)));
     };
     let (source, _) = world.report(MigrationRole::Source, &src_rev);
     let before = states.clone();
@@ -210,7 +210,7 @@ pub(super) fn register(
         timeout,
         timeout_text: &format_duration(timeout),
     };
-    Ok(Ok(step.settle(seen.outcome(&m.to))))
+    Ok(Decided::Wake(step.settle(seen.outcome(&m.to))))
 }
 
 /// What Registering saw once the reports were merged into the states.

@@ -18,7 +18,7 @@ pub(super) fn roll_back(
     mcm: &ManagedClusterMigration,
     m: &Migration,
     step: &mut Step,
-) -> Result<Result<Action, Need>, Error> {
+) -> Result<Decided, Error> {
     let (names, mut states) = step.clusters();
     let to_roll: Vec<String> = names
         .iter()
@@ -37,7 +37,7 @@ pub(super) fn roll_back(
             "no cluster had been touched",
         );
         step.enter(MigrationPhase::Cleaning, "rolled back");
-        return Ok(Ok(Action::requeue(Duration::from_millis(10))));
+        return Ok(Decided::Wake(Action::requeue(Duration::from_millis(10))));
     }
     // The target first: it stops admitting them and removes what it pre-created; the source
     // then takes back each cluster the target has let go.
@@ -111,7 +111,7 @@ pub(super) fn roll_back(
             .unwrap_or_default(),
         timeout: timeouts(mcm).stage,
     };
-    Ok(Ok(step.settle(seen.outcome(&m.from, &m.to))))
+    Ok(Decided::Wake(step.settle(seen.outcome(&m.from, &m.to))))
 }
 
 /// What Rollbacking saw once the reports were in.

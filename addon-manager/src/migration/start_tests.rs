@@ -556,3 +556,46 @@ fn a_target_placement_chooses_one_hub_besides_the_source_or_says_why_not() {
         reasons::TARGET_NOT_CHOSEN
     );
 }
+
+#[test]
+fn pending_records_the_chosen_target_and_starts_with_the_spec_it_accepted() {
+    use MigrationPhase::*;
+    let created = "2026-01-01T00:01:00Z";
+    let mut me = pending_mcm("me", "hub1", "", created, Pending);
+    me.spec.to_placement = Some("most-room".into());
+    let at = |secs: i64| {
+        Time(created.parse::<jiff::Timestamp>().unwrap() + Duration::from_secs(secs as u64))
+    };
+    let run = |all: &[ManagedClusterMigration], seen: Option<PlacementSeen>, secs: i64| {
+        let mut step = super::tests::step_of(&me);
+        step.now = at(secs);
+        let action = pend(all, seen, &me, &mut step);
+        (step, action)
+    };
+    let chose = |hubs: &[&str]| Some(Some((true, hubs.iter().map(|h| h.to_string()).collect())));
+    // The Placement chose hub3: the migration starts towards it, holding its spec from now on.
+    let (step, _) = run(&[], chose(&["hub1", "hub3"]), 5);
+    assert_eq!(step.status.phase, Some(Validating));
+    assert_eq!(step.status.target.as_deref(), Some("hub3"));
+    assert_eq!(step.status.start_time, Some(at(5)));
+    assert_eq!(step.status.accepted_spec.as_ref(), Some(&me.spec));
+    // Another migration in flight between hub1 and hub3 holds it back, the target recorded.
+    let mut busy = pending_mcm("a", "hub3", "hub1", "2026-01-01T00:00:00Z", Deploying);
+    busy.status.get_or_insert_with(Default::default).target = Some("hub1".into());
+    let (step, action) = run(&[busy], chose(&["hub3"]), 5);
+    assert_eq!(step.status.phase.unwrap_or_default(), Pending);
+    assert_eq!(step.status.target.as_deref(), Some("hub3"));
+    assert!(step.status.accepted_spec.is_none() && step.status.start_time.is_none());
+    assert_eq!(action, Action::await_change());
+    // Not decided yet: look again soon; past the stage timeout since creation: refused.
+    let (step, action) = run(&[], Some(Some((false, vec![]))), 5);
+    assert_eq!(step.status.phase.unwrap_or_default(), Pending);
+    assert_eq!(action, Action::requeue(Duration::from_secs(2)));
+    let late = timeouts(&me).stage.as_secs() as i64 + 1;
+    let (step, _) = run(&[], Some(Some((false, vec![]))), late);
+    assert_eq!(step.status.phase, Some(Failed));
+    // No such Placement: refused at once.
+    let (step, _) = run(&[], Some(None), 5);
+    assert_eq!(step.status.phase, Some(Failed));
+    assert!(step.status.target.is_none());
+}

@@ -1,4 +1,8 @@
-//! Validating: hubs, tenancy, the clusters on both hubs.
+//! Validating: hubs, tenancy, the clusters on both hubs. What validation reads is read once per
+//! reconcile ([`Checks::read`]); the decision ([`validate`]) is a function of it, the spec,
+//! the status and the step's clock.
+
+use std::collections::BTreeMap;
 
 use super::*;
 
@@ -8,26 +12,125 @@ pub(super) async fn validating(
     m: &Migration,
     step: &mut Step,
 ) -> Result<Action, Error> {
-    if let Some(refused) = precheck(ctx, mcm, m, step).await? {
+    if let Some(refused) = refused_at_once(mcm, m, step, &ctx.config.addon_name) {
         return Ok(step.settle(refused));
     }
-    let hubs: BTreeSet<String> = Api::<ManagedCluster>::all(ctx.client.clone())
-        .list_metadata(&ListParams::default())
-        .await
-        .map_err(ctx_err("listing the global hub's clusters"))?
-        .items
-        .into_iter()
-        .filter_map(|o| o.metadata.name)
-        .collect();
+    let checks = Checks::read(ctx, mcm, m).await?;
+    validate(&checks, mcm, m, step)
+}
+
+/// What validation decides from: the hubs, the tenancy of the migration's namespace and the
+/// other migrations as the API server has them (validation's word is final: a migration it
+/// refuses fails), the hubs' agents and the migration's works as the watches have them.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Checks {
+    /// Name of the addon whose agents carry out the tasks.
+    pub(super) addon: String,
+    pub(super) from: HubSeen,
+    pub(super) to: HubSeen,
+    /// The ManagedClusterSets bound to the migration's namespace.
+    pub(super) bound: Vec<cluster::ManagedClusterSet>,
+    /// The global hub's managed clusters (the hubs), by name.
+    pub(super) hubs: BTreeSet<String>,
+    /// Every migration, this one included.
+    pub(super) migrations: Vec<ManagedClusterMigration>,
+    /// Namespaces the addon's agent runs in on the source and the target, and the target's
+    /// managed-serviceaccount agent.
+    pub(super) source_ns: String,
+    pub(super) target_ns: String,
+    pub(super) msa_ns: String,
+    /// The target's proxy settings ([`target_proxy`]).
+    pub(super) proxy: Option<ProxyConfig>,
+    pub(super) source_work: Option<Arc<ManifestWork>>,
+    pub(super) target_work: Option<Arc<ManifestWork>>,
+    /// The works reading the source's carry-over parts back, by name.
+    pub(super) part_works: BTreeMap<String, Arc<ManifestWork>>,
+    /// A dry run's: who holds the names of the target's pool of bootstrap identities.
+    pub(super) held: BTreeMap<String, Option<String>>,
+}
+
+impl Checks {
+    pub(super) async fn read(
+        ctx: &Ctx,
+        mcm: &ManagedClusterMigration,
+        m: &Migration,
+    ) -> Result<Self, Error> {
+        let ns = mcm.namespace().unwrap_or_default();
+        let bound = migration_api::runtime::bound_cluster_sets(&ctx.client, &ns)
+            .await
+            .map_err(|(what, e)| Error::Kube(ApiError::new(what, e)))?;
+        let hubs = Api::<ManagedCluster>::all(ctx.client.clone())
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(ctx_err("listing the global hub's clusters"))?
+            .items
+            .into_iter()
+            .filter_map(|o| o.metadata.name)
+            .collect();
+        let migrations = Api::<ManagedClusterMigration>::all(ctx.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(ctx_err("listing migrations"))?
+            .items;
+        let source_work = existing_work(ctx, m, MigrationRole::Source);
+        let parts = source_work
+            .as_deref()
+            .and_then(|w| Feedback::of(w).report.carry_parts);
+        let part_works = (0..parts.map_or(0, |p| p.count as usize))
+            .map(|i| names::carry_over_part(&m.key, MigrationRole::Source, i))
+            .filter_map(|name| Some((name.clone(), work_named(ctx, &m.from, &name)?)))
+            .collect();
+        let held = if mcm.spec.dry_run == Some(true) {
+            pool_of(ctx, &m.to).await?
+        } else {
+            BTreeMap::new()
+        };
+        let addon = &ctx.config.addon_name;
+        Ok(Checks {
+            addon: addon.clone(),
+            from: HubSeen::read(ctx, &m.from, false).await?,
+            to: HubSeen::read(ctx, &m.to, true).await?,
+            bound,
+            hubs,
+            migrations,
+            source_ns: addon_namespace(hub_addon(ctx, &m.from, addon).as_deref()),
+            target_ns: addon_namespace(hub_addon(ctx, &m.to, addon).as_deref()),
+            msa_ns: addon_namespace(hub_addon(ctx, &m.to, MSA_ADDON).as_deref()),
+            proxy: target_proxy(ctx, &m.to),
+            source_work,
+            target_work: existing_work(ctx, m, MigrationRole::Target),
+            part_works,
+            held,
+        })
+    }
+
+    fn work(&self, role: MigrationRole) -> Option<&ManifestWork> {
+        match role {
+            MigrationRole::Source => self.source_work.as_deref(),
+            MigrationRole::Target => self.target_work.as_deref(),
+        }
+    }
+}
+
+/// Validation's decision: the hubs, the clusters, then each hub's agent's report on them.
+pub(super) fn validate(
+    checks: &Checks,
+    mcm: &ManagedClusterMigration,
+    m: &Migration,
+    step: &mut Step,
+) -> Result<Action, Error> {
+    if let Some(refused) =
+        refused_at_once(mcm, m, step, &checks.addon).or_else(|| hub_refused(checks, mcm, m))
+    {
+        return Ok(step.settle(refused));
+    }
     let named = mcm.spec.included_managed_clusters.clone();
     if let Some(names) = &named
-        && let Some((reason, message)) = cluster_problem(ctx, mcm, names, &hubs).await?
+        && let Some((reason, message)) = cluster_problem(mcm, names, checks)
     {
         return Ok(step.settle(Outcome::invalid(reason, message)));
     }
     // The source resolves and checks its clusters.
-    let source_ns = addon_namespace(hub_addon(ctx, &m.from, &ctx.config.addon_name).as_deref());
-    let target_ns = addon_namespace(hub_addon(ctx, &m.to, &ctx.config.addon_name).as_deref());
     let mut source_task = base_task(
         mcm,
         MigrationRole::Source,
@@ -43,12 +146,10 @@ pub(super) async fn validating(
         MigrationRole::Source,
         &kinds,
         mr::CarryScope::Validating,
-        &source_ns,
+        &checks.source_ns,
     )?;
-    manifests.extend(mr::source_manifests(m, &source_ns, source_task)?);
-    let role = MigrationRole::Source;
-    let asked = ask(ctx, mcm, m, step, role, manifests, &source_ns);
-    let mut source = match asked {
+    manifests.extend(mr::source_manifests(m, &checks.source_ns, source_task)?);
+    let mut source = match ask(checks, mcm, m, step, MigrationRole::Source, manifests) {
         Ok(f) => f,
         Err(wait) => return Ok(step.settle(wait)),
     };
@@ -56,7 +157,12 @@ pub(super) async fn validating(
     if source.carry.is_none()
         && let Some(parts) = &source.report.carry_parts
     {
-        match gather(ctx, m, step, parts, &source_ns) {
+        let works = |hub: &str, name: &str| {
+            (hub == m.from)
+                .then(|| checks.part_works.get(name).cloned())
+                .flatten()
+        };
+        match gather(&works, m, step, parts, &checks.source_ns) {
             Gathered::Records(records) => source.carry = Some(Ok(records)),
             Gathered::Unreadable(why) => source.carry = Some(Err(why)),
             Gathered::Waiting(waiting) => {
@@ -73,7 +179,7 @@ pub(super) async fn validating(
         Err(refusal) => return Ok(refusal.settle(step)),
     };
     if named.is_none()
-        && let Some((reason, message)) = cluster_problem(ctx, mcm, &checked.resolved, &hubs).await?
+        && let Some((reason, message)) = cluster_problem(mcm, &checked.resolved, checks)
     {
         return Ok(step.settle(Outcome::invalid(reason, message)));
     }
@@ -84,10 +190,8 @@ pub(super) async fn validating(
         TaskStage::Validating,
         checked.resolved.clone(),
     );
-    let manifests = mr::target_manifests(m, &target_ns, target_task, None)?;
-    let role = MigrationRole::Target;
-    let asked = ask(ctx, mcm, m, step, role, manifests, &target_ns);
-    let target = match asked {
+    let manifests = mr::target_manifests(m, &checks.target_ns, target_task, None)?;
+    let target = match ask(checks, mcm, m, step, MigrationRole::Target, manifests) {
         Ok(f) => f,
         Err(wait) => return Ok(step.settle(wait)),
     };
@@ -97,19 +201,9 @@ pub(super) async fn validating(
     }
     step.set_states(&vec![ClusterState::Valid; checked.resolved.len()]);
     step.status.bootstrap_delivery = Some(checked.shape.delivery().into());
-    if mcm.spec.dry_run == Some(true) {
-        let plan = plan(
-            ctx,
-            mcm,
-            m,
-            &checked.resolved,
-            &checked.carry,
-            checked.shape,
-            &source_ns,
-            &target_ns,
-        )
-        .await?;
-        step.status.plan = Some(plan);
+    let dry_run = mcm.spec.dry_run == Some(true);
+    if dry_run {
+        step.status.plan = Some(plan(checks, mcm, m, &checked)?);
     } else {
         // What the clusters carry is recorded before anything is pre-created from it: in
         // status, or, too large for it, where its parts are.
@@ -118,57 +212,68 @@ pub(super) async fn validating(
             None => step.status.carry_over = Some(checked.carry.clone()),
         }
     }
-    Ok(step.settle(validated(&checked, mcm.spec.dry_run == Some(true), m)))
+    Ok(step.settle(validated(&checked, dry_run, m)))
 }
 
-/// What the global hub alone can refuse before asking any hub: the spec, the deadline, each
-/// hub's addons, the tenancy of the hubs.
-async fn precheck(
-    ctx: &Ctx,
+/// What the spec and the clock alone refuse, before anything is read: an invalid spec, a
+/// validation past its deadline.
+fn refused_at_once(
     mcm: &ManagedClusterMigration,
     m: &Migration,
     step: &Step,
-) -> Result<Option<Outcome>, Error> {
+    addon: &str,
+) -> Option<Outcome> {
     if let Err(e) = mcm.spec.validate() {
-        return Ok(Some(Outcome::invalid(reasons::INVALID_SPEC, e.to_string())));
+        return Some(Outcome::invalid(reasons::INVALID_SPEC, e.to_string()));
     }
-    if remaining(step, timeouts(mcm).stage).is_none() {
-        return Ok(Some(Outcome::invalid(
+    remaining(step, timeouts(mcm).stage).is_none().then(|| {
+        Outcome::invalid(
             reasons::TIMEOUT,
             format!(
-                "the hubs' agents did not report validation within {}; are the {} addons Available on {} and {}?",
+                "the hubs' agents did not report validation within {}; are the {addon} addons Available on {} and {}?",
                 format_duration(timeouts(mcm).stage),
-                ctx.config.addon_name,
                 m.from,
                 m.to
             ),
-        )));
-    }
-    for (hub, role, msa) in [(&m.from, "source", false), (&m.to, "target", true)] {
-        if let Some(problem) = hub_problem(ctx, hub, role, msa).await? {
-            return Ok(Some(Outcome::invalid(reasons::HUB_INVALID, problem)));
+        )
+    })
+}
+
+/// What the hubs refuse: each hub's own state and addons, the tenancy of the migration's
+/// namespace.
+fn hub_refused(checks: &Checks, mcm: &ManagedClusterMigration, m: &Migration) -> Option<Outcome> {
+    for (hub, seen, role, msa) in [
+        (&m.from, &checks.from, "source", false),
+        (&m.to, &checks.to, "target", true),
+    ] {
+        if let Some(problem) = hub_problem(seen, &checks.addon, hub, role, msa) {
+            return Some(Outcome::invalid(reasons::HUB_INVALID, problem));
         }
     }
-    Ok(hubs_forbidden(ctx, mcm)
-        .await?
-        .map(|problem| Outcome::invalid(reasons::FORBIDDEN, problem)))
+    let ns = mcm.namespace().unwrap_or_default();
+    let hubs = [(m.from.as_str(), &checks.from), (m.to.as_str(), &checks.to)];
+    hubs_forbidden(&ns, &checks.bound, hubs)
+        .map(|problem| Outcome::invalid(reasons::FORBIDDEN, problem))
 }
 
 /// Delivers a hub's validation task and reads its finished report; `Err` with what to say
 /// while it has not finished (or when its work agent cannot apply the task).
 fn ask(
-    ctx: &Ctx,
+    checks: &Checks,
     mcm: &ManagedClusterMigration,
     m: &Migration,
     step: &mut Step,
     role: MigrationRole,
     manifests: Vec<Value>,
-    task_namespace: &str,
 ) -> Result<Feedback, Outcome> {
     let hub = m.hub(role);
+    let task_namespace = match role {
+        MigrationRole::Source => &checks.source_ns,
+        MigrationRole::Target => &checks.target_ns,
+    };
     let rev = deliver(step, m, role, manifests, task_namespace);
-    let (report, err) = report(existing_work(ctx, m, role).as_deref(), &rev);
-    if let Some(problem) = work_agent_refused(&ctx.config.addon_name, hub, err.as_deref()) {
+    let (report, err) = report(checks.work(role), &rev);
+    if let Some(problem) = work_agent_refused(&checks.addon, hub, err.as_deref()) {
         return Err(Outcome::invalid(reasons::HUB_INVALID, problem));
     }
     if let Some(f) = report.filter(|f| f.succeeded() || f.failed()) {
@@ -402,42 +507,35 @@ pub(super) fn validated(checked: &SourceChecked, dry_run: bool, m: &Migration) -
 
 /// Problems the global hub alone can see: a cluster that is a hub, or one in another active
 /// migration.
-pub(super) async fn cluster_problem(
-    ctx: &Ctx,
+pub(super) fn cluster_problem(
     mcm: &ManagedClusterMigration,
     clusters: &[String],
-    hubs: &BTreeSet<String>,
-) -> Result<Option<(&'static str, String)>, Error> {
-    if let Some(c) = clusters.iter().find(|c| hubs.contains(*c)) {
-        return Ok(Some((
+    checks: &Checks,
+) -> Option<(&'static str, String)> {
+    if let Some(c) = clusters.iter().find(|c| checks.hubs.contains(*c)) {
+        return Some((
             "ClusterIsHub",
             format!(
                 "{c} is itself a hub (a managed cluster of the global hub) and cannot be migrated"
             ),
-        )));
+        ));
     }
-    let all = Api::<ManagedClusterMigration>::all(ctx.client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(ctx_err("listing migrations"))?;
     let mine: BTreeSet<&String> = clusters.iter().collect();
-    for other in all
-        .items
+    checks
+        .migrations
         .iter()
         .filter(|o| o.uid() != mcm.uid() && active(o) && phase(o) != MigrationPhase::Pending)
-    {
-        if let Some(c) = clusters_of(other).iter().find(|c| mine.contains(c)) {
-            return Ok(Some((
+        .find_map(|other| {
+            let c = clusters_of(other).into_iter().find(|c| mine.contains(c))?;
+            Some((
                 reasons::CLUSTER_CONFLICT,
                 format!(
                     "{c} is already in active migration {}/{}",
                     other.namespace().unwrap_or_default(),
                     other.name_any()
                 ),
-            )));
-        }
-    }
-    Ok(None)
+            ))
+        })
 }
 
 /// The reason and message of a failed validation report.

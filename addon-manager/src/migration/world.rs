@@ -152,16 +152,16 @@ pub(super) async fn delivering(
     loop {
         let mut attempt = step.clone();
         match decide(&world, mcm, m, &mut attempt)? {
-            Ok(action) => {
+            Decided::Wake(action) => {
                 *step = attempt;
                 return Ok(action);
             }
             // Asked again for what was just read: a bug; try again later rather than spin.
-            Err(need) if read.contains(&need) => {
+            Decided::Need(need) if read.contains(&need) => {
                 tracing::warn!(?need, "a phase asked twice for the same reading");
                 return Ok(Action::requeue(Duration::from_secs(2)));
             }
-            Err(need) => {
+            Decided::Need(need) => {
                 fetch(ctx, m, &mut world, need).await?;
                 read.push(need);
             }
@@ -169,10 +169,14 @@ pub(super) async fn delivering(
     }
 }
 
-/// A delivering phase's pure decision: when to look again, or what it needs read first.
-pub(super) type Decide = fn(
-    &World,
-    &ManagedClusterMigration,
-    &Migration,
-    &mut Step,
-) -> Result<Result<Action, Need>, Error>;
+/// What a delivering phase decided: when to look again (its step holds the rest), or what
+/// it needs read first.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Decided {
+    Wake(Action),
+    Need(Need),
+}
+
+/// A delivering phase's pure decision.
+pub(super) type Decide =
+    fn(&World, &ManagedClusterMigration, &Migration, &mut Step) -> Result<Decided, Error>;
