@@ -2,15 +2,6 @@
 
 use super::*;
 
-pub(super) async fn deploying(
-    ctx: &Ctx,
-    mcm: &ManagedClusterMigration,
-    m: &Migration,
-    step: &mut Step,
-) -> Result<Action, Error> {
-    delivering(ctx, mcm, m, step, TaskStage::Deploying, deploy).await
-}
-
 /// Deploying, from what was observed: both tasks delivered, then their reports read.
 pub(super) fn deploy(
     world: &World,

@@ -411,9 +411,15 @@ async fn reconcile_one(mcm: Arc<ManagedClusterMigration>, ctx: &Ctx) -> Result<A
         MigrationPhase::Pending => pending(ctx, &mcm, &mut step).await?,
         MigrationPhase::Validating => validating(ctx, &mcm, &m, &mut step).await?,
         MigrationPhase::Initializing => initializing(ctx, &mcm, &m, &mut step).await?,
-        MigrationPhase::Deploying => deploying(ctx, &mcm, &m, &mut step).await?,
-        MigrationPhase::Registering => registering(ctx, &mcm, &m, &mut step).await?,
-        MigrationPhase::Rollbacking => rollbacking(ctx, &mcm, &m, &mut step).await?,
+        MigrationPhase::Deploying => {
+            delivering(ctx, &mcm, &m, &mut step, TaskStage::Deploying, deploy).await?
+        }
+        MigrationPhase::Registering => {
+            delivering(ctx, &mcm, &m, &mut step, TaskStage::Registering, register).await?
+        }
+        MigrationPhase::Rollbacking => {
+            delivering(ctx, &mcm, &m, &mut step, TaskStage::Rollbacking, roll_back).await?
+        }
         MigrationPhase::Cleaning => cleaning(ctx, &mcm, &m, &mut step).await?,
         MigrationPhase::Completed | MigrationPhase::Failed => {
             let clean = remove_everything(ctx, &m, step.status.carry_over_parts.as_ref()).await?;

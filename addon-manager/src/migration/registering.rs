@@ -124,15 +124,6 @@ pub(super) fn released(names: &[String], states: &[ClusterState]) -> Vec<String>
         .collect()
 }
 
-pub(super) async fn registering(
-    ctx: &Ctx,
-    mcm: &ManagedClusterMigration,
-    m: &Migration,
-    step: &mut Step,
-) -> Result<Action, Error> {
-    delivering(ctx, mcm, m, step, TaskStage::Registering, register).await
-}
-
 /// Registering, from what was observed: the release list delivered, the reports merged into
 /// the clusters' states, the next clusters released.
 pub(super) fn register(

@@ -2,15 +2,6 @@
 
 use super::*;
 
-pub(super) async fn rollbacking(
-    ctx: &Ctx,
-    mcm: &ManagedClusterMigration,
-    m: &Migration,
-    step: &mut Step,
-) -> Result<Action, Error> {
-    delivering(ctx, mcm, m, step, TaskStage::Rollbacking, roll_back).await
-}
-
 /// Rollbacking, from what was observed: the target lets go first, the source takes back
 /// what the target let go (or, the target silent past its grace, never admitted).
 pub(super) fn roll_back(
