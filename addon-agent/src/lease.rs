@@ -14,7 +14,8 @@ pub fn micro_time(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
-/// Creates or renews the lease once.
+/// Renews the lease once, creating it when it is not there: one request a renewal (a patch),
+/// two the first time.
 pub async fn renew(
     api: &Api<Lease>,
     name: &str,
@@ -22,27 +23,29 @@ pub async fn renew(
     duration_secs: u32,
 ) -> Result<(), kube::Error> {
     let now = micro_time(jiff::Timestamp::now());
-    if api.get_opt(name).await?.is_none() {
-        let lease: Lease = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_secs,
-                     "acquireTime": now, "renewTime": now}
-        }))
-        .map_err(kube::Error::SerdeError)?;
-        match api.create(&PostParams::default(), &lease).await {
-            Ok(_) => return Ok(()),
-            // Someone else (a previous run) created it in between: renew it below.
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e),
-        }
+    let spec =
+        json!({"holderIdentity": holder, "leaseDurationSeconds": duration_secs, "renewTime": now});
+    let patch = Patch::Merge(json!({ "spec": spec }));
+    match api.patch(name, &PatchParams::default(), &patch).await {
+        Ok(_) => return Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(e),
     }
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_secs, "renewTime": now}})),
-    )
-    .await?;
-    Ok(())
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_secs,
+                 "acquireTime": now, "renewTime": now}
+    }))
+    .map_err(kube::Error::SerdeError)?;
+    match api.create(&PostParams::default(), &lease).await {
+        Ok(_) => Ok(()),
+        // Someone else (a previous run) created it in between: renew that one.
+        Err(kube::Error::Api(s)) if s.code == 409 => api
+            .patch(name, &PatchParams::default(), &patch)
+            .await
+            .map(|_| ()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Renews the lease every `duration_secs` until aborted.

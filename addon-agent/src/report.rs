@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::{Api, PostParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::condition_is_true;
@@ -32,7 +33,7 @@ pub struct Counts {
     pub clusters: usize,
     /// Of those, how many are Available.
     pub available: usize,
-    /// MigrationTasks on the hub (None when they cannot be listed).
+    /// MigrationTasks on the hub (None until they are first listed).
     pub tasks: Option<usize>,
 }
 
@@ -184,7 +185,17 @@ pub async fn run(local: Client, hub: Client, o: ReportOptions) {
     .default_backoff()
     .reflect(writer)
     .boxed();
-    let tasks: Api<MigrationTask> = Api::all(local);
+    // The tasks are counted from a watch of their metadata: a list at every report was one
+    // request for every few clusters that moved.
+    let (tasks, task_writer) = reflector::store::<PartialObjectMeta<MigrationTask>>();
+    let mut task_events = watcher(
+        Api::<PartialObjectMeta<MigrationTask>>::all(local),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(task_writer)
+    .boxed();
+    let mut tasks_listed = false;
     let mut last: Option<(Counts, Instant)> = None;
     let mut dirty = true;
     // Nothing is reported before the first full list of clusters.
@@ -202,13 +213,21 @@ pub async fn run(local: Client, hub: Client, o: ReportOptions) {
                 Some(Err(e)) => tracing::debug!(error = %e, "watching managed clusters"),
                 None => return,
             },
+            ev = task_events.next() => match ev {
+                Some(Ok(ev)) => {
+                    tasks_listed |= matches!(ev, watcher::Event::InitDone);
+                    dirty = true;
+                }
+                Some(Err(e)) => tracing::debug!(error = %e, "watching migration tasks"),
+                None => return,
+            },
             _ = flush.tick() => {
                 let due = last.is_none_or(|(_, at)| at.elapsed() >= o.refresh);
                 if !listed || !(dirty || due) {
                     continue;
                 }
                 let (clusters, available) = count(&store);
-                let n_tasks = tasks.list_metadata(&Default::default()).await.ok().map(|l| l.items.len());
+                let n_tasks = tasks_listed.then(|| tasks.state().len());
                 let counts = Counts { clusters, available, tasks: n_tasks };
                 dirty = false;
                 if !due && last.is_some_and(|(c, _)| c == counts) {

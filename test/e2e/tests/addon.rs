@@ -350,6 +350,16 @@ async fn install_report_upgrade_refuse_roll_back_and_remove() {
     )
     .await;
     agent_reports(&global, "hub1", "0.1.0").await;
+    // It counts the migration tasks on its hub from a watch: none there.
+    eventually(
+        Duration::from_secs(30),
+        "hub1's agent counting no tasks",
+        || async {
+            let m = mca(&global, "hub1").await?;
+            condition(&m, "AgentRunning").filter(|c| c.message.ends_with(", 0 migration tasks"))
+        },
+    )
+    .await;
 
     // The agent cannot renew its lease on its hub: AVAILABLE turns False.
     fleet.hubs[0]
