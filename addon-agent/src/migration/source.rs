@@ -160,13 +160,17 @@ pub(super) async fn source_rollback(
 ) -> Result<Report, Error> {
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
     let mut states = Vec::with_capacity(names.len());
+    let mut planned = Vec::with_capacity(rollback.len());
     for name in names {
-        states.push(if rollback.contains(name) {
-            source_take_back(ctx, task, name, false).await?
-        } else {
-            ClusterState::Pending
-        });
+        if !rollback.contains(name) {
+            states.push(ClusterState::Pending);
+            continue;
+        }
+        let (state, effects) = source_take_back(ctx, task, name, false).await?;
+        states.push(state);
+        planned.push((name.as_str(), effects));
     }
+    apply_all(ctx, task, planned).await?;
     Ok(rollback_report(
         names,
         states,
@@ -181,9 +185,9 @@ async fn source_take_back(
     task: &MigrationTask,
     name: &str,
     finish: bool,
-) -> Result<ClusterState, Error> {
+) -> Result<(ClusterState, Vec<Effect>), Error> {
     let Some(mc) = get(&ctx.caches.clusters, None, name) else {
-        return Ok(ClusterState::NotFound);
+        return Ok((ClusterState::NotFound, Vec::new()));
     };
     // Plain OCM: the Klusterlet's own settings go back too (its work applies them once the
     // cluster is connected here again).
@@ -197,9 +201,7 @@ async fn source_take_back(
             .is_some_and(|at| lease_renewed_since(ctx, name, at)),
         finish,
     };
-    let (state, effects) = take_back(task, &seen, &jiff::Timestamp::now().to_string());
-    apply(ctx, task, name, effects).await?;
-    Ok(state)
+    Ok(take_back(task, &seen, &jiff::Timestamp::now().to_string()))
 }
 
 pub(super) async fn source_clean(
@@ -214,13 +216,13 @@ pub(super) async fn source_clean(
     for name in names {
         // The clusters that stay are taken back (again, or for the first time when the
         // rollback ran out of time) before their marks go: none is left refused by both hubs.
-        if rollback.contains(name) {
-            states.push(source_take_back(ctx, task, name, true).await?);
-            continue;
-        }
-        let mc = get(&ctx.caches.clusters, None, name);
-        // A hub with KlusterletConfigs (ACM) runs the import controller; plain OCM does not.
-        let (state, effects) = let_go(detach.contains(name), mc.as_deref(), !plain(task));
+        let (state, effects) = if rollback.contains(name) {
+            source_take_back(ctx, task, name, true).await?
+        } else {
+            let mc = get(&ctx.caches.clusters, None, name);
+            // A hub with KlusterletConfigs (ACM) runs the import controller; plain OCM does not.
+            let_go(detach.contains(name), mc.as_deref(), !plain(task))
+        };
         planned.push((name.as_str(), effects));
         states.push(state);
     }

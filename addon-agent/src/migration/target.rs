@@ -358,13 +358,19 @@ pub(super) async fn target_rollback(
 ) -> Result<Report, Error> {
     let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
     let mut states = Vec::with_capacity(names.len());
+    let mut planned = Vec::with_capacity(rollback.len());
     for (index, name) in names.iter().enumerate() {
-        states.push(if rollback.contains(name) {
-            target_let_back(ctx, task, index, name, false).await?
-        } else {
-            target_state(get(&ctx.caches.clusters, None, name).as_deref())
-        });
+        if !rollback.contains(name) {
+            states.push(target_state(
+                get(&ctx.caches.clusters, None, name).as_deref(),
+            ));
+            continue;
+        }
+        let (state, effects) = target_let_back(ctx, task, index, name, false);
+        states.push(state);
+        planned.push((name.as_str(), effects));
     }
+    apply_all(ctx, task, planned).await?;
     Ok(rollback_report(
         names,
         states,
@@ -373,14 +379,14 @@ pub(super) async fn target_rollback(
     ))
 }
 
-/// Observes, decides ([`let_back`]) and acts for one cluster the target lets go back.
-async fn target_let_back(
+/// Observes and decides ([`let_back`]) for one cluster the target lets go back.
+fn target_let_back(
     ctx: &Ctx,
     task: &MigrationTask,
     index: usize,
     name: &str,
     remove: bool,
-) -> Result<ClusterState, Error> {
+) -> (ClusterState, Vec<Effect>) {
     let mc = get(&ctx.caches.clusters, None, name);
     let pending = own_csrs(ctx, task, index, name)
         .into_iter()
@@ -392,9 +398,7 @@ async fn target_let_back(
         pending,
         remove,
     };
-    let (state, effects) = let_back(task, &seen);
-    apply(ctx, task, name, effects).await?;
-    Ok(state)
+    let_back(task, &seen)
 }
 
 /// A rollback stage's report: done once every cluster to roll back is rolled back (or arrived,
@@ -445,6 +449,9 @@ pub(super) async fn target_clean(
     let mut states = Vec::with_capacity(names.len());
     let mut planned = Vec::with_capacity(names.len());
     let mut works_left = 0;
+    // Done once no cluster that stays has a mark or the taint left, as the cache shows it:
+    // a removal refused for a newer version is decided again, not taken as done.
+    let mut unmarking = 0;
     for (index, name) in names.iter().enumerate() {
         let mc = get(&ctx.caches.clusters, None, name);
         if settles && !target_work_removed(ctx, task, name, mc.as_deref()).await? {
@@ -452,16 +459,16 @@ pub(super) async fn target_clean(
         }
         // The rollback again: a hub that was unreachable while the migration rolled back
         // removes its pre-created copies now (a no-op where the rollback already ran here).
-        if rollback.contains(name) {
-            states.push(target_let_back(ctx, task, index, name, true).await?);
-            continue;
-        }
-        planned.push((name.as_str(), unmark(mc.as_deref(), task.spec.key())));
-        states.push(target_state(mc.as_deref()));
+        let (state, effects) = if rollback.contains(name) {
+            target_let_back(ctx, task, index, name, true)
+        } else {
+            let effects = unmark(mc.as_deref(), task.spec.key());
+            unmarking += usize::from(!effects.is_empty());
+            (target_state(mc.as_deref()), effects)
+        };
+        states.push(state);
+        planned.push((name.as_str(), effects));
     }
-    // Done once no cluster that stays has a mark or the taint left, as the cache shows it:
-    // a removal refused for a newer version is decided again, not taken as done.
-    let unmarking = planned.iter().filter(|(_, e)| !e.is_empty()).count();
     apply_all(ctx, task, planned).await?;
     let done = rollback_done(names, &states, &rollback) && works_left == 0 && unmarking == 0;
     let back = states
