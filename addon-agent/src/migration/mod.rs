@@ -666,6 +666,7 @@ async fn write_status(
         .map_err(ctx_err(format!(
             "writing the status of MigrationTask {name}"
         )))?;
+    tracing::debug!(task = %name, stage = ?task.spec.stage, state = ?status.stage_state, message = ?status.message, "task status written");
     if let Ok(mut written) = ctx.written.lock() {
         pace::record(&mut written, name, std::time::Instant::now());
     }

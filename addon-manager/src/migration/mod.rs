@@ -582,6 +582,17 @@ async fn write_status(ctx: &Ctx, mcm: &ManagedClusterMigration, step: Step) -> R
     if written == StatusWrite::Stale {
         return Ok(());
     }
+    if written == StatusWrite::Written && tracing::enabled!(tracing::Level::DEBUG) {
+        // Where the migration stands, each time it changes (for timing a run from the log).
+        let said: Vec<String> = step
+            .status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| format!("{}={} {}", c.type_, c.status, c.message))
+            .collect();
+        tracing::debug!(phase = ?step.status.phase, conditions = ?said, "status written");
+    }
     if let Some(before) = &mcm.status {
         ctx.config.metrics.transitioned(before, &step.status);
     }

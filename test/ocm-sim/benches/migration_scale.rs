@@ -105,6 +105,9 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         timeout: Duration::from_secs(2400),
         plain_source: false,
         to_placement: false,
+        // The agents' own default health lease (the demo's 1 s would add a lease renewal a
+        // second to what the agents ask of their hubs).
+        addon_lease_secs: 60,
     };
     let mut quiet = std::io::sink();
     let running = demo::start(&opts, &mut quiet)
@@ -119,11 +122,42 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     for api in [&fleet.global.cluster.api, &hub1.api, &hub2.api] {
         api.metrics().reset();
     }
+    // The addon's own processes, and the CPU time each used before the migration.
+    let processes: Vec<(String, u32)> = [("manager".to_owned(), running.manager.id())]
+        .into_iter()
+        .chain(
+            demo::agent_pids(dir.path())
+                .into_iter()
+                .map(|(hub, pid)| (format!("{hub} agent"), pid)),
+        )
+        .collect();
+    let cpu_before: Vec<Duration> = processes
+        .iter()
+        .map(|(_, pid)| demo::cpu_time(*pid).unwrap_or_default())
+        .collect();
     let report = demo::migrate(&running, &opts, &mut quiet)
         .await
         .expect("migration");
     w1.abort();
     w2.abort();
+    let cpu: Vec<String> = processes
+        .iter()
+        .zip(&cpu_before)
+        .map(|((who, pid), before)| {
+            let used = demo::cpu_time(*pid)
+                .unwrap_or_default()
+                .saturating_sub(*before);
+            format!("{who} {:.1} s", used.as_secs_f64())
+        })
+        .collect();
+    let agent_peaks: Vec<String> = processes
+        .iter()
+        .skip(1)
+        .map(|(who, pid)| {
+            let kib = demo::peak_rss_kib(*pid).unwrap_or(0);
+            format!("{who} {:.1} MiB", kib as f64 / 1024.0)
+        })
+        .collect();
     let moving = demo::moving(&opts);
     let released_at = released_at.lock().unwrap().clone();
     let arrived_at = arrived_at.lock().unwrap().clone();
@@ -229,6 +263,13 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
             .map(|(u, c)| format!("{u} {:.1}", *c as f64 / n))
             .collect();
         println!("    {name} busiest: {}", top.join(", "));
+        // What the two busiest asked for.
+        for (who, _) in by.iter().take(2) {
+            println!(
+                "      {who}: {}",
+                breakdown(m, &|u: &str| u.starts_with(who.as_str()))
+            );
+        }
     }
     // Time in each phase, from the manager's log of its phase changes.
     let log = std::fs::read_to_string(dir.path().join("addon-manager.log")).unwrap_or_default();
@@ -264,8 +305,17 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         size(&whole["status"]) as f64 / 1024.0
     );
     println!(
-        "  manager peak memory        {:>8.1} MiB",
-        report.manager_peak_kib.unwrap_or(0) as f64 / 1024.0
+        "  manager peak memory        {:>8.1} MiB; agents: {}",
+        report.manager_peak_kib.unwrap_or(0) as f64 / 1024.0,
+        agent_peaks.join(", ")
+    );
+    // What the addon itself cost the machine while it moved the clusters (the rest of the
+    // time the simulated hubs and klusterlets had the cores).
+    println!(
+        "  addon CPU time             {} (of {:.0} core-seconds)",
+        cpu.join(", "),
+        report.migration_took.as_secs_f64()
+            * std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
     );
     assert!(report.misplaced.is_empty(), "{:?}", report.misplaced);
 }

@@ -54,6 +54,10 @@ pub struct DemoOptions {
     /// score the agents publish (`capacityHeadroom`); each hub's agent is given a different
     /// capacity ([`demo_capacity`]) so that the scores differ.
     pub to_placement: bool,
+    /// The addon agents' health lease period (`LEASE_DURATION_SECONDS` in the demo's
+    /// AddOnDeploymentConfig): the demo's 1 s shows health at once; the agent's own default is
+    /// 60 s.
+    pub addon_lease_secs: u32,
 }
 
 /// The Placement that chooses the target with `--to-placement`.
@@ -90,6 +94,13 @@ pub struct DemoReport {
 #[derive(Debug)]
 pub struct ManagerProcess(Child);
 
+impl ManagerProcess {
+    /// The process id of the addon-manager.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
 impl Drop for ManagerProcess {
     fn drop(&mut self) {
         terminate(&mut self.0);
@@ -116,6 +127,44 @@ pub fn terminate(child: &mut Child) {
     let _ = child.kill();
 }
 
+/// CPU time a process (all its threads) has used so far: user and system time from Linux
+/// `/proc/<pid>/stat` (fields 14 and 15, in clock ticks of 1/100 s, the `USER_HZ` Linux
+/// reports to user space).
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3.
+    let ticks = |field: usize| fields.get(field - 3)?.parse::<u64>().ok();
+    Some(Duration::from_millis((ticks(14)? + ticks(15)?) * 10))
+}
+
+/// Each hub's agent process, by hub, from the pid files the kubelet keeps under `dir`
+/// (`pods/<hub>/<pod>/pid`).
+pub fn agent_pids(dir: &Path) -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    for hub in std::fs::read_dir(dir.join("pods"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = hub.file_name().to_string_lossy().into_owned();
+        for pod in std::fs::read_dir(hub.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let pid = std::fs::read_to_string(pod.path().join("pid")).unwrap_or_default();
+            if let Ok(pid) = pid.trim().parse() {
+                out.push((name.clone(), pid));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Peak resident memory of a process (Linux `VmHWM`), in KiB.
 pub fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -125,7 +174,21 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-async fn enable_addon(global: &Client, hubs: &[String], capacities: bool) -> Result<(), Error> {
+/// Environment variable: the log filter of the demo's manager and agents (default: the
+/// manager at `info,kube=warn`, the agents at their config's default), e.g.
+/// `info,addon_manager=debug,addon_agent=debug` to time a run from the logs.
+pub const LOG_LEVEL_ENV: &str = "DEMO_LOG_LEVEL";
+
+fn log_level() -> String {
+    std::env::var(LOG_LEVEL_ENV).unwrap_or_else(|_| "info,kube=warn".into())
+}
+
+async fn enable_addon(
+    global: &Client,
+    hubs: &[String],
+    capacities: bool,
+    lease_secs: u32,
+) -> Result<(), Error> {
     let pp = PatchParams::apply("fleet-demo").force();
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(global.clone());
     namespaces
@@ -139,11 +202,15 @@ async fn enable_addon(global: &Client, hubs: &[String], capacities: bool) -> Res
         .await?;
     let adcs: Api<migration_api::ocm::addon::AddOnDeploymentConfig> =
         Api::namespaced(global.clone(), CONFIG_NS);
+    let mut variables =
+        vec![json!({"name": "LEASE_DURATION_SECONDS", "value": lease_secs.to_string()})];
+    if std::env::var_os(LOG_LEVEL_ENV).is_some() {
+        variables.push(json!({"name": "LOG_LEVEL", "value": log_level()}));
+    }
     adcs.patch(CONFIG, &pp, &Patch::Apply(json!({
         "apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "AddOnDeploymentConfig",
         "metadata": {"name": CONFIG, "namespace": CONFIG_NS},
-        // The fleet judges addon health on a one-second lease period.
-        "spec": {"customizedVariables": [{"name": "LEASE_DURATION_SECONDS", "value": "1"}]}
+        "spec": {"customizedVariables": variables}
     })))
     .await?;
     for (i, hub) in hubs.iter().enumerate() {
@@ -153,8 +220,9 @@ async fn enable_addon(global: &Client, hubs: &[String], capacities: bool) -> Res
             adcs.patch(&name, &pp, &Patch::Apply(json!({
                 "apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "AddOnDeploymentConfig",
                 "metadata": {"name": name, "namespace": CONFIG_NS},
-                "spec": {"customizedVariables": [{"name": "LEASE_DURATION_SECONDS", "value": "1"},
-                    {"name": "MANAGED_CLUSTER_CAPACITY", "value": demo_capacity(i + 1).to_string()}]}
+                "spec": {"customizedVariables": variables.iter().cloned().chain([
+                    json!({"name": "MANAGED_CLUSTER_CAPACITY", "value": demo_capacity(i + 1).to_string()})
+                ]).collect::<Vec<_>>()}
             })))
             .await?;
             name
@@ -248,7 +316,8 @@ pub async fn start(opts: &DemoOptions, out: &mut impl Write) -> Result<Running, 
         lease_duration_secs: opts.lease_duration_secs,
         lease_check_interval: opts.lease_check_interval,
         status_sync_interval: opts.status_sync_interval,
-        addon_lease_period: Duration::from_secs(1),
+        // The hubs judge the agents' leases on the period the agents renew them.
+        addon_lease_period: Duration::from_secs(opts.addon_lease_secs.into()),
         kubelet: Some(FleetKubelet {
             agent_binary: agent_bin,
             image_repository: AGENT_IMAGE.into(),
@@ -288,7 +357,7 @@ pub async fn start(opts: &DemoOptions, out: &mut impl Write) -> Result<Running, 
         .env("KUBECONFIG", &manager_kubeconfig)
         .env("HEALTH_ADDR", "127.0.0.1:0")
         .env("AGENT_VERSIONS", &opts.agent_version)
-        .env("LOG_LEVEL", "info,kube=warn")
+        .env("LOG_LEVEL", log_level())
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(err)
@@ -297,7 +366,7 @@ pub async fn start(opts: &DemoOptions, out: &mut impl Write) -> Result<Running, 
     let manager = ManagerProcess(child);
     let global = fleet.global.cluster.admin.clone();
     let hubs: Vec<String> = (1..=opts.hubs).map(hub_name).collect();
-    enable_addon(&global, &hubs, opts.to_placement).await?;
+    enable_addon(&global, &hubs, opts.to_placement, opts.addon_lease_secs).await?;
     addon_available(&global, &hubs, Instant::now() + opts.timeout).await?;
     let _ = writeln!(out, "addon Available on {}", hubs.join(", "));
     Ok(Running {

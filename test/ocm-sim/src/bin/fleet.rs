@@ -161,6 +161,8 @@ async fn demo(
         timeout: Duration::from_secs(timeout),
         plain_source,
         to_placement,
+        // Addon health shows at once.
+        addon_lease_secs: 1,
     };
     let mut out = std::io::stdout();
     let (report, fleet, manager) = match ocm_sim::demo::run(&opts, &mut out).await {
