@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// How long Cleaning waits for the migration's objects to go before it looks again without an
+/// event.
+const REMOVAL_RECHECK: Duration = Duration::from_secs(30);
+
 pub(super) async fn cleaning(
     ctx: &Ctx,
     mcm: &ManagedClusterMigration,
@@ -19,7 +23,10 @@ pub(super) async fn cleaning(
     if touched(&step.status) && !hubs_done {
         return delivering(ctx, mcm, m, step, TaskStage::Cleaning, hubs_clean).await;
     }
-    // Works first (their objects go with them), and the bootstrap credentials last.
+    // Works first (their objects go with them), and the bootstrap credentials last. Their
+    // removal is watched (works and ManagedServiceAccounts carry the migration's labels and
+    // wake it when they go, `observed.rs`): the requeue only bounds the wait should an event
+    // be missed.
     if !remove_everything(ctx, m, step.status.carry_over_parts.as_ref()).await? {
         return Ok(step.settle(Outcome::Wait(
             Said::no(
@@ -27,7 +34,7 @@ pub(super) async fn cleaning(
                 reasons::REMOVING,
                 "waiting for the hubs to remove the migration's objects",
             ),
-            Wake::After(Duration::from_secs(1)),
+            Wake::After(REMOVAL_RECHECK),
         )));
     }
     let rolled_back_cleanly = step
