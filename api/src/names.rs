@@ -329,6 +329,12 @@ pub mod taints {
     /// already chose (`NoSelect` would withdraw their workloads from a cluster that only moves;
     /// ocm api `cluster/v1/types.go` `TaintEffectNoSelectIfNew`).
     pub const MIGRATING_EFFECT: &str = "NoSelectIfNew";
+    /// The hub's own taint of a cluster whose Available condition is False (ocm api
+    /// `cluster/v1/types.go` `ManagedClusterTaintUnavailable`).
+    pub const UNAVAILABLE: &str = "cluster.open-cluster-management.io/unavailable";
+    /// The hub's own taint of a cluster without an Available condition, or with it Unknown
+    /// (`ManagedClusterTaintUnreachable`).
+    pub const UNREACHABLE: &str = "cluster.open-cluster-management.io/unreachable";
 }
 
 /// Finalizers.

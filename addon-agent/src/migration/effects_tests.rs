@@ -2,7 +2,7 @@
 //! so it must never follow another write of the same cluster in one reconcile), and what the
 //! source's cleanup writes.
 
-use super::tests::{cluster_with, returning, source_task, tainted, target_cluster};
+use super::tests::{cluster_with, returning, source_task, tainted, target_cluster, target_task};
 use super::*;
 
 /// Whether a taint change comes after another write of the cluster in `effects`: it would
@@ -64,7 +64,10 @@ fn a_taint_change_never_follows_another_write_of_the_cluster() {
 #[test]
 fn the_executor_sends_taint_changes_first_and_keeps_the_rest_in_order() {
     let marks = Effect::Patch(json!({"metadata": {"annotations": {"a": "1"}}}));
-    let taint = Effect::Taint(json!({"spec": {"taints": []}}));
+    let taint = Effect::Taint(TaintChange {
+        patch: json!({"spec": {"taints": []}}),
+        removes: None,
+    });
     let effects = vec![
         marks.clone(),
         Effect::Await(true),
@@ -82,21 +85,28 @@ fn the_executor_sends_taint_changes_first_and_keeps_the_rest_in_order() {
 
 #[test]
 fn a_patch_merged_with_a_taint_change_keeps_both_and_the_precondition() {
-    let taint = Some(Effect::Taint(json!({
-        "spec": {"taints": []},
-        "metadata": {"uid": "u1", "resourceVersion": "7"}
-    })));
+    let taint = Some(Effect::Taint(TaintChange {
+        patch: json!({
+            "spec": {"taints": []},
+            "metadata": {"uid": "u1", "resourceVersion": "7"}
+        }),
+        removes: Some((vec![0], "k1".into())),
+    }));
     let merged = with_taint(
         json!({"metadata": {"annotations": {"a": null}}, "spec": {"hubAcceptsClient": true}}),
         taint,
     );
-    assert_eq!(
-        merged,
-        Effect::Taint(json!({
+    // With the marks, the write is the merge patch with the resourceVersion (no JSON patch
+    // for the taint alone: the marks need the whole object unchanged).
+    let expected = TaintChange {
+        patch: json!({
             "spec": {"taints": [], "hubAcceptsClient": true},
             "metadata": {"uid": "u1", "resourceVersion": "7", "annotations": {"a": null}}
-        }))
-    );
+        }),
+        removes: None,
+    };
+    assert_eq!(expected.json_patch(), None);
+    assert_eq!(merged, Effect::Taint(expected));
     // No taint change: the patch goes as it is, without a precondition.
     let plain = json!({"metadata": {"annotations": {"a": "1"}}});
     assert_eq!(with_taint(plain.clone(), None), Effect::Patch(plain));
@@ -135,4 +145,66 @@ fn cleaning_detaches_only_what_the_manager_names_and_only_once() {
     assert_eq!(let_go(true, None, false), (Detached, vec![]));
     // Arrived but not confirmed by the target: left exactly as it is.
     assert_eq!(let_go(false, Some(&present), true), (Switching, vec![]));
+}
+
+#[test]
+fn the_taints_removal_alone_tests_what_it_removes_not_the_whole_object() {
+    let task = target_task();
+    // A cluster that arrived on the target, still tainted, behind another writer's taint: the
+    // migration's taint comes off alone.
+    let mut up = tainted(
+        target_cluster(&[(PRE_CREATED, "k1"), (MIGRATING, "k1")], true, true, true),
+        "k1",
+    );
+    let other = migration_api::ocm::cluster::Taint {
+        key: "cluster.open-cluster-management.io/unreachable".into(),
+        effect: "NoSelect".into(),
+        ..Default::default()
+    };
+    up.spec.taints.get_or_insert_default().insert(0, other);
+    up.metadata.uid = Some("u1".into());
+    up.metadata.resource_version = Some("41".into());
+    let Some(Effect::Taint(change)) = taint(&up, task.spec.key(), false) else {
+        panic!("no taint change");
+    };
+    assert_eq!(
+        change.json_patch(),
+        Some(json!([
+            {"op": "test", "path": "/metadata/uid", "value": "u1"},
+            {"op": "test", "path": "/spec/taints/1/key", "value": names::taints::MIGRATING},
+            {"op": "test", "path": "/spec/taints/1/value", "value": "k1"},
+            {"op": "remove", "path": "/spec/taints/1"}
+        ]))
+    );
+    // Applied (RFC 6902, as the API server applies it): the cluster as read, and again after a
+    // status write (a newer resourceVersion, which the merge patch's precondition refuses),
+    // lose the migration's taint alone; a list another writer changed meanwhile refuses it.
+    let ops: json_patch::Patch = serde_json::from_value(change.json_patch().unwrap()).unwrap();
+    let read = serde_json::to_value(&up).unwrap();
+    let mut written = read.clone();
+    written["metadata"]["resourceVersion"] = json!("42");
+    written["status"] = json!({"conditions": [{"type": "ManagedClusterJoined", "status": "True"}]});
+    for doc in [read.clone(), written] {
+        let mut doc = doc;
+        json_patch::patch(&mut doc, &ops).unwrap();
+        assert_eq!(
+            doc["spec"]["taints"],
+            json!([{"key": "cluster.open-cluster-management.io/unreachable", "effect": "NoSelect"}])
+        );
+    }
+    let mut moved = read;
+    moved["spec"]["taints"].as_array_mut().unwrap().remove(0);
+    assert!(json_patch::patch(&mut moved, &ops).is_err());
+    // The merge patch keeps the other writer's taint and the resourceVersion read.
+    assert_eq!(change["metadata"]["resourceVersion"], "41");
+    assert_eq!(change["spec"]["taints"].as_array().map(Vec::len), Some(1));
+    // Putting the taint on goes with the resourceVersion (a JSON patch cannot test that the
+    // list lacks it).
+    let mut bare = up.clone();
+    bare.spec.taints = None;
+    let Some(Effect::Taint(change)) = taint(&bare, task.spec.key(), true) else {
+        panic!("no taint change");
+    };
+    assert_eq!(change.json_patch(), None);
+    assert_eq!(change["metadata"]["resourceVersion"], "41");
 }

@@ -591,6 +591,27 @@ async fn patch_cluster_unless(
     }
 }
 
+/// Sends JSON patch `ops` to ManagedCluster `name`; the cluster gone (404), changed meanwhile
+/// (409) or a `test` of the patch failing (422) is no error (returned as `Ok(Some(code))`: the
+/// patch did not apply).
+async fn json_patch_cluster(ctx: &Ctx, name: &str, ops: Value) -> Result<Option<u16>, Error> {
+    let ops: json_patch::Patch = serde_json::from_value(ops).map_err(|e| {
+        Error::Kube(ApiError::new(
+            format!("building the JSON patch of ManagedCluster {name}"),
+            kube::Error::SerdeError(e),
+        ))
+    })?;
+    let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    match api
+        .patch(name, &merge_params(), &Patch::<()>::Json(ops))
+        .await
+    {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(s)) if [404, 409, 422].contains(&s.code) => Ok(Some(s.code)),
+        Err(e) => Err(ctx_err(format!("updating ManagedCluster {name}"))(e).into()),
+    }
+}
+
 /// Merge patches carry the agent's field manager (and no `force`).
 fn merge_params() -> PatchParams {
     PatchParams {

@@ -473,6 +473,31 @@ fn the_target_keeps_the_migrating_taint_until_a_cluster_is_registered() {
         panic!("{effects:?}")
     };
     assert_eq!(t["spec"]["taints"], json!([]));
+    // Registered, but the hub's own taint still on (its taint controller takes it off after
+    // the cluster turned Available): the migration's waits, its removal would race that one.
+    for hub_taint in [
+        migration_api::names::taints::UNREACHABLE,
+        migration_api::names::taints::UNAVAILABLE,
+    ] {
+        let mut unreachable = up.clone();
+        unreachable
+            .spec
+            .taints
+            .get_or_insert_default()
+            .push(migration_api::ocm::cluster::Taint {
+                key: hub_taint.into(),
+                effect: "NoSelect".into(),
+                ..Default::default()
+            });
+        let (state, effects) = arrive(
+            &task,
+            &Arriving {
+                released: false,
+                ..arriving(Some(&unreachable), &requests)
+            },
+        );
+        assert_eq!((state, effects), (Available, vec![Effect::CarryAddons]));
+    }
 }
 
 #[test]
