@@ -62,8 +62,7 @@ impl TaintChange {
     /// cluster recreated) still fails it (422), and nothing but the migration's taint is
     /// touched; a write of the cluster's status does not fail it (the hub's registration
     /// controller writes the status of a joining cluster every few seconds, and each such
-    /// write failed the resourceVersion's precondition: 90 of 300 clusters' taint removals on
-    /// the target in the migration benchmark, a request and a decision again each).
+    /// write fails the resourceVersion's precondition: a request and a decision again).
     pub(super) fn json_patch(&self) -> Option<Value> {
         let (at, migration) = self.removes.as_ref()?;
         let uid = self.patch.pointer("/metadata/uid")?;
@@ -94,7 +93,7 @@ impl std::ops::Index<&str> for TaintChange {
 /// its taints ([`flight::taints`]). The whole list goes with the uid and resourceVersion it was
 /// read at, as upstream's patcher sends them (sdk-go `pkg/patcher/patcher.go`): a list changed
 /// since by another writer (the hub's taint controller) fails with a conflict instead of being
-/// overwritten.
+/// overwritten. A removal that goes alone is sent as [`TaintChange::json_patch`] instead.
 pub(super) fn taint(mc: &ManagedCluster, migration: &str, present: bool) -> Option<Effect> {
     let list = flight::taints(
         mc.spec.taints.as_deref().unwrap_or_default(),
@@ -567,8 +566,8 @@ pub(super) fn arrive(task: &MigrationTask, seen: &Arriving) -> (ClusterState, Ve
     // source's were paused before any cluster switched). The migration's taint comes off once
     // the hub's own availability taints have: its taint controller takes those off after the
     // cluster turned Available (ocm `pkg/registration/hub/taint`), and a removal of ours at the
-    // same moment conflicts with its write (a request and a decision again; 90 of 300 clusters
-    // in the migration benchmark). A hub that keeps one on leaves ours to cleanup's `unmark`.
+    // same moment races its write (one of the two is refused and sent again). A hub that keeps
+    // one on leaves ours to cleanup's `unmark`.
     if state == ClusterState::Available
         && let Some(m) = seen.mc
     {
