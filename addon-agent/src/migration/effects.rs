@@ -63,20 +63,34 @@ impl TaintChange {
     /// touched; a write of the cluster's status does not fail it (the hub's registration
     /// controller writes the status of a joining cluster every few seconds, and each such
     /// write fails the resourceVersion's precondition: a request and a decision again).
-    pub(super) fn json_patch(&self) -> Option<Value> {
+    pub(super) fn json_patch(&self) -> Option<json_patch::Patch> {
+        use json_patch::jsonptr::PointerBuf;
+        use json_patch::{PatchOperation, RemoveOperation, TestOperation};
         let (at, migration) = self.removes.as_ref()?;
         let uid = self.patch.pointer("/metadata/uid")?;
-        let mut ops = vec![json!({"op": "test", "path": "/metadata/uid", "value": uid})];
+        let test = |path: PointerBuf, value: &str| {
+            PatchOperation::Test(TestOperation {
+                path,
+                value: Value::from(value),
+            })
+        };
+        let mut ops = vec![test(
+            PointerBuf::from_tokens(["metadata", "uid"]),
+            uid.as_str()?,
+        )];
         // From the last, so that each index still points where it was read.
         let mut at = at.clone();
         at.sort_unstable();
         for i in at.into_iter().rev() {
-            let path = format!("/spec/taints/{i}");
-            ops.push(json!({"op": "test", "path": format!("{path}/key"), "value": names::taints::MIGRATING}));
-            ops.push(json!({"op": "test", "path": format!("{path}/value"), "value": migration}));
-            ops.push(json!({"op": "remove", "path": path}));
+            let path = PointerBuf::from_tokens(["spec", "taints"]).with_trailing_token(i);
+            ops.push(test(
+                path.with_trailing_token("key"),
+                names::taints::MIGRATING,
+            ));
+            ops.push(test(path.with_trailing_token("value"), migration));
+            ops.push(PatchOperation::Remove(RemoveOperation { path }));
         }
-        Some(Value::Array(ops))
+        Some(json_patch::Patch(ops))
     }
 }
 
@@ -243,10 +257,12 @@ pub(super) async fn apply(
                 // anything else with the resourceVersion read. Refused (the list or the
                 // cluster changed meanwhile), the next reconcile decides again on the newer
                 // version.
-                let refused = match change.json_patch() {
-                    Some(ops) => json_patch_cluster(ctx, cluster, ops).await?,
-                    None => patch_cluster_unless(ctx, cluster, change.patch, &[404, 409]).await?,
+                let (patch, tolerated) = match change.json_patch() {
+                    // 422: a test of the JSON patch failed.
+                    Some(ops) => (Patch::Json(ops), &[404, 409, 422][..]),
+                    None => (Patch::Merge(change.patch), &[404, 409][..]),
                 };
+                let refused = patch_cluster_unless(ctx, cluster, patch, tolerated).await?;
                 if refused.is_some() {
                     tracing::debug!(cluster = %cluster, "changed meanwhile; deciding again");
                     if let Ok(mut again) = ctx.again.lock() {

@@ -217,7 +217,7 @@ pub(super) async fn force_delete_work(ctx: &Ctx, work: &ManifestWork) -> Result<
             works
                 .patch(
                     &name,
-                    &merge_params(),
+                    &patch_params(),
                     &Patch::Merge(json!({"metadata": {"finalizers": null}})),
                 )
                 .await,

@@ -567,53 +567,29 @@ fn verdict(names: &[String], states: Vec<ClusterState>) -> Report {
 
 /// Merge-patches a ManagedCluster when `patch` would change it.
 async fn patch_cluster(ctx: &Ctx, name: &str, patch: Value) -> Result<(), Error> {
-    patch_cluster_unless(ctx, name, patch, &[404])
+    patch_cluster_unless(ctx, name, Patch::Merge(patch), &[404])
         .await
         .map(|_| ())
 }
 
-/// Merge-patches ManagedCluster `name`; an answer with a status code in `tolerated` is no
-/// error (returned as `Ok(Some(code))`: the patch did not apply).
+/// Patches ManagedCluster `name`; an answer with a status code in `tolerated` is no error
+/// (returned as `Ok(Some(code))`: the patch did not apply).
 async fn patch_cluster_unless(
     ctx: &Ctx,
     name: &str,
-    patch: Value,
+    patch: Patch<Value>,
     tolerated: &[u16],
 ) -> Result<Option<u16>, Error> {
     let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
-    match api
-        .patch(name, &merge_params(), &Patch::Merge(&patch))
-        .await
-    {
+    match api.patch(name, &patch_params(), &patch).await {
         Ok(_) => Ok(None),
         Err(kube::Error::Api(s)) if tolerated.contains(&s.code) => Ok(Some(s.code)),
         Err(e) => Err(ctx_err(format!("updating ManagedCluster {name}"))(e).into()),
     }
 }
 
-/// Sends JSON patch `ops` to ManagedCluster `name`; the cluster gone (404), changed meanwhile
-/// (409) or a `test` of the patch failing (422) is no error (returned as `Ok(Some(code))`: the
-/// patch did not apply).
-async fn json_patch_cluster(ctx: &Ctx, name: &str, ops: Value) -> Result<Option<u16>, Error> {
-    let ops: json_patch::Patch = serde_json::from_value(ops).map_err(|e| {
-        Error::Kube(ApiError::new(
-            format!("building the JSON patch of ManagedCluster {name}"),
-            kube::Error::SerdeError(e),
-        ))
-    })?;
-    let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
-    match api
-        .patch(name, &merge_params(), &Patch::<()>::Json(ops))
-        .await
-    {
-        Ok(_) => Ok(None),
-        Err(kube::Error::Api(s)) if [404, 409, 422].contains(&s.code) => Ok(Some(s.code)),
-        Err(e) => Err(ctx_err(format!("updating ManagedCluster {name}"))(e).into()),
-    }
-}
-
-/// Merge patches carry the agent's field manager (and no `force`).
-fn merge_params() -> PatchParams {
+/// Merge and JSON patches carry the agent's field manager (and no `force`).
+fn patch_params() -> PatchParams {
     PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
