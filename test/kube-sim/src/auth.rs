@@ -2,6 +2,7 @@
 //! authorization evaluated over the stored Roles, ClusterRoles and bindings.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -193,7 +194,9 @@ fn subject_matches(entry: &Value, requester: &[Subject], binding_ns: &str) -> bo
     Subject::of_entry(entry, binding_ns).is_some_and(|s| requester.contains(&s))
 }
 
-fn role_rules(store: &Store, role_ref: &Value, binding_ns: &str) -> Vec<Value> {
+/// The role a binding's `roleRef` names (a Role in the binding's namespace, or a
+/// ClusterRole), shared with the store rather than copied: every authorized request reads it.
+fn bound_role(store: &Store, role_ref: &Value, binding_ns: &str) -> Option<Arc<Value>> {
     let kind = role_ref
         .get("kind")
         .and_then(Value::as_str)
@@ -202,13 +205,11 @@ fn role_rules(store: &Store, role_ref: &Value, binding_ns: &str) -> Vec<Value> {
         .get("name")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let role = match kind {
+    match kind {
         "ClusterRole" => store.get("rbac.authorization.k8s.io/clusterroles", "", name),
         "Role" => store.get("rbac.authorization.k8s.io/roles", binding_ns, name),
         _ => None,
-    };
-    role.and_then(|r| r.get("rules").and_then(Value::as_array).cloned())
-        .unwrap_or_default()
+    }
 }
 
 /// Whether RBAC allows the request.
@@ -225,9 +226,11 @@ pub fn authorize(store: &Store, user: &UserInfo, a: &Attributes) -> bool {
         let Some(role_ref) = binding.get("roleRef") else {
             return false;
         };
-        role_rules(store, role_ref, ns)
-            .iter()
-            .any(|r| rule_allows(r, a))
+        bound_role(store, role_ref, ns).is_some_and(|role| {
+            role.get("rules")
+                .and_then(Value::as_array)
+                .is_some_and(|rules| rules.iter().any(|r| rule_allows(r, a)))
+        })
     };
     for b in store.cluster_role_bindings_of(&requester) {
         if allowed_by(&b, "") {
