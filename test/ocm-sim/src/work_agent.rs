@@ -64,6 +64,11 @@ struct Ctx {
     /// again only for a kind it does not know. A kind not served is not remembered, so a
     /// CRD installed later is found on the next try.
     kinds: KindCache,
+    /// The cluster's AppliedManifestWorks as a watch keeps them: upstream's controllers read
+    /// them from their informer's lister (ocm pkg/work/spoke/controllers/manifestcontroller/
+    /// manifestwork_controller.go `appliedManifestWorkLister`, and the evictor in
+    /// finalizercontroller/unmanaged_appliedmanifestwork_controller.go), not with a request.
+    amws: Store<AppliedManifestWork>,
 }
 
 type KindCache =
@@ -100,6 +105,15 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             .map(|(s, _)| s)
             .unwrap_or_default();
         let hub = opts.transports.client(text).await?;
+        let (amws, amw_writer) = kube::runtime::reflector::store();
+        let amw_watch = kube::runtime::reflector(
+            amw_writer,
+            watcher(
+                Api::<AppliedManifestWork>::all(managed.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .for_each(|_| async {});
         let ctx = Arc::new(Ctx {
             hub: hub.clone(),
             managed: managed.clone(),
@@ -109,6 +123,7 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             raw_feedback_json: opts.raw_feedback_json,
             applied: AppliedCache::default(),
             kinds: KindCache::default(),
+            amws,
         });
         let works: Api<ManifestWork> = Api::namespaced(hub, &opts.cluster_name);
         // When the process restarts (a pod replaced), reconciles under way finish first, as in
@@ -129,7 +144,7 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             let works = controller.store();
             async move {
                 tokio::select! {
-                    () = evict_unmanaged(&ctx, &works, grace) => {}
+                    () = async { futures::join!(evict_unmanaged(&ctx, &works, grace), amw_watch); } => {}
                     () = ended => {}
                 }
             }
@@ -184,7 +199,7 @@ async fn evict_unmanaged(ctx: &Ctx, works: &Store<ManifestWork>, grace: Duration
     // work lister (ocm pkg/work/spoke/controllers/finalizercontroller/
     // unmanaged_appliedmanifestwork_controller.go); only once it is filled, or every work
     // would look gone.
-    if works.wait_until_ready().await.is_err() {
+    if works.wait_until_ready().await.is_err() || ctx.amws.wait_until_ready().await.is_err() {
         return;
     }
     let mut tick = tokio::time::interval(ctx.resync.max(Duration::from_millis(200)));
@@ -202,7 +217,7 @@ async fn evict_once(
     grace: Duration,
 ) -> Result<(), WorkError> {
     let amws: Api<AppliedManifestWork> = Api::all(ctx.managed.clone());
-    for amw in amws.list(&kube::api::ListParams::default()).await? {
+    for amw in ctx.amws.state() {
         if amw.spec.agent_id.as_deref() != Some(ctx.cluster.as_str())
             || amw.metadata.deletion_timestamp.is_some()
         {
@@ -362,12 +377,12 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
     // Created (or put right) only when it is not as it should be, as upstream's controller
     // creates it only when its lister has none.
     let spec = json!({"hubHash": ctx.hub_hash, "agentID": ctx.cluster, "manifestWorkName": work.name_any()});
-    let amw = match amws.get_opt(&amw_name).await? {
+    let amw = match ctx.amws.get(&ObjectRef::new(&amw_name)) {
         Some(amw)
             if serde_json::to_value(&amw.spec).is_ok_and(|s| s == spec)
                 && amw.metadata.deletion_timestamp.is_none() =>
         {
-            amw
+            AppliedManifestWork::clone(&amw)
         }
         _ => {
             amws.patch(&amw_name, &PatchParams::apply("work-agent").force(), &Patch::Apply(json!({

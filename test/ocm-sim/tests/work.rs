@@ -204,13 +204,13 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
     let data = live.data.unwrap_or_default();
     assert_eq!(data.get("mode").map(String::as_str), Some("blue"));
     assert!(!data.contains_key("other"), "drift replaced: {data:?}");
-    // While nothing changes, the agent keeps reconciling (each reconcile reads its
-    // AppliedManifestWork on the cluster) without writing the work again: per-manifest
-    // conditions keep their transition times.
+    // While nothing changes, the agent keeps reconciling (each reconcile reads the work's
+    // ConfigMap on the cluster; its AppliedManifestWork comes from its watch) without writing
+    // the work again: per-manifest conditions keep their transition times.
     let settled = works.get("app").await.unwrap().resource_version();
     let hub_metrics = hub.cluster.api.metrics();
     let cluster_metrics = clusters[0].0.api.metrics();
-    let gets = |m: &kube_sim::Metrics| m.total(Some("get"), Some("appliedmanifestworks"));
+    let gets = |m: &kube_sim::Metrics| m.total(Some("get"), Some("configmaps"));
     // The work agent's writes to works (the import controller re-applies its own work).
     let patches = |m: &kube_sim::Metrics| -> u64 {
         m.access_log()
@@ -231,6 +231,13 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
             + m.total(Some("patch"), Some("appliedmanifestworks/status"))
     };
     let amw_writes_before = amw_writes(cluster_metrics);
+    // Nor read with a request: upstream reads it from its informer's lister, and so does the
+    // evictor, which looks for AppliedManifestWorks whose work is gone.
+    let amw_reads = |m: &kube_sim::Metrics| {
+        m.total(Some("get"), Some("appliedmanifestworks"))
+            + m.total(Some("list"), Some("appliedmanifestworks"))
+    };
+    let amw_reads_before = amw_reads(cluster_metrics);
     // Transition times have second resolution: let a second pass, and ten reconciles.
     eventually(
         LIMIT,
@@ -258,6 +265,11 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         amw_writes(cluster_metrics),
         amw_writes_before,
         "the AppliedManifestWork is not written while nothing changes"
+    );
+    assert_eq!(
+        amw_reads(cluster_metrics),
+        amw_reads_before,
+        "the AppliedManifestWork is read from the agent's watch"
     );
     let amws: Api<AppliedManifestWork> = Api::all(clusters[0].0.admin.clone());
     // One AppliedManifestWork for this work (the import controller's klusterlet work has its own).
