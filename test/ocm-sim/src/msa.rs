@@ -8,10 +8,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use migration_api::common::{Condition, set_condition};
 use migration_api::migration::parse_duration;
@@ -30,6 +33,16 @@ const MANAGER: &str = "managed-serviceaccount-addon-agent";
 /// Upstream's default validity.
 const DEFAULT_VALIDITY: Duration = Duration::from_secs(8640 * 3600);
 
+/// What the agent reads, each kept by a watch, as upstream's token reconciler reads its caches
+/// (managed-serviceaccount `pkg/addon/agent/controller/token.go`: the ManagedServiceAccounts
+/// and token Secrets on the hub, the ServiceAccounts on the cluster): a sync sends requests
+/// only for what needs doing.
+struct Caches {
+    msas: Store<ManagedServiceAccount>,
+    secrets: Store<Secret>,
+    sas: Store<ServiceAccount>,
+}
+
 /// Runs the addon for one cluster until aborted. `hub` is the addon's hub identity (it may
 /// read and write ManagedServiceAccounts and Secrets in the cluster's namespace).
 pub async fn run(
@@ -39,60 +52,130 @@ pub async fn run(
     managed_ca_pem: String,
     resync: Duration,
 ) -> Result<(), Error> {
-    let mut tick = tokio::time::interval(resync);
-    loop {
-        tick.tick().await;
-        if let Err(e) = sync(&hub, &managed, &cluster, &managed_ca_pem).await {
-            tracing::debug!(%cluster, error = %e, "managed-serviceaccount sync");
+    let (msas, msa_writer) = reflector::store();
+    let (secrets, secret_writer) = reflector::store();
+    let (sas, sa_writer) = reflector::store();
+    let msa_watch = reflector::reflector(
+        msa_writer,
+        watcher(
+            Api::<ManagedServiceAccount>::namespaced(hub.clone(), &cluster),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
+    )
+    .for_each(|_| async {});
+    let secret_watch = reflector::reflector(
+        secret_writer,
+        watcher(
+            Api::<Secret>::namespaced(hub.clone(), &cluster),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
+    )
+    .for_each(|_| async {});
+    let sa_watch = reflector::reflector(
+        sa_writer,
+        watcher(
+            Api::<ServiceAccount>::namespaced(managed.clone(), MSA_NAMESPACE),
+            watcher::Config::default().labels(MSA_LABEL),
+        )
+        .default_backoff(),
+    )
+    .for_each(|_| async {});
+    let caches = Caches { msas, secrets, sas };
+    let syncing = async {
+        if caches.msas.wait_until_ready().await.is_err()
+            || caches.secrets.wait_until_ready().await.is_err()
+            || caches.sas.wait_until_ready().await.is_err()
+        {
+            return;
         }
+        let mut tick = tokio::time::interval(resync);
+        loop {
+            tick.tick().await;
+            if let Err(e) = sync(&hub, &managed, &cluster, &managed_ca_pem, &caches).await {
+                tracing::debug!(%cluster, error = %e, "managed-serviceaccount sync");
+            }
+        }
+    };
+    tokio::select! {
+        _ = async { futures::join!(msa_watch, secret_watch, sa_watch) } => {}
+        () = syncing => {}
     }
+    Ok(())
 }
 
-async fn sync(hub: &Client, managed: &Client, cluster: &str, ca_pem: &str) -> Result<(), Error> {
-    let msas: Api<ManagedServiceAccount> = Api::namespaced(hub.clone(), cluster);
+async fn sync(
+    hub: &Client,
+    managed: &Client,
+    cluster: &str,
+    ca_pem: &str,
+    caches: &Caches,
+) -> Result<(), Error> {
     let sas: Api<ServiceAccount> = Api::namespaced(managed.clone(), MSA_NAMESPACE);
-    let list = msas.list(&ListParams::default()).await?.items;
+    let list = caches.msas.state();
     let wanted: BTreeSet<String> = list
         .iter()
         .filter(|m| m.meta().deletion_timestamp.is_none())
         .map(|m| m.name_any())
         .collect();
     // Revoke: a managed ServiceAccount whose ManagedServiceAccount is gone is deleted.
-    for sa in sas.list(&ListParams::default().labels(MSA_LABEL)).await? {
+    for sa in caches.sas.state() {
         if !wanted.contains(&sa.name_any()) {
-            sas.delete(&sa.name_any(), &DeleteParams::default()).await?;
+            match sas.delete(&sa.name_any(), &DeleteParams::default()).await {
+                Ok(_) => {}
+                // Deleted meanwhile; the cache has not seen it yet.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
         }
     }
-    if list.is_empty() {
-        return Ok(());
-    }
-    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(managed.clone());
-    ns_api
-        .patch(MSA_NAMESPACE, &PatchParams::apply(MANAGER), &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MSA_NAMESPACE}})))
-        .await?;
+    let mut namespace_applied = false;
     for msa in list.iter().filter(|m| wanted.contains(&m.name_any())) {
-        reconcile(hub, &sas, cluster, ca_pem, msa).await?;
+        let name = msa.name_any();
+        // The ServiceAccount made when missing (upstream creates it, AlreadyExists being no
+        // error), in its namespace.
+        if caches
+            .sas
+            .get(&ObjectRef::new(&name).within(MSA_NAMESPACE))
+            .is_none()
+        {
+            if !namespace_applied {
+                let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(managed.clone());
+                ns_api
+                    .patch(MSA_NAMESPACE, &PatchParams::apply(MANAGER), &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": MSA_NAMESPACE}})))
+                    .await?;
+                namespace_applied = true;
+            }
+            sas.patch(
+                &name,
+                &PatchParams::apply(MANAGER),
+                &Patch::Apply(json!({
+                    "apiVersion": "v1", "kind": "ServiceAccount",
+                    "metadata": {"name": name, "namespace": MSA_NAMESPACE, "labels": {MSA_LABEL: "true"}}
+                })),
+            )
+            .await?;
+        }
+        let secret_exists = caches
+            .secrets
+            .get(&ObjectRef::new(&name).within(cluster))
+            .is_some();
+        reconcile(hub, &sas, cluster, ca_pem, msa, secret_exists).await?;
     }
     Ok(())
 }
 
+/// The token of `msa`: issued when its secret is missing or its expiry near.
 async fn reconcile(
     hub: &Client,
     sas: &Api<ServiceAccount>,
     cluster: &str,
     ca_pem: &str,
     msa: &ManagedServiceAccount,
+    secret_exists: bool,
 ) -> Result<(), Error> {
     let name = msa.name_any();
-    sas.patch(
-        &name,
-        &PatchParams::apply(MANAGER),
-        &Patch::Apply(json!({
-            "apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": name, "namespace": MSA_NAMESPACE, "labels": {MSA_LABEL: "true"}}
-        })),
-    )
-    .await?;
     let validity = msa
         .spec
         .rotation
@@ -103,8 +186,6 @@ async fn reconcile(
     let now = jiff::Timestamp::now();
     let status = msa.status.clone().unwrap_or_default();
     let msas: Api<ManagedServiceAccount> = Api::namespaced(hub.clone(), cluster);
-    let secrets: Api<Secret> = Api::namespaced(hub.clone(), cluster);
-    let secret_exists = secrets.get_opt(&name).await?.is_some();
     // Refresh when missing, or with less than a fifth of the validity left.
     let fresh = status.expiration_timestamp.as_ref().is_some_and(|exp| {
         let left = exp.0.as_second() - now.as_second();

@@ -53,6 +53,37 @@ async fn managed_serviceaccount_token_works_until_revoked() {
         }
     })
     .await;
+    // Reported, the token is left alone: a second of resyncs (200 ms each here) sends nothing,
+    // as upstream's token reconciler reads its ManagedServiceAccounts, Secrets and
+    // ServiceAccounts from caches and acts on events.
+    let agent =
+        "system:serviceaccount:open-cluster-management-agent-addon:managed-serviceaccount-hub1";
+    let global_metrics = fleet.global.cluster.api.metrics();
+    let hub1_metrics = fleet.hubs[0].cluster.api.metrics();
+    // What it asks beyond its watches (a watch that ends is listed and watched again).
+    let asked = |m: &kube_sim::Metrics| -> u64 {
+        m.access_log()
+            .iter()
+            .filter(|(a, _)| a.user == agent && !matches!(a.verb.as_str(), "list" | "watch"))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let sa_writes = |m: &kube_sim::Metrics| {
+        m.total(Some("patch"), Some("serviceaccounts"))
+            + m.total(Some("create"), Some("serviceaccounts"))
+            + m.total(Some("patch"), Some("namespaces"))
+    };
+    // Settled: the status write's own event has reached the agent's cache.
+    eventually(LIMIT, "the agent to go quiet", || {
+        let before = (asked(global_metrics), sa_writes(hub1_metrics));
+        async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            (asked(global_metrics), sa_writes(hub1_metrics))
+                .eq(&before)
+                .then_some(())
+        }
+    })
+    .await;
     let status = done.status.unwrap();
     let expires = status.expiration_timestamp.unwrap().0;
     let hours = (expires.as_second() - jiff::Timestamp::now().as_second()) as f64 / 3600.0;
