@@ -439,11 +439,16 @@ pub fn carry_grants(
 }
 
 /// Feedback rules reading a task's status back: scalars only (the carry-over is one JSON
-/// string), so nothing depends on the work agent's `RawFeedbackJsonString` gate.
+/// string), so nothing depends on the work agent's `RawFeedbackJsonString` gate. Watched, not
+/// polled: the work agent reports each status write of the task when it happens (ocm v1.2+,
+/// `feedbackScrapeType: Watch`; it may list and watch MigrationTasks through the addon's
+/// aggregate-to-work role), where a poll waits for its next status sync (10 to 19 s with
+/// upstream's defaults) at every step of the migration. An older work agent polls.
 pub fn task_feedback(m: &Migration, task_namespace: &str) -> Value {
     json!({
         "resourceIdentifier": {"group": names::GROUP, "resource": "migrationtasks", "name": m.key, "namespace": task_namespace},
-        "feedbackRules": [migration_api::task_report::feedback_rule()]
+        "feedbackRules": [migration_api::task_report::feedback_rule()],
+        "feedbackScrapeType": "Watch"
     })
 }
 

@@ -408,6 +408,16 @@ fn works_and_feedback() {
     assert_eq!(paths.as_array().unwrap().len(), 10);
     assert_eq!(paths[6]["path"], ".status.carryOverJson");
     assert_eq!(paths[7]["path"], ".status.carryOverParts.count");
+    // Each status write of the task comes back when it happens, not at the next poll.
+    assert_eq!(
+        w["spec"]["manifestConfigs"][0]["feedbackScrapeType"],
+        "Watch"
+    );
+    let typed: migration_api::ocm::work::ManifestWork = serde_json::from_value(w.clone()).unwrap();
+    assert_eq!(
+        typed.spec.manifest_configs.unwrap()[0].feedback_scrape_type,
+        Some(migration_api::ocm::work::FeedbackScrapeType::Watch)
+    );
     let carried = CarriedCluster {
         name: "c1".into(),
         ..Default::default()

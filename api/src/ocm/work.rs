@@ -89,6 +89,22 @@ pub struct ManifestConfigOption {
     pub resource_identifier: ResourceIdentifier,
     pub feedback_rules: Option<Vec<FeedbackRule>>,
     pub update_strategy: Option<UpdateStrategy>,
+    /// How the work agent reads the manifest's object for its feedback: `Poll` (the default)
+    /// at each status sync, or `Watch`, a watch that reports each change at once (ocm v1.2+;
+    /// an older agent ignores it and polls).
+    pub feedback_scrape_type: Option<FeedbackScrapeType>,
+}
+
+/// How the work agent reads a manifest's object for status feedback.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum FeedbackScrapeType {
+    /// Read at each status sync (`--status-sync-interval`, 10 s upstream, jittered).
+    #[default]
+    Poll,
+    /// Watched: a change is reported when it happens (upstream
+    /// `pkg/work/spoke/objectreader/reader.go`, at most `--max-feedback-watch` watches, 50 by
+    /// default, per agent; past that, or where the agent may not watch the kind, it polls).
+    Watch,
 }
 
 /// Identifies one manifest of the work by group, resource, namespace and name.

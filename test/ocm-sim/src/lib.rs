@@ -5,6 +5,7 @@ pub mod addon_agent;
 pub mod cluster;
 pub mod clustersets;
 pub mod demo;
+pub mod feedback_watch;
 pub mod finalizers;
 pub mod fleet;
 pub mod hub;

@@ -21,8 +21,8 @@ use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, set_condition};
 use migration_api::names::finalizers::MANIFEST_WORK_CLEANUP;
 use migration_api::ocm::work::{
-    AppliedManifestWork, DeletePropagationPolicy, FeedbackType, ManifestCondition,
-    ManifestConfigOption, ManifestWork, ManifestWorkStatus, UpdateStrategyType,
+    AppliedManifestWork, DeletePropagationPolicy, FeedbackScrapeType, FeedbackType,
+    ManifestCondition, ManifestConfigOption, ManifestWork, ManifestWorkStatus, UpdateStrategyType,
 };
 use serde_json::{Value, json};
 
@@ -69,6 +69,8 @@ struct Ctx {
     /// manifestwork_controller.go `appliedManifestWorkLister`, and the evictor in
     /// finalizercontroller/unmanaged_appliedmanifestwork_controller.go), not with a request.
     amws: Store<AppliedManifestWork>,
+    /// The watches of manifests whose feedback is watched, not polled.
+    feedback: crate::feedback_watch::FeedbackWatches,
 }
 
 type KindCache =
@@ -114,6 +116,11 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             ),
         )
         .for_each(|_| async {});
+        let (feedback, woken) = crate::feedback_watch::FeedbackWatches::new(
+            managed.clone(),
+            &opts.cluster_name,
+            crate::feedback_watch::MAX_FEEDBACK_WATCH,
+        );
         let ctx = Arc::new(Ctx {
             hub: hub.clone(),
             managed: managed.clone(),
@@ -124,6 +131,7 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             applied: AppliedCache::default(),
             kinds: KindCache::default(),
             amws,
+            feedback,
         });
         let works: Api<ManifestWork> = Api::namespaced(hub, &opts.cluster_name);
         // When the process restarts (a pod replaced), reconciles under way finish first, as in
@@ -136,7 +144,9 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
                 tracing::debug!(cluster = %cluster, "the agent process is restarting; the work agent finishes what it does");
             }
         };
-        let controller = Controller::new(works, watcher::Config::default());
+        // A watched manifest's change syncs its work's status at once (upstream's object
+        // reader queues the work), besides the work's own events and the periodic sync.
+        let controller = Controller::new(works, watcher::Config::default()).reconcile_on(woken);
         let evicting = {
             let ended = ended(connection.clone(), seen.clone());
             let ctx = ctx.clone();
@@ -476,6 +486,19 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
         let mut feedback = None;
         match outcome {
             Ok((live, cfg, ar)) => {
+                // Upstream's status controller registers a watched manifest once its object
+                // was read, and unregisters one whose config no longer asks for a watch.
+                if live.is_some() {
+                    let watched = cfg.as_ref().and_then(|c| c.feedback_scrape_type)
+                        == Some(FeedbackScrapeType::Watch);
+                    if watched {
+                        ctx.feedback
+                            .register(&work.name_any(), &ar, ns.as_deref(), &name);
+                    } else {
+                        ctx.feedback
+                            .unregister(&work.name_any(), &ar, ns.as_deref(), &name);
+                    }
+                }
                 set_condition(
                     &mut conditions,
                     "Applied",
@@ -1095,6 +1118,7 @@ fn orphaned(work: &ManifestWork, res: &Value) -> bool {
 }
 
 async fn cleanup_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError> {
+    ctx.feedback.unregister_work(&work.name_any());
     let amws: Api<AppliedManifestWork> = Api::all(ctx.managed.clone());
     let amw_name = applied_name(ctx, work);
     let Some(amw) = amws.get_opt(&amw_name).await? else {

@@ -25,6 +25,11 @@ use ocm_sim::registration::RegistrationOptions;
 use serde_json::json;
 
 async fn joined_pair() -> (Hub, Vec<(SimCluster, Agent)>) {
+    joined_pair_syncing(Duration::from_millis(200)).await
+}
+
+/// Two clusters joined to a hub, their work agents syncing status every `status_sync`.
+async fn joined_pair_syncing(status_sync: Duration) -> (Hub, Vec<(SimCluster, Agent)>) {
     common::logs();
     let hub = Hub::start(
         "hub1",
@@ -41,7 +46,7 @@ async fn joined_pair() -> (Hub, Vec<(SimCluster, Agent)>) {
     let agent = AgentOptions {
         join_delay: Duration::ZERO,
         lease_duration_secs: 1,
-        status_sync_interval: Duration::from_millis(200),
+        status_sync_interval: status_sync,
         addon_lease_period: Duration::from_secs(1),
         raw_feedback_json: false,
         hub_timeout: None,
@@ -508,5 +513,94 @@ async fn the_hub_refuses_a_work_upstreams_webhook_refuses() {
             .replace("fits", &PostParams::default(), &grown)
             .await
             .is_err()
+    );
+}
+
+/// The feedback value `name` of a work's first manifest, as its status reports it.
+async fn feedback(works: &Api<ManifestWork>, work: &str, name: &str) -> Option<String> {
+    let w = works.get(work).await.ok()?;
+    w.status?
+        .resource_status?
+        .manifests?
+        .into_iter()
+        .find_map(|m| m.status_feedback?.values)?
+        .into_iter()
+        .find(|v| v.name == name)?
+        .field_value
+        .string
+}
+
+#[tokio::test]
+async fn watched_feedback_is_reported_when_the_object_changes_polled_at_the_next_sync() {
+    // A status sync far beyond the test: only a watch can report a change in time.
+    let (hub, clusters) = joined_pair_syncing(Duration::from_secs(300)).await;
+    let managed = clusters[0].0.admin.clone();
+    clusters[0].0.ensure_namespace("app").await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(managed, "app");
+    for name in ["watched", "polled"] {
+        cms.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}, "data": {"mode": "blue"}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    // Read-only works: the agent never writes the objects, it only reports them.
+    let read = |name: &str, scrape: &str| -> ManifestWork {
+        serde_json::from_value(json!({
+            "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+            "metadata": {"name": name, "namespace": "cluster1"},
+            "spec": {
+                "workload": {"manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "app"}}]},
+                "manifestConfigs": [{
+                    "resourceIdentifier": {"resource": "configmaps", "namespace": "app", "name": name},
+                    "updateStrategy": {"type": "ReadOnly"},
+                    "feedbackScrapeType": scrape,
+                    "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [{"name": "mode", "path": ".data.mode"}]}]
+                }]
+            }
+        }))
+        .unwrap()
+    };
+    let works: Api<ManifestWork> = Api::namespaced(hub.cluster.admin.clone(), "cluster1");
+    works
+        .create(&PostParams::default(), &read("watched", "Watch"))
+        .await
+        .unwrap();
+    works
+        .create(&PostParams::default(), &read("polled", "Poll"))
+        .await
+        .unwrap();
+    // Both are read when their work is applied.
+    for name in ["watched", "polled"] {
+        eventually(LIMIT, "the first feedback", || {
+            let works = works.clone();
+            async move {
+                (feedback(&works, name, "mode").await.as_deref() == Some("blue")).then_some(())
+            }
+        })
+        .await;
+    }
+    for name in ["watched", "polled"] {
+        cms.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"mode": "green"}})),
+        )
+        .await
+        .unwrap();
+    }
+    eventually(LIMIT, "the watched change reported", || {
+        let works = works.clone();
+        async move {
+            (feedback(&works, "watched", "mode").await.as_deref() == Some("green")).then_some(())
+        }
+    })
+    .await;
+    // The polled one waits for its next status sync, minutes away.
+    assert_eq!(
+        feedback(&works, "polled", "mode").await.as_deref(),
+        Some("blue")
     );
 }
