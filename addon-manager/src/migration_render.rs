@@ -23,6 +23,7 @@ const KLUSTERLET_CONFIG: &str =
 const BOOTSTRAP_RBAC: &str = include_str!("../../templates/migration-bootstrap-rbac.yaml.hbs");
 const TASK: &str = include_str!("../../templates/migration-task.yaml.hbs");
 const AGENT_RBAC: &str = include_str!("../../templates/migration-agent-rbac.yaml.hbs");
+const RELEASE_RBAC: &str = include_str!("../../templates/migration-release-rbac.yaml.hbs");
 const CARRY_RBAC: &str = include_str!("../../templates/migration-carry-rbac.yaml.hbs");
 
 /// Namespace the source hub's import controller reads bootstrap kubeconfig secrets from.
@@ -363,8 +364,35 @@ pub struct AgentGrants {
     pub release: Vec<String>,
 }
 
+/// Bytes of cluster names one ClusterRole of an agent's grants lists (in each of its two or
+/// three rules that name clusters): more clusters take more roles, so that no role, and no
+/// work carrying one, grows with the migration past upstream's 500 KiB work limit.
+pub const ROLE_NAMES_BYTES: usize = 48 * 1024;
+
+/// `names` in consecutive groups of at most `bytes` of names each (quoted, with a comma); a
+/// name longer than that alone.
+pub fn chunks_by_bytes(names: &[String], bytes: usize) -> Vec<&[String]> {
+    let mut chunks = Vec::new();
+    let (mut start, mut size) = (0, 0);
+    for (i, n) in names.iter().enumerate() {
+        let len = n.len() + 3;
+        if i > start && size + len > bytes {
+            chunks.push(&names[start..i]);
+            (start, size) = (i, 0);
+        }
+        size += len;
+    }
+    if start < names.len() {
+        chunks.push(&names[start..]);
+    }
+    chunks
+}
+
 /// The agent's grants for `role` on its hub: nothing without clusters (an empty
-/// `resourceNames` would allow every name).
+/// `resourceNames` would allow every name). The clusters are named in one ClusterRole per
+/// [`ROLE_NAMES_BYTES`] of names (the first named after the migration, the others suffixed
+/// `-<i>`), what they carry and the KlusterletConfigs in the first; the RoleBindings that let
+/// it release works come last, one per namespace.
 pub fn agent_grants(
     m: &Migration,
     role: MigrationRole,
@@ -374,21 +402,40 @@ pub fn agent_grants(
         return Ok(Vec::new());
     }
     let target = role == MigrationRole::Target;
-    render_template(
-        "migration-agent-rbac",
-        AGENT_RBAC,
+    let base = names::migration_agent_role(&m.key, role);
+    let mut out = Vec::new();
+    for (i, clusters) in chunks_by_bytes(&g.clusters, ROLE_NAMES_BYTES)
+        .into_iter()
+        .enumerate()
+    {
+        let first = i == 0;
+        let none = Vec::new();
+        out.extend(render_template(
+            "migration-agent-rbac",
+            AGENT_RBAC,
+            &json!({
+                "roleName": if first { base.clone() } else { format!("{base}-{i}") },
+                "labels": m.labels(),
+                "clusters": clusters, "klusterletWork": names::migration_klusterlet_work(&m.key),
+                "target": target,
+                "sets": if target && first { &g.sets } else { &none },
+                "addons": if target && first { &g.addons } else { &none },
+                "klusterletConfigs": if !target && first { &g.klusterlet_configs } else { &none },
+                "agentName": crate::render::AGENT_NAME, "agentNamespace": g.agent_namespace,
+            }),
+        )?);
+    }
+    out.extend(render_template(
+        "migration-release-rbac",
+        RELEASE_RBAC,
         &json!({
-            "roleName": names::migration_agent_role(&m.key, role), "labels": m.labels(),
-            "clusters": g.clusters, "klusterletWork": names::migration_klusterlet_work(&m.key),
-            "target": target,
-            "sets": if target { g.sets.clone() } else { Vec::new() },
-            "addons": if target { g.addons.clone() } else { Vec::new() },
-            "klusterletConfigs": if target { Vec::new() } else { g.klusterlet_configs.clone() },
+            "roleName": base, "labels": m.labels(),
             "agentName": crate::render::AGENT_NAME, "agentNamespace": g.agent_namespace,
             "releaseNamespaces": g.release,
             "releaseRole": crate::render::release_works_role(&g.addon),
         }),
-    )
+    )?);
+    Ok(out)
 }
 
 /// Where the agent may act on the kinds the clusters carry over ([`carry_grants`]).
@@ -464,6 +511,41 @@ pub fn work(m: &Migration, role: MigrationRole, manifests: Vec<Value>, feedback:
             "manifestConfigs": [feedback],
         }
     })
+}
+
+/// ManifestWork `index` (from 1) carrying grants of `role`'s agent that do not fit beside its
+/// task ([`work`]).
+pub fn grants_work(
+    m: &Migration,
+    role: MigrationRole,
+    index: usize,
+    manifests: Vec<Value>,
+) -> Value {
+    json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": names::migration_grants_work(&m.key, role, index), "namespace": m.hub(role), "labels": m.labels()},
+        "spec": {
+            "workload": {"manifests": manifests},
+            "deleteOption": {"propagationPolicy": "Foreground"},
+        }
+    })
+}
+
+/// The ManifestWorks carrying the source hub's bootstrap objects ([`bootstrap_manifests`]):
+/// one while they fit in [`crate::render::WORK_SIZE_LIMIT`], then more
+/// ([`names::migration_bootstrap_part`]).
+pub fn bootstrap_works(m: &Migration, manifests: Vec<Value>) -> Vec<Value> {
+    crate::render::split_manifests(manifests, crate::render::WORK_SIZE_LIMIT)
+        .into_iter()
+        .enumerate()
+        .map(|(i, part)| {
+            let mut work = bootstrap_work(m, part);
+            if i > 0 {
+                work["metadata"]["name"] = json!(names::migration_bootstrap_part(&m.key, i));
+            }
+            work
+        })
+        .collect()
 }
 
 /// The ManifestWork carrying the source hub's bootstrap objects ([`bootstrap_manifests`]).

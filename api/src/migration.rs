@@ -459,6 +459,12 @@ pub struct MigrationTaskSpec {
     pub rollback: Option<Vec<String>>,
     /// Source only: moved clusters to detach (Cleaning).
     pub detach: Option<Vec<String>>,
+    /// `released`, `rollback` and `detach` as marks, one hexadecimal digit per cluster of
+    /// `clusters`, in order (1 released, 2 to roll back, 4 to detach, added up; `0` none),
+    /// sent instead of the three lists when those would be large
+    /// ([`Self::set_subsets`]): a task of thousands of clusters then stays well within a
+    /// ManifestWork's 500 KiB. Read through [`Self::released_names`] and its twins.
+    pub cluster_marks: Option<String>,
     /// Target only: what to pre-create for each cluster.
     pub carry_over: Option<Vec<CarriedCluster>>,
     /// Target only: what to pre-create comes in ConfigMaps next to the task instead
@@ -531,7 +537,103 @@ impl MigrationTaskSpec {
         let index = self.clusters.iter().position(|c| c == cluster)?;
         self.bootstrap_secret_at(index)
     }
+
+    /// Sets `released`, `rollback` and `detach` (set `clusters` first): as lists, what every
+    /// agent reads, for a task whose `clusters` hold at most [`SUBSET_LISTS_LIMIT`] bytes of
+    /// names; as [`Self::cluster_marks`] for a larger one, in every stage, so that its agent
+    /// never sees one form give way to the other (clusters outside `clusters` cannot be
+    /// marked and are left out).
+    pub fn set_subsets(
+        &mut self,
+        released: Vec<String>,
+        rollback: Vec<String>,
+        detach: Vec<String>,
+    ) {
+        let bytes: usize = self.clusters.iter().map(|n| n.len() + 3).sum();
+        let non_empty = |v: Vec<String>| (!v.is_empty()).then_some(v);
+        if bytes <= SUBSET_LISTS_LIMIT {
+            self.released = non_empty(released);
+            self.rollback = non_empty(rollback);
+            self.detach = non_empty(detach);
+            self.cluster_marks = None;
+            return;
+        }
+        let mut marks = vec![0u8; self.clusters.len()];
+        let index: std::collections::HashMap<&str, usize> = self
+            .clusters
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.as_str(), i))
+            .collect();
+        for (list, bit) in [
+            (&released, MARK_RELEASED),
+            (&rollback, MARK_ROLLBACK),
+            (&detach, MARK_DETACH),
+        ] {
+            for name in list {
+                if let Some(&i) = index.get(name.as_str()) {
+                    marks[i] |= bit;
+                }
+            }
+        }
+        self.released = None;
+        self.rollback = None;
+        self.detach = None;
+        self.cluster_marks = Some(
+            marks
+                .iter()
+                .map(|m| char::from_digit(u32::from(*m), 16).unwrap_or('0'))
+                .collect(),
+        );
+    }
+
+    /// The clusters of `list`, or of `clusters` marked with `bit` when the task came with
+    /// marks. A mark that is no hexadecimal digit, or a cluster past the marks, is unmarked.
+    fn subset<'a>(
+        &'a self,
+        list: Option<&'a Vec<String>>,
+        bit: u8,
+    ) -> std::collections::BTreeSet<&'a str> {
+        if let Some(list) = list {
+            return list.iter().map(String::as_str).collect();
+        }
+        let Some(marks) = &self.cluster_marks else {
+            return std::collections::BTreeSet::new();
+        };
+        self.clusters
+            .iter()
+            .zip(marks.chars())
+            .filter(|(_, m)| m.to_digit(16).is_some_and(|d| d & u32::from(bit) != 0))
+            .map(|(c, _)| c.as_str())
+            .collect()
+    }
+
+    /// The clusters released to switch ([`Self::released`], or marked so).
+    pub fn released_names(&self) -> std::collections::BTreeSet<&str> {
+        self.subset(self.released.as_ref(), MARK_RELEASED)
+    }
+
+    /// The clusters to roll back ([`Self::rollback`], or marked so).
+    pub fn rollback_names(&self) -> std::collections::BTreeSet<&str> {
+        self.subset(self.rollback.as_ref(), MARK_ROLLBACK)
+    }
+
+    /// The clusters to detach ([`Self::detach`], or marked so).
+    pub fn detach_names(&self) -> std::collections::BTreeSet<&str> {
+        self.subset(self.detach.as_ref(), MARK_DETACH)
+    }
 }
+
+/// How many bytes of names a task's `clusters` may hold for `released`, `rollback` and
+/// `detach` to go as lists ([`MigrationTaskSpec::set_subsets`]): a couple of hundred clusters
+/// (which agents older than the marks can move too); past that, marks.
+pub const SUBSET_LISTS_LIMIT: usize = 4 * 1024;
+/// [`MigrationTaskSpec::cluster_marks`]: released.
+pub const MARK_RELEASED: u8 = 1;
+/// [`MigrationTaskSpec::cluster_marks`]: to roll back.
+pub const MARK_ROLLBACK: u8 = 2;
+/// [`MigrationTaskSpec::cluster_marks`]: to detach.
+pub const MARK_DETACH: u8 = 4;
 
 /// How a migration's bootstrap kubeconfig reaches its clusters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -1276,6 +1378,8 @@ pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
 mod tests {
     use std::time::Duration;
 
+    use std::collections::BTreeSet;
+
     use kube::CustomResourceExt;
 
     use super::*;
@@ -1287,6 +1391,52 @@ mod tests {
             included_managed_clusters: Some(vec!["c1".into(), "c2".into()]),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_large_tasks_subsets_go_as_marks_a_small_ones_as_lists_and_read_back_alike() {
+        let names = |n: usize, len: usize| -> Vec<String> {
+            (0..n).map(|i| format!("c{i:0>len$}")).collect()
+        };
+        let pick = |all: &[String], every: usize| -> Vec<String> {
+            all.iter().step_by(every).cloned().collect()
+        };
+        // (clusters, marks expected)
+        for (clusters, marks) in [(names(3, 1), false), (names(300, 12), true)] {
+            let mut task = MigrationTaskSpec {
+                clusters: clusters.clone(),
+                ..Default::default()
+            };
+            let (released, rollback, detach) =
+                (pick(&clusters, 1), pick(&clusters, 2), pick(&clusters, 3));
+            task.set_subsets(released.clone(), rollback.clone(), detach.clone());
+            assert_eq!(task.cluster_marks.is_some(), marks, "{}", clusters.len());
+            assert_eq!(task.released.is_some(), !marks);
+            fn set(v: &[String]) -> BTreeSet<&str> {
+                v.iter().map(String::as_str).collect()
+            }
+            assert_eq!(task.released_names(), set(&released));
+            assert_eq!(task.rollback_names(), set(&rollback));
+            assert_eq!(task.detach_names(), set(&detach));
+            // One character per cluster, however many are marked.
+            if let Some(m) = &task.cluster_marks {
+                assert_eq!(m.len(), clusters.len());
+                assert!(m.starts_with("7135"), "{m}");
+            }
+            // Nothing asked: nothing read back, in either form.
+            task.set_subsets(vec![], vec![], vec![]);
+            assert!(task.released_names().is_empty() && task.detach_names().is_empty());
+        }
+        // Marks past the list, unknown characters and names not in the task mark nothing.
+        let mut task = MigrationTaskSpec {
+            clusters: vec!["a".into(), "b".into(), "c".into()],
+            cluster_marks: Some("1z".into()),
+            ..Default::default()
+        };
+        assert_eq!(task.released_names(), BTreeSet::from(["a"]));
+        task.clusters = names(300, 12);
+        task.set_subsets(vec!["elsewhere".into()], vec![], vec![]);
+        assert!(task.released_names().is_empty());
     }
 
     #[test]

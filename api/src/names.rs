@@ -157,6 +157,23 @@ pub fn migration_work(key: &str, role: crate::migration::MigrationRole) -> Strin
     format!("migration-{key}-{}", role.as_str())
 }
 
+/// Work `index` (from 1) of a migration's bootstrap objects past the first
+/// ([`migration_bootstrap_work`]): many bootstrap identities with large CA bundles do not fit
+/// in one.
+pub fn migration_bootstrap_part(key: &str, index: usize) -> String {
+    format!("{}-{index}", migration_bootstrap_work(key))
+}
+
+/// Work `index` (from 1) of the grants of a migration's hub agent that do not fit in its task's
+/// work ([`migration_work`]) beside the task.
+pub fn migration_grants_work(
+    key: &str,
+    role: crate::migration::MigrationRole,
+    index: usize,
+) -> String {
+    format!("migration-{key}-{}-grants-{index}", role.as_str())
+}
+
 /// Part `index` of a migration's carry-over on a hub: the ConfigMap in the agent's namespace
 /// that holds it, and the ManifestWork that reads it back (source, read-only) or delivers it
 /// (target).

@@ -88,7 +88,7 @@ async fn source_register_all(
     names: &[String],
 ) -> Result<Vec<ClusterState>, Error> {
     let spec = &task.spec;
-    let released: BTreeSet<&String> = spec.released.iter().flatten().collect();
+    let released = spec.released_names();
     let mut derived = DerivedConfigs::default();
     let mut states = Vec::with_capacity(names.len());
     let mut planned = Vec::with_capacity(names.len());
@@ -97,7 +97,7 @@ async fn source_register_all(
             states.push(ClusterState::NotFound);
             continue;
         };
-        let release = released.contains(name);
+        let release = released.contains(name.as_str());
         let config = selected_config(task, index, release);
         // A cluster with a KlusterletConfig of its own selects one derived from it, made
         // here from the migration's (each bootstrap identity's own names its secret alone).
@@ -158,11 +158,11 @@ pub(super) async fn source_rollback(
     task: &MigrationTask,
     names: &[String],
 ) -> Result<Report, Error> {
-    let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
+    let rollback = task.spec.rollback_names();
     let mut states = Vec::with_capacity(names.len());
     let mut planned = Vec::with_capacity(rollback.len());
     for name in names {
-        if !rollback.contains(name) {
+        if !rollback.contains(name.as_str()) {
             states.push(ClusterState::Pending);
             continue;
         }
@@ -209,19 +209,19 @@ pub(super) async fn source_clean(
     task: &MigrationTask,
     names: &[String],
 ) -> Result<Report, Error> {
-    let detach: BTreeSet<&String> = task.spec.detach.iter().flatten().collect();
-    let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
+    let detach = task.spec.detach_names();
+    let rollback = task.spec.rollback_names();
     let mut states = Vec::with_capacity(names.len());
     let mut planned = Vec::with_capacity(names.len());
     for name in names {
         // The clusters that stay are taken back (again, or for the first time when the
         // rollback ran out of time) before their marks go: none is left refused by both hubs.
-        let (state, effects) = if rollback.contains(name) {
+        let (state, effects) = if rollback.contains(name.as_str()) {
             source_take_back(ctx, task, name, true).await?
         } else {
             let mc = get(&ctx.caches.clusters, None, name);
             // A hub with KlusterletConfigs (ACM) runs the import controller; plain OCM does not.
-            let_go(detach.contains(name), mc.as_deref(), !plain(task))
+            let_go(detach.contains(name.as_str()), mc.as_deref(), !plain(task))
         };
         planned.push((name.as_str(), effects));
         states.push(state);

@@ -220,7 +220,7 @@ pub(super) async fn target_register(
     names: &[String],
 ) -> Result<Report, Error> {
     let registering = task.spec.stage == TaskStage::Registering;
-    let released: BTreeSet<&String> = task.spec.released.iter().flatten().collect();
+    let released = task.spec.released_names();
     let acm_target = klusterlet_config_shape(ctx).await? != "None";
     let settles = plain(task) || !acm_target;
     if registering {
@@ -247,7 +247,7 @@ pub(super) async fn target_register(
         let seen = Arriving {
             mc: mc.as_deref(),
             registering,
-            released: released.contains(name),
+            released: released.contains(name.as_str()),
             settles,
             settled: settles && klusterlet_done(ctx, task, name, false),
             acm_target,
@@ -356,11 +356,11 @@ pub(super) async fn target_rollback(
     task: &MigrationTask,
     names: &[String],
 ) -> Result<Report, Error> {
-    let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
+    let rollback = task.spec.rollback_names();
     let mut states = Vec::with_capacity(names.len());
     let mut planned = Vec::with_capacity(rollback.len());
     for (index, name) in names.iter().enumerate() {
-        if !rollback.contains(name) {
+        if !rollback.contains(name.as_str()) {
             states.push(target_state(
                 get(&ctx.caches.clusters, None, name).as_deref(),
             ));
@@ -406,7 +406,7 @@ fn target_let_back(
 pub(super) fn rollback_report(
     names: &[String],
     states: Vec<ClusterState>,
-    rollback: &BTreeSet<&String>,
+    rollback: &BTreeSet<&str>,
     what: &str,
 ) -> Report {
     let done = rollback_done(names, &states, rollback);
@@ -425,12 +425,12 @@ pub(super) fn rollback_report(
 pub(super) fn rollback_done(
     names: &[String],
     states: &[ClusterState],
-    rollback: &BTreeSet<&String>,
+    rollback: &BTreeSet<&str>,
 ) -> bool {
     names
         .iter()
         .zip(states)
-        .filter(|(n, _)| rollback.contains(n))
+        .filter(|(n, _)| rollback.contains(n.as_str()))
         .all(|(_, s)| {
             matches!(
                 s,
@@ -444,7 +444,7 @@ pub(super) async fn target_clean(
     task: &MigrationTask,
     names: &[String],
 ) -> Result<Report, Error> {
-    let rollback: BTreeSet<&String> = task.spec.rollback.iter().flatten().collect();
+    let rollback = task.spec.rollback_names();
     let settles = plain(task) || klusterlet_config_shape(ctx).await? == "None";
     let mut states = Vec::with_capacity(names.len());
     let mut planned = Vec::with_capacity(names.len());
@@ -459,7 +459,7 @@ pub(super) async fn target_clean(
         }
         // The rollback again: a hub that was unreachable while the migration rolled back
         // removes its pre-created copies now (a no-op where the rollback already ran here).
-        let (state, effects) = if rollback.contains(name) {
+        let (state, effects) = if rollback.contains(name.as_str()) {
             target_let_back(ctx, task, index, name, true)
         } else {
             let effects = unmark(mc.as_deref(), task.spec.key());

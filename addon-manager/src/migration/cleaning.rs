@@ -318,7 +318,7 @@ pub(super) async fn remove_everything(
     for (hub, name) in works_of {
         gone &= remove_work(ctx, hub, &name).await?;
     }
-    for (hub, name) in parts {
+    for (hub, name) in parts.into_iter().chain(extra_works(ctx, m)) {
         gone &= remove_work(ctx, &hub, &name).await?;
     }
     if !gone {

@@ -67,15 +67,74 @@ pub(super) fn deliver(
     manifests: Vec<Value>,
     task_namespace: &str,
 ) -> String {
-    let revision = manifests
+    let revision = task_revision(&manifests);
+    let work = mr::work(m, role, manifests, mr::task_feedback(m, task_namespace));
+    step.effects.push(Effect::ApplyWork(work));
+    revision
+}
+
+/// Delivers a hub's part whose agent needs `grants` to act on its task (`rest`, the task last):
+/// in one work while everything fits within [`crate::render::WORK_SIZE_LIMIT`] (grants first,
+/// so that the work agent applies them before the task); past that, the grants go in works of
+/// their own ([`mr::grants_work`], split by size) and the task's work follows only once
+/// the watch shows each of them applied as delivered now, so the agent never reads a task
+/// whose grants are not in place yet. Grant works no longer needed go once the task's work
+/// is in place (what they held may be in it now). Returns the task's revision.
+pub(super) fn deliver_granted(
+    world: &World,
+    step: &mut Step,
+    m: &Migration,
+    role: MigrationRole,
+    (grants, rest): (Vec<Value>, Vec<Value>),
+    task_namespace: &str,
+) -> String {
+    let size = |v: &[Value]| -> usize {
+        v.iter()
+            .map(|o| serde_json::to_vec(o).map_or(0, |b| b.len()))
+            .sum()
+    };
+    let limit = crate::render::WORK_SIZE_LIMIT;
+    let (split, main) = if size(&grants) + size(&rest) <= limit {
+        (Vec::new(), grants.into_iter().chain(rest).collect())
+    } else {
+        (crate::render::split_manifests(grants, limit), rest)
+    };
+    let mut ready = true;
+    let mut wanted = BTreeSet::new();
+    for (i, manifests) in split.into_iter().enumerate() {
+        let work = mr::grants_work(m, role, i + 1, manifests);
+        ready &= world.in_place(&work);
+        wanted.insert(names::migration_grants_work(&m.key, role, i + 1));
+        step.effects.push(Effect::ApplyWork(work));
+    }
+    let revision = task_revision(&main);
+    if ready {
+        let work = mr::work(m, role, main, mr::task_feedback(m, task_namespace));
+        let task_in_place = world.in_place(&work);
+        step.effects.push(Effect::ApplyWork(work));
+        if task_in_place {
+            for i in 1..=MAX_EXTRA_WORKS {
+                let name = names::migration_grants_work(&m.key, role, i);
+                if !wanted.contains(&name) && world.extra_works.contains_key(&name) {
+                    step.effects.push(Effect::RemoveWork {
+                        hub: m.hub(role).to_owned(),
+                        name,
+                    });
+                }
+            }
+        }
+    }
+    revision
+}
+
+/// The revision of the MigrationTask among `manifests`.
+fn task_revision(manifests: &[Value]) -> String {
+    manifests
         .iter()
         .find(|o| o["kind"] == "MigrationTask")
         .and_then(|o| o["spec"]["revision"].as_str())
         .unwrap_or_default()
-        .to_owned();
-    let work = mr::work(m, role, manifests, mr::task_feedback(m, task_namespace));
-    step.effects.push(Effect::ApplyWork(work));
-    revision
+        .to_owned()
 }
 
 pub(super) fn shape_of(step: &Step) -> Shape {
@@ -108,10 +167,6 @@ pub(super) fn set_delivery(task: &mut MigrationTaskSpec, shape: Shape) {
     }
 }
 
-pub(super) fn non_empty(v: Vec<String>) -> Option<Vec<String>> {
-    (!v.is_empty()).then_some(v)
-}
-
 /// Delivers the target's part (into the step's effects); returns its revision. `rbac`: the
 /// bootstrap identity may still register.
 pub(super) fn deliver_target(
@@ -127,9 +182,9 @@ pub(super) fn deliver_target(
     let target_ns = &world.target_ns;
     // The target approves the CSRs of the clusters the source released, and of no other.
     let released_now = if stage == TaskStage::Registering {
-        non_empty(released(&names, &step.states()))
+        released(&names, &step.states())
     } else {
-        None
+        Vec::new()
     };
     let mut target = base_task(mcm, MigrationRole::Target, stage, names);
     match &step.status.carry_over_parts {
@@ -144,8 +199,13 @@ pub(super) fn deliver_target(
         None => target.carry_over = world.target_carry.as_deref().cloned(),
     }
     target.bootstrap_users = Some(mr::bootstrap_users(m, &world.msa_ns));
-    target.rollback = non_empty(rollback);
-    target.released = released_now;
+    // The agent releases the works of the copies it removes in Cleaning.
+    let release = if stage == TaskStage::Cleaning {
+        rollback.clone()
+    } else {
+        Vec::new()
+    };
+    target.set_subsets(released_now, rollback, Vec::new());
     set_delivery(&mut target, shape_of(step));
     // Where and how to reach the target, without the token: a plain OCM target makes the
     // clusters that arrive a bootstrap kubeconfig of its own from it (cleanup may still have
@@ -155,34 +215,24 @@ pub(super) fn deliver_target(
     {
         target.bootstrap_connection = Some(mr::without_credentials(kubeconfig)?);
     }
-    // The agent writes what it must while the work carries its grants; in Cleaning it also
-    // releases the works of the copies it removes.
-    let release = if stage == TaskStage::Cleaning {
-        target.rollback.clone().unwrap_or_default()
-    } else {
-        Vec::new()
-    };
+    // The agent writes what it must while the work carries its grants.
     let carry = world.target_carry.as_deref().map_or(&[][..], Vec::as_slice);
     let grants = agent_grants(&world.addon, &target, carry, target_ns, release);
-    let mut manifests = mr::agent_grants(m, MigrationRole::Target, &grants)?;
-    manifests.extend(mr::carry_grants(
+    let mut granted = mr::agent_grants(m, MigrationRole::Target, &grants)?;
+    granted.extend(mr::carry_grants(
         m,
         MigrationRole::Target,
         target.carry_kinds.as_deref().unwrap_or_default(),
         mr::CarryScope::Clusters(&target.clusters),
         target_ns,
     )?);
-    manifests.extend(mr::target_manifests(
-        m,
-        target_ns,
-        target,
-        rbac.then_some(world.msa_ns.as_str()),
-    )?);
-    Ok(deliver(
+    let rest = mr::target_manifests(m, target_ns, target, rbac.then_some(world.msa_ns.as_str()))?;
+    Ok(deliver_granted(
+        world,
         step,
         m,
         MigrationRole::Target,
-        manifests,
+        (granted, rest),
         target_ns,
     ))
 }
@@ -271,45 +321,52 @@ pub(super) fn deliver_source(
         return Ok(None);
     }
     let mut source = base_task(mcm, MigrationRole::Source, stage, names);
-    source.released = non_empty(part.released);
-    source.rollback = non_empty(part.rollback);
-    source.detach = non_empty(part.detach);
-    let shape = shape_of(step);
-    set_delivery(&mut source, shape);
     // Grants first, so that they are in place when the agent reads its task; in Cleaning the
     // agent also releases the works of the clusters it detaches.
-    let release = source.detach.clone().unwrap_or_default();
+    let release = part.detach.clone();
+    source.set_subsets(part.released, part.rollback, part.detach);
+    let shape = shape_of(step);
+    set_delivery(&mut source, shape);
     let carried = world.carried.as_deref().map_or(&[][..], Vec::as_slice);
     let grants = agent_grants(&world.addon, &source, carried, source_ns, release);
-    let mut manifests = mr::agent_grants(m, MigrationRole::Source, &grants)?;
-    manifests.extend(mr::carry_grants(
+    let mut granted = mr::agent_grants(m, MigrationRole::Source, &grants)?;
+    granted.extend(mr::carry_grants(
         m,
         MigrationRole::Source,
         source.carry_kinds.as_deref().unwrap_or_default(),
         mr::CarryScope::Clusters(&source.clusters),
         source_ns,
     )?);
-    manifests.extend(mr::source_manifests(m, source_ns, source)?);
+    let rest = mr::source_manifests(m, source_ns, source)?;
     // The bootstrap objects first, in a work of their own that stays as it is while clusters
     // are released (unless it is going; a token missing for a moment leaves it as it was);
     // it goes once no cluster may switch any more: the work agent removes what it carried.
+    // (In as many works as their size takes: the source agent waits for each cluster's own,
+    // so their order does not matter.)
     if let Some(kubeconfigs) = kubeconfig {
         if !world.bootstrap_going() {
             let objects = mr::bootstrap_manifests(m, source_ns, kubeconfigs, shape)?;
-            step.effects
-                .push(Effect::ApplyWork(mr::bootstrap_work(m, objects)));
+            for work in mr::bootstrap_works(m, objects) {
+                step.effects.push(Effect::ApplyWork(work));
+            }
         }
     } else if !source_carries_token(stage) {
-        step.effects.push(Effect::RemoveWork {
-            hub: m.from.clone(),
-            name: names::migration_bootstrap_work(&m.key),
-        });
+        let parts = (1..=MAX_EXTRA_WORKS)
+            .map(|i| names::migration_bootstrap_part(&m.key, i))
+            .filter(|name| world.extra_works.contains_key(name));
+        for name in std::iter::once(names::migration_bootstrap_work(&m.key)).chain(parts) {
+            step.effects.push(Effect::RemoveWork {
+                hub: m.from.clone(),
+                name,
+            });
+        }
     }
-    Ok(Some(deliver(
+    Ok(Some(deliver_granted(
+        world,
         step,
         m,
         MigrationRole::Source,
-        manifests,
+        (granted, rest),
         source_ns,
     )))
 }

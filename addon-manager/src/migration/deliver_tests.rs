@@ -22,17 +22,22 @@ fn holds_token(v: &Value) -> bool {
 
 /// Migration ns/move of c1..c3 from hub1 to hub2, the clusters in `states`.
 pub(super) fn mcm(states: &[ClusterState]) -> ManagedClusterMigration {
+    mcm_of(&["c1".into(), "c2".into(), "c3".into()], states)
+}
+
+/// Migration ns/move of `clusters` from hub1 to hub2, in `states`.
+pub(super) fn mcm_of(clusters: &[String], states: &[ClusterState]) -> ManagedClusterMigration {
     let spec = ManagedClusterMigrationSpec {
         from: "hub1".into(),
         to: "hub2".into(),
-        included_managed_clusters: Some(vec!["c1".into(), "c2".into(), "c3".into()]),
+        included_managed_clusters: Some(clusters.to_vec()),
         ..Default::default()
     };
     let mut mcm = ManagedClusterMigration::new("move", spec);
     mcm.metadata.namespace = Some("ns".into());
     mcm.metadata.uid = Some("u1".into());
     mcm.status = Some(ManagedClusterMigrationStatus {
-        resolved_clusters: Some(vec!["c1".into(), "c2".into(), "c3".into()]),
+        resolved_clusters: Some(clusters.to_vec()),
         cluster_states: Some(ClusterState::encode(states)),
         ..Default::default()
     });

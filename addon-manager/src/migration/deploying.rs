@@ -21,12 +21,10 @@ pub(super) fn deploy(
     let (target, target_err) = world.report(MigrationRole::Target, &tgt_rev);
     // The bootstrap objects travel in a work of their own: the source agent only waits for
     // them, so why they do not arrive is read here.
-    let bootstrap_work = names::migration_bootstrap_work(&m.key);
-    let bootstrap_err = world
-        .bootstrap_work
-        .as_deref()
-        .and_then(|w| w.manifest_not_applied())
-        .map(|e| format!("{bootstrap_work}: {e}"));
+    let bootstrap_err = world.bootstrap_works(&m.key).find_map(|w| {
+        let e = w.manifest_not_applied()?;
+        Some(format!("{}: {e}", w.name_any()))
+    });
     let seen = Deployed {
         ready: source.as_ref().is_some_and(Feedback::succeeded)
             && target.as_ref().is_some_and(Feedback::succeeded),

@@ -79,6 +79,8 @@ mod registering;
 mod request;
 mod rollbacking;
 #[cfg(test)]
+mod scale_tests;
+#[cfg(test)]
 mod start_tests;
 #[cfg(test)]
 mod tests;

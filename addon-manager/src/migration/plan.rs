@@ -51,7 +51,7 @@ pub(super) fn plan(
         TaskStage::Registering,
         clusters.to_vec(),
     );
-    source.released = Some(clusters.to_vec());
+    source.set_subsets(clusters.to_vec(), vec![], vec![]);
     set_delivery(&mut source, shape);
     let mut target = base_task(
         mcm,
@@ -73,7 +73,7 @@ pub(super) fn plan(
         target.carry_over = Some(carry.to_vec());
     }
     target.bootstrap_users = Some(mr::bootstrap_users(m, msa_ns));
-    target.released = Some(clusters.to_vec());
+    target.set_subsets(clusters.to_vec(), vec![], vec![]);
     target.bootstrap_connection = Some(mr::without_credentials(&kubeconfig)?);
     set_delivery(&mut target, shape);
     let mut objects: Vec<PlannedObject> = m
@@ -93,12 +93,28 @@ pub(super) fn plan(
         objects.push(planned(&m.to, &mr::redact(&o)));
     }
     objects.extend(planned_clusters(m, carry));
-    Ok(MigrationPlan {
+    let mut plan = MigrationPlan {
         clusters: clusters.to_vec(),
         waves,
         objects,
-    })
+    };
+    // The tasks repeat the clusters (and the target's what they carry): past
+    // [`PLAN_TASKS_LIMIT`] they are named without their bodies, so that a plan of thousands
+    // of clusters leaves the migration well within an object's 1.5 MiB.
+    if serde_json::to_vec(&plan).map_or(0, |b| b.len()) > PLAN_TASKS_LIMIT {
+        for o in plan
+            .objects
+            .iter_mut()
+            .filter(|o| o.kind == "MigrationTask")
+        {
+            o.object = None;
+        }
+    }
+    Ok(plan)
 }
+
+/// The size of a plan past which its tasks are named without their bodies.
+const PLAN_TASKS_LIMIT: usize = 256 * 1024;
 
 /// The first [`PLAN_CLUSTER_OBJECTS`] clusters as the target would pre-create them, with
 /// the objects they carry (secret data redacted).

@@ -153,7 +153,13 @@ pub(super) fn register(
         task_now
             .as_ref()
             .filter(|t| t.stage == stage)
-            .and_then(|t| t.released.clone())
+            .map(|t| {
+                t.released_names()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|released| !released.is_empty())
             .unwrap_or_else(|| {
                 names
                     .iter()

@@ -412,3 +412,83 @@ fn a_carry_over_in_parts_is_read_back_before_the_target_is_asked() {
     }
     assert!(!applied.contains(&work(MigrationRole::Target)));
 }
+
+#[test]
+fn the_status_of_a_dry_run_of_3000_clusters_with_the_longest_names_stays_well_within_limits() {
+    use MigrationRole::{Source, Target};
+    // The most clusters a spec may name, each name as long as a cluster's may be.
+    let names: Vec<String> = (0..3000).map(|i| format!("c{i:0>62}")).collect();
+    let mut mcm = validating_mcm();
+    mcm.spec.included_managed_clusters = Some(names.clone());
+    mcm.spec.dry_run = Some(true);
+    mcm.spec.max_concurrency = Some(100);
+    let m = Migration {
+        clusters: names.len(),
+        ..m()
+    };
+    let run = |c: &Checks, secs: u64| {
+        let mut step = step_of(&mcm);
+        step.now = at(secs);
+        validate(c, &mcm, &m, &mut step).unwrap();
+        step
+    };
+    let mut c = checks();
+    let step = run(&c, 1);
+    // What each cluster carries, inline (an agent would send more than 200 KiB in parts:
+    // this is the larger status).
+    let carried: Vec<CarriedCluster> = names
+        .iter()
+        .map(|n| CarriedCluster {
+            name: n.clone(),
+            ..Default::default()
+        })
+        .collect();
+    let said = [
+        (Field::Shape, "multipleHubsConfig".to_string()),
+        (Field::Carry, serde_json::to_string(&carried).unwrap()),
+    ];
+    let all = vec![Valid; names.len()];
+    c.source_work = reply(&step, Source, StageState::Succeeded, &all, &said);
+    let step = run(&c, 2);
+    for w in writes(&step.effects).0 {
+        let size: usize = w.1["spec"]["workload"]["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| serde_json::to_vec(o).unwrap().len())
+            .sum();
+        assert!(size <= 500 * 1024, "{}: {size} bytes", w.0);
+    }
+    c.target_work = reply(&step, Target, StageState::Succeeded, &all, &[]);
+    let planned = run(&c, 3);
+    assert_eq!(
+        outcome(&planned).0,
+        MigrationPhase::Completed,
+        "{}",
+        message(&planned)
+    );
+    let plan = planned.status.plan.as_ref().unwrap();
+    assert_eq!((plan.clusters.len(), plan.waves.len()), (3000, 30));
+    // Its tasks named, without their bodies (which repeat the clusters).
+    let tasks: Vec<&PlannedObject> = plan
+        .objects
+        .iter()
+        .filter(|o| o.kind == "MigrationTask")
+        .collect();
+    assert_eq!(tasks.len(), 2);
+    assert!(tasks.iter().all(|t| t.object.is_none()));
+    // etcd keeps objects of up to 1.5 MiB, spec and managed fields included: the status,
+    // plan included, stays under half of that.
+    let size = serde_json::to_vec(&planned.status).unwrap().len();
+    assert!(size < 768 * 1024, "the status is {size} bytes");
+    // A migration that runs keeps less: the clusters, one character of state each, and what
+    // they carry (inline up to 200 KiB; past that in parts, named by count and digest).
+    let mut running = mcm.clone();
+    running.spec.dry_run = None;
+    let mut step = step_of(&running);
+    step.now = at(3);
+    validate(&c, &running, &m, &mut step).unwrap();
+    assert_eq!(outcome(&step).0, MigrationPhase::Initializing);
+    let size = serde_json::to_vec(&step.status).unwrap().len();
+    assert!(size < 512 * 1024, "the status is {size} bytes");
+}

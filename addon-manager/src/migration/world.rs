@@ -32,6 +32,10 @@ pub(super) struct World {
     pub(super) source_work: Option<Arc<ManifestWork>>,
     pub(super) target_work: Option<Arc<ManifestWork>>,
     pub(super) bootstrap_work: Option<Arc<ManifestWork>>,
+    /// The works past the first of each kind, by name: grants that did not fit beside a task
+    /// ([`names::migration_grants_work`], on both hubs) and bootstrap objects that did not fit
+    /// in the source's bootstrap work ([`names::migration_bootstrap_part`]).
+    pub(super) extra_works: std::collections::BTreeMap<String, Arc<ManifestWork>>,
     /// The source's task as the API server has it (not the watch, which may not have seen
     /// the last delivery), read only when Registering asks for it ([`Need::SourceTaskNow`]):
     /// `Some(None)` when there is none.
@@ -55,13 +59,53 @@ impl World {
         }
     }
 
-    /// The report of `role`'s task, only if it is on `revision` ([`report`]).
+    /// The report of `role`'s task, only if it is on `revision` ([`report`]); and why its
+    /// work, or a work of its grants (which the task's work waits for), could not apply, if
+    /// one could not.
     pub(super) fn report(
         &self,
         role: MigrationRole,
         revision: &str,
     ) -> (Option<Feedback>, Option<String>) {
-        report(self.work(role), revision)
+        let (feedback, error) = report(self.work(role), revision);
+        let grants = format!("-{}-grants-", role.as_str());
+        let grants_error = || {
+            self.extra_works.iter().find_map(|(name, w)| {
+                let e = w
+                    .manifest_not_applied()
+                    .filter(|_| name.contains(&grants))?;
+                Some(format!("{name}: {e}"))
+            })
+        };
+        (feedback, error.or_else(grants_error))
+    }
+
+    /// Whether `work` (as rendered) is on its hub as the watch shows it: applied with this
+    /// content ([`names::annotations::APPLIED_HASH`]) at its latest generation.
+    pub(super) fn in_place(&self, work: &Value) -> bool {
+        let name = work["metadata"]["name"].as_str().unwrap_or_default();
+        let found = self.extra_works.get(name).cloned().or_else(|| {
+            [&self.source_work, &self.target_work]
+                .into_iter()
+                .flatten()
+                .find(|w| w.metadata.name.as_deref() == Some(name))
+                .cloned()
+        });
+        found.is_some_and(|w| {
+            w.metadata.deletion_timestamp.is_none()
+                && w.applied()
+                && w.annotations().get(names::annotations::APPLIED_HASH)
+                    == Some(&crate::render::spec_hash(work))
+        })
+    }
+
+    /// The source's bootstrap works, the first and its parts, as the watch has them.
+    pub(super) fn bootstrap_works(&self, key: &str) -> impl Iterator<Item = &ManifestWork> {
+        let parts = (1..=MAX_EXTRA_WORKS).filter_map(move |i| {
+            self.extra_works
+                .get(&names::migration_bootstrap_part(key, i))
+        });
+        self.bootstrap_work.iter().chain(parts).map(|w| &**w)
     }
 
     /// The source's bootstrap work is being deleted.
@@ -115,8 +159,33 @@ pub(super) async fn observe(
         source_work: existing_work(ctx, m, MigrationRole::Source),
         target_work,
         bootstrap_work: work_named(ctx, &m.from, &names::migration_bootstrap_work(&m.key)),
+        extra_works: extra_works(ctx, m)
+            .into_iter()
+            .filter_map(|(hub, name)| Some((name.clone(), work_named(ctx, &hub, &name)?)))
+            .collect(),
         source_task_now: None,
     })
+}
+
+/// How many works past the first of a kind a hub's part may have: more than a migration of
+/// the most clusters with the longest names needs.
+pub(super) const MAX_EXTRA_WORKS: usize = 64;
+
+/// The migration's works past the first of each kind ([`World::extra_works`]) as the watch
+/// has them: (hub, name).
+pub(super) fn extra_works(ctx: &Ctx, m: &Migration) -> Vec<(String, String)> {
+    let mut candidates = Vec::new();
+    for i in 1..=MAX_EXTRA_WORKS {
+        for role in [MigrationRole::Source, MigrationRole::Target] {
+            candidates.push((m.hub(role), names::migration_grants_work(&m.key, role, i)));
+        }
+        candidates.push((&m.from, names::migration_bootstrap_part(&m.key, i)));
+    }
+    candidates
+        .into_iter()
+        .filter(|(hub, name)| work_named(ctx, hub, name).is_some())
+        .map(|(hub, name)| (hub.to_owned(), name))
+        .collect()
 }
 
 /// Reads what `need` asks into `world`.
