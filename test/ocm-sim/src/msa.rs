@@ -13,12 +13,13 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use migration_api::common::{Condition, set_condition};
 use migration_api::migration::parse_duration;
 use migration_api::ocm::msa::ManagedServiceAccount;
+use migration_api::runtime::cached_watch;
 use serde_json::json;
 
 use crate::Error;
@@ -52,36 +53,18 @@ pub async fn run(
     managed_ca_pem: String,
     resync: Duration,
 ) -> Result<(), Error> {
-    let (msas, msa_writer) = reflector::store();
-    let (secrets, secret_writer) = reflector::store();
-    let (sas, sa_writer) = reflector::store();
-    let msa_watch = reflector::reflector(
-        msa_writer,
-        watcher(
-            Api::<ManagedServiceAccount>::namespaced(hub.clone(), &cluster),
-            watcher::Config::default(),
-        )
-        .default_backoff(),
-    )
-    .for_each(|_| async {});
-    let secret_watch = reflector::reflector(
-        secret_writer,
-        watcher(
-            Api::<Secret>::namespaced(hub.clone(), &cluster),
-            watcher::Config::default(),
-        )
-        .default_backoff(),
-    )
-    .for_each(|_| async {});
-    let sa_watch = reflector::reflector(
-        sa_writer,
-        watcher(
-            Api::<ServiceAccount>::namespaced(managed.clone(), MSA_NAMESPACE),
-            watcher::Config::default().labels(MSA_LABEL),
-        )
-        .default_backoff(),
-    )
-    .for_each(|_| async {});
+    let (msas, msa_events) = cached_watch(
+        Api::<ManagedServiceAccount>::namespaced(hub.clone(), &cluster),
+        watcher::Config::default(),
+    );
+    let (secrets, secret_events) = cached_watch(
+        Api::<Secret>::namespaced(hub.clone(), &cluster),
+        watcher::Config::default(),
+    );
+    let (sas, sa_events) = cached_watch(
+        Api::<ServiceAccount>::namespaced(managed.clone(), MSA_NAMESPACE),
+        watcher::Config::default().labels(MSA_LABEL),
+    );
     let caches = Caches { msas, secrets, sas };
     let syncing = async {
         if caches.msas.wait_until_ready().await.is_err()
@@ -99,7 +82,13 @@ pub async fn run(
         }
     };
     tokio::select! {
-        _ = async { futures::join!(msa_watch, secret_watch, sa_watch) } => {}
+        _ = async {
+            futures::join!(
+                msa_events.for_each(|_| async {}),
+                secret_events.for_each(|_| async {}),
+                sa_events.for_each(|_| async {})
+            )
+        } => {}
         () = syncing => {}
     }
     Ok(())
