@@ -403,6 +403,9 @@ pub(super) struct Registering<'a> {
     pub(super) switched: bool,
     /// Its klusterlet work carries the target's bootstrap kubeconfig.
     pub(super) delivered: bool,
+    /// Its klusterlet renewed its lease here since this agent first saw its settings in place
+    /// (`switched` or `delivered`): it runs with them.
+    pub(super) restarted: bool,
 }
 
 /// Whether a cluster is held where it is (`block-move`) though not released.
@@ -466,22 +469,35 @@ pub(super) fn register(task: &MigrationTask, seen: &Registering) -> (ClusterStat
     } else {
         effects.extend(taint);
     }
+    // With its settings in place (the MultipleHubs gate and the target's bootstrap kubeconfig
+    // in its Klusterlet), a cluster is ready once its klusterlet runs with them. The change
+    // restarts the klusterlet; released before the new process watches its ManagedCluster
+    // here, it may find itself no longer accepted only after the hub has withdrawn its access
+    // (the hub revokes it as it stops accepting the cluster), see nothing, and leave only at
+    // its hub connection timeout (ocm `hub_accept_controller.go`, `hub_timeout_controller.go`;
+    // the new process renews its lease first, `lease_controller.go`). Its lease renewals wake
+    // this agent meanwhile. (The older shape lists the target alone and switches the
+    // klusterlet by the change itself.)
+    let configured = if plain(task) {
+        seen.switched
+    } else {
+        seen.delivered
+    };
     let state = if seen.release {
         ClusterState::Switching
     } else if held {
         ClusterState::Blocked
-    } else if plain(task) {
-        effects.push(Effect::Switch);
-        if seen.switched {
-            ClusterState::Ready
-        } else {
-            ClusterState::Waiting
-        }
-    } else if legacy(task) || seen.delivered {
+    } else if legacy(task) || (configured && seen.restarted) {
         ClusterState::Ready
     } else {
         ClusterState::Waiting
     };
+    if plain(task) && !seen.release {
+        effects.push(Effect::Switch);
+    }
+    if !seen.release && !held && !legacy(task) && configured {
+        effects.push(Effect::Await(!seen.restarted));
+    }
     (state, effects)
 }
 

@@ -30,6 +30,7 @@ fn a_taint_change_never_follows_another_write_of_the_cluster() {
             derived_ready: true,
             switched: false,
             delivered: false,
+            restarted: false,
         },
     );
     // Taking a tainted cluster back: the taint off, then the restore.

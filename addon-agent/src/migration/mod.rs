@@ -107,6 +107,9 @@ pub struct Options {
 /// Clusters whose return to this hub is awaited: their lease renewals wake the handler.
 type Awaited = Arc<std::sync::Mutex<BTreeSet<String>>>;
 
+/// Whether a cluster's settings were seen in place, and its lease renewal seen last before.
+type Configured = (bool, Option<jiff::Timestamp>);
+
 struct Ctx {
     client: Client,
     caches: Caches,
@@ -121,6 +124,9 @@ struct Ctx {
     again: std::sync::Mutex<BTreeSet<String>>,
     /// When this agent last wrote each task's status (by name), for [`pace`].
     written: std::sync::Mutex<BTreeMap<String, std::time::Instant>>,
+    /// Per task and cluster: whether its settings were seen in place, and the lease renewal
+    /// seen last before they were (`renewed_since_configured`).
+    configured: std::sync::Mutex<BTreeMap<(String, String), Configured>>,
 }
 
 /// Why a reconcile failed.
@@ -289,6 +295,7 @@ pub async fn run(client: Client, opts: Options) {
         carry_memo: std::sync::Mutex::default(),
         again: std::sync::Mutex::default(),
         written: std::sync::Mutex::default(),
+        configured: std::sync::Mutex::default(),
     });
     controller
         .reconcile_all_on(trigger_rx)

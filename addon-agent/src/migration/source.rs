@@ -108,17 +108,21 @@ async fn source_register_all(
             (Some(base), Some(own)) => derived.ensure(ctx, task, base, &own).await?,
             _ => true,
         };
+        let switched = plain(task) && !release && klusterlet_done(ctx, task, name, true);
+        let delivered = bootstrap_delivered(
+            &ctx.caches.works,
+            name,
+            &spec.bootstrap_secret_at(index).unwrap_or_default(),
+        );
+        let configured = if plain(task) { switched } else { delivered };
         let seen = Registering {
             mc: &mc,
             release,
             config: config.as_deref(),
             derived_ready,
-            switched: plain(task) && !release && klusterlet_done(ctx, task, name, true),
-            delivered: bootstrap_delivered(
-                &ctx.caches.works,
-                name,
-                &spec.bootstrap_secret_at(index).unwrap_or_default(),
-            ),
+            switched,
+            delivered,
+            restarted: renewed_since_configured(ctx, task, name, configured),
         };
         let (state, effects) = register(task, &seen);
         planned.push((name.as_str(), effects));
@@ -126,6 +130,43 @@ async fn source_register_all(
     }
     apply_all(ctx, task, planned).await?;
     Ok(states)
+}
+
+/// Whether the cluster's lease here was renewed since its settings were put in place: the
+/// renewal last seen before this agent saw it `configured` is kept (by value: the klusterlet
+/// writes it with the cluster's clock, which need not agree with this hub's), and any other
+/// counts, so that a renewal by the restarted klusterlet that this agent sees before the work
+/// that configured it counts too. A cluster first seen configured (this agent restarted) waits
+/// for the next renewal.
+fn renewed_since_configured(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    cluster: &str,
+    configured: bool,
+) -> bool {
+    let key = (task.name_any(), cluster.to_owned());
+    let renewed = get(&ctx.caches.leases, Some(cluster), CLUSTER_LEASE)
+        .and_then(|l| l.spec.clone())
+        .and_then(|s| s.renew_time)
+        .map(|t| t.0);
+    let Ok(mut seen) = ctx.configured.lock() else {
+        return false;
+    };
+    let before = seen.get(&key).copied();
+    match (configured, before) {
+        (false, _) => {
+            seen.insert(key, (false, renewed));
+            false
+        }
+        (true, None) => {
+            seen.insert(key, (true, renewed));
+            false
+        }
+        (true, Some((_, base))) => {
+            seen.insert(key, (true, base));
+            renewed != base
+        }
+    }
 }
 
 pub(super) fn lease_renewed_since(ctx: &Ctx, cluster: &str, since: &str) -> bool {

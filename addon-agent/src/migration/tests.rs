@@ -237,6 +237,8 @@ fn registering_on_the_source_marks_clusters_then_refuses_the_released() {
             derived_ready: true,
             switched: false,
             delivered,
+            // Its klusterlet runs with the settings (see below for one that does not yet).
+            restarted: delivered,
         };
         register(task, &seen)
     };
@@ -274,7 +276,25 @@ fn registering_on_the_source_marks_clusters_then_refuses_the_released() {
     );
     assert_eq!(t["metadata"]["resourceVersion"], "1");
     let marked = in_flight_cluster(Some("migration-k1"), false, true);
-    assert_eq!(seen(&acm, &marked, false, true), (Ready, vec![]));
+    assert_eq!(
+        seen(&acm, &marked, false, true),
+        (Ready, vec![Effect::Await(false)])
+    );
+    // Its settings there, but its klusterlet not renewed its lease since (the change restarts
+    // it): it waits, woken by its lease, and is not released to a process that may miss it.
+    let restarting = Registering {
+        mc: &marked,
+        release: false,
+        config: Some("migration-k1"),
+        derived_ready: true,
+        switched: false,
+        delivered: true,
+        restarted: false,
+    };
+    assert_eq!(
+        register(&acm, &restarting),
+        (Waiting, vec![Effect::Await(true)])
+    );
     // Released: refused here (and frozen against auto-import) in one patch; once refused,
     // nothing more.
     let (state, effects) = seen(&acm, &marked, true, true);
@@ -299,6 +319,7 @@ fn registering_on_the_source_marks_clusters_then_refuses_the_released() {
         derived_ready: false,
         switched: false,
         delivered: false,
+        restarted: false,
     };
     assert_eq!(register(&acm, &waiting), (Waiting, vec![]));
     // The older shape: no KlusterletConfig before release, and refused only once its
@@ -326,8 +347,20 @@ fn registering_on_the_source_marks_clusters_then_refuses_the_released() {
         derived_ready: true,
         switched: true,
         delivered: false,
+        restarted: true,
     };
-    assert_eq!(register(&plain, &switched), (Ready, vec![Effect::Switch]));
+    assert_eq!(
+        register(&plain, &switched),
+        (Ready, vec![Effect::Switch, Effect::Await(false)])
+    );
+    let restarting = Registering {
+        restarted: false,
+        ..switched.clone()
+    };
+    assert_eq!(
+        register(&plain, &restarting),
+        (Waiting, vec![Effect::Switch, Effect::Await(true)])
+    );
     let mut held_plain = unmarked_plain.clone();
     held_plain
         .annotations_mut()
