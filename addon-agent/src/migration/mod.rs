@@ -127,6 +127,8 @@ struct Ctx {
     /// Per task and cluster: whether its settings were seen in place, and the lease renewal
     /// seen last before they were (`renewed_since_configured`).
     configured: std::sync::Mutex<BTreeMap<(String, String), Configured>>,
+    /// The CSRs this agent approved, by name, and when: approved, whatever the cache shows.
+    approved: std::sync::Mutex<BTreeMap<String, jiff::Timestamp>>,
 }
 
 /// Why a reconcile failed.
@@ -296,6 +298,7 @@ pub async fn run(client: Client, opts: Options) {
         again: std::sync::Mutex::default(),
         written: std::sync::Mutex::default(),
         configured: std::sync::Mutex::default(),
+        approved: std::sync::Mutex::default(),
     });
     controller
         .reconcile_all_on(trigger_rx)

@@ -81,6 +81,12 @@ pub(super) async fn approve_csr(ctx: &Ctx, csr: &str, why: Approval) -> Result<(
             .await,
     )
     .map_err(ctx_err(format!("approving CSR {csr}")))?;
+    if let Ok(mut a) = ctx.approved.lock() {
+        // The record matters only until the cache shows the approval: an hour is plenty.
+        let hour_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(3600);
+        a.retain(|_, at| *at > hour_ago);
+        a.insert(csr.to_owned(), jiff::Timestamp::now());
+    }
     ctx.metrics.approved(
         csr,
         match why {
@@ -226,13 +232,14 @@ pub(super) async fn target_register(
     if registering {
         count_refused(ctx, task, names);
     }
+    let csrs = csrs_by_cluster(ctx);
     let mut states = Vec::with_capacity(names.len());
     let mut planned = Vec::with_capacity(names.len());
     for (index, name) in names.iter().enumerate() {
         let mc = get(&ctx.caches.clusters, None, name);
         // Only the cluster's own bootstrap identity may ask for its certificate.
         let csrs = if registering {
-            own_csrs(ctx, task, index, name)
+            own_csrs(ctx, &csrs, task, index, name)
         } else {
             Vec::new()
         };
@@ -323,10 +330,27 @@ fn count_refused(ctx: &Ctx, task: &MigrationTask, names: &[String]) {
     }
 }
 
+/// The CSRs of the cache by the cluster they are labelled for, read once per reconcile.
+pub(super) type CsrsByCluster = BTreeMap<String, Vec<Arc<CertificateSigningRequest>>>;
+
+/// [`CsrsByCluster`] of the cache now.
+pub(super) fn csrs_by_cluster(ctx: &Ctx) -> CsrsByCluster {
+    let mut by: CsrsByCluster = BTreeMap::new();
+    for csr in ctx.caches.csrs.state() {
+        if let Some(cluster) = csr.labels().get(CLUSTER_NAME) {
+            by.entry(cluster.clone()).or_default().push(csr);
+        }
+    }
+    by
+}
+
 /// The bootstrap CSRs of the cluster at `index` filed by its own bootstrap identity: name,
-/// creation time and where each stands.
+/// creation time and where each stands. One this agent approved is approved, even while the
+/// cache still shows it pending (the approval's event may not have come back yet; another
+/// approval of it would be a request for nothing).
 fn own_csrs(
     ctx: &Ctx,
+    csrs: &CsrsByCluster,
     task: &MigrationTask,
     index: usize,
     cluster: &str,
@@ -334,10 +358,10 @@ fn own_csrs(
     let Some(user) = task.spec.bootstrap_user_at(index) else {
         return Vec::new();
     };
-    ctx.caches
-        .csrs
-        .state()
-        .iter()
+    let approved = ctx.approved.lock().ok();
+    csrs.get(cluster)
+        .into_iter()
+        .flatten()
         .filter(|c| expected_csr(c, &user, cluster))
         .map(|c| {
             let created = c
@@ -345,7 +369,15 @@ fn own_csrs(
                 .creation_timestamp
                 .as_ref()
                 .map_or(jiff::Timestamp::UNIX_EPOCH, |t| t.0);
-            (c.name_any(), created, csr_decision(c))
+            let name = c.name_any();
+            let decision = match csr_decision(c) {
+                admission::Decision::Pending => approved
+                    .as_ref()
+                    .and_then(|a| a.get(&name).copied())
+                    .map_or(admission::Decision::Pending, admission::Decision::Approved),
+                d => d,
+            };
+            (name, created, decision)
         })
         .collect()
 }
@@ -357,6 +389,7 @@ pub(super) async fn target_rollback(
     names: &[String],
 ) -> Result<Report, Error> {
     let rollback = task.spec.rollback_names();
+    let csrs = csrs_by_cluster(ctx);
     let mut states = Vec::with_capacity(names.len());
     let mut planned = Vec::with_capacity(rollback.len());
     for (index, name) in names.iter().enumerate() {
@@ -366,7 +399,7 @@ pub(super) async fn target_rollback(
             ));
             continue;
         }
-        let (state, effects) = target_let_back(ctx, task, index, name, false);
+        let (state, effects) = target_let_back(ctx, &csrs, task, index, name, false);
         states.push(state);
         planned.push((name.as_str(), effects));
     }
@@ -382,13 +415,14 @@ pub(super) async fn target_rollback(
 /// Observes and decides ([`let_back`]) for one cluster the target lets go back.
 fn target_let_back(
     ctx: &Ctx,
+    csrs: &CsrsByCluster,
     task: &MigrationTask,
     index: usize,
     name: &str,
     remove: bool,
 ) -> (ClusterState, Vec<Effect>) {
     let mc = get(&ctx.caches.clusters, None, name);
-    let pending = own_csrs(ctx, task, index, name)
+    let pending = own_csrs(ctx, csrs, task, index, name)
         .into_iter()
         .filter(|(_, _, d)| *d == admission::Decision::Pending)
         .map(|(n, _, _)| n)
@@ -446,6 +480,7 @@ pub(super) async fn target_clean(
 ) -> Result<Report, Error> {
     let rollback = task.spec.rollback_names();
     let settles = plain(task) || klusterlet_config_shape(ctx).await? == "None";
+    let csrs = csrs_by_cluster(ctx);
     let mut states = Vec::with_capacity(names.len());
     let mut planned = Vec::with_capacity(names.len());
     let mut works_left = 0;
@@ -460,7 +495,7 @@ pub(super) async fn target_clean(
         // The rollback again: a hub that was unreachable while the migration rolled back
         // removes its pre-created copies now (a no-op where the rollback already ran here).
         let (state, effects) = if rollback.contains(name.as_str()) {
-            target_let_back(ctx, task, index, name, true)
+            target_let_back(ctx, &csrs, task, index, name, true)
         } else {
             let effects = unmark(mc.as_deref(), task.spec.key());
             unmarking += usize::from(!effects.is_empty());
