@@ -461,9 +461,9 @@ pub struct MigrationTaskSpec {
     pub detach: Option<Vec<String>>,
     /// `released`, `rollback` and `detach` as marks, one hexadecimal digit per cluster of
     /// `clusters`, in order (1 released, 2 to roll back, 4 to detach, added up; `0` none),
-    /// sent instead of the three lists when those would be large
-    /// ([`Self::set_subsets`]): a task of thousands of clusters then stays well within a
-    /// ManifestWork's 500 KiB. Read through [`Self::released_names`] and its twins.
+    /// sent instead of the three lists by a task of many clusters ([`Self::set_subsets`]): a
+    /// task of thousands of clusters then stays well within a ManifestWork's 500 KiB. Read
+    /// through [`Self::released_names`] and its twins.
     pub cluster_marks: Option<String>,
     /// Target only: what to pre-create for each cluster.
     pub carry_over: Option<Vec<CarriedCluster>>,

@@ -107,9 +107,6 @@ pub struct Options {
 /// Clusters whose return to this hub is awaited: their lease renewals wake the handler.
 type Awaited = Arc<std::sync::Mutex<BTreeSet<String>>>;
 
-/// Whether a cluster's settings were seen in place, and its lease renewal seen last before.
-type Configured = (bool, Option<jiff::Timestamp>);
-
 struct Ctx {
     client: Client,
     caches: Caches,
@@ -124,9 +121,9 @@ struct Ctx {
     again: std::sync::Mutex<BTreeSet<String>>,
     /// When this agent last wrote each task's status (by name), for [`pace`].
     written: std::sync::Mutex<BTreeMap<String, std::time::Instant>>,
-    /// Per task and cluster: whether its settings were seen in place, and the lease renewal
-    /// seen last before they were (`renewed_since_configured`).
-    configured: std::sync::Mutex<BTreeMap<(String, String), Configured>>,
+    /// Per task and cluster: the lease renewal seen last before its settings were seen in
+    /// place (`renewed_since_configured`).
+    configured: std::sync::Mutex<BTreeMap<(String, String), Option<jiff::Timestamp>>>,
     /// The CSRs this agent approved, by name, and when: approved, whatever the cache shows.
     approved: std::sync::Mutex<BTreeMap<String, jiff::Timestamp>>,
 }
@@ -429,6 +426,9 @@ async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Actio
     if task.metadata.deletion_timestamp.is_some() {
         if let Ok(mut written) = ctx.written.lock() {
             written.remove(&task.name_any());
+        }
+        if let Ok(mut configured) = ctx.configured.lock() {
+            configured.retain(|(t, _), _| *t != task.name_any());
         }
         return Ok(Action::await_change());
     }

@@ -152,19 +152,12 @@ fn renewed_since_configured(
     let Ok(mut seen) = ctx.configured.lock() else {
         return false;
     };
-    let before = seen.get(&key).copied();
-    match (configured, before) {
-        (false, _) => {
-            seen.insert(key, (false, renewed));
+    match (configured, seen.get(&key)) {
+        (true, Some(base)) => renewed != *base,
+        // Not configured yet (the baseline moves with each renewal), or first seen configured.
+        _ => {
+            seen.insert(key, renewed);
             false
-        }
-        (true, None) => {
-            seen.insert(key, (true, renewed));
-            false
-        }
-        (true, Some((_, base))) => {
-            seen.insert(key, (true, base));
-            renewed != base
         }
     }
 }

@@ -318,7 +318,10 @@ pub(super) async fn remove_everything(
     for (hub, name) in works_of {
         gone &= remove_work(ctx, hub, &name).await?;
     }
-    for (hub, name) in parts.into_iter().chain(extra_works(ctx, m)) {
+    let extra = extra_works(ctx, m)
+        .into_iter()
+        .map(|(hub, name, _)| (hub, name));
+    for (hub, name) in parts.into_iter().chain(extra) {
         gone &= remove_work(ctx, &hub, &name).await?;
     }
     if !gone {

@@ -161,7 +161,7 @@ pub(super) async fn observe(
         bootstrap_work: work_named(ctx, &m.from, &names::migration_bootstrap_work(&m.key)),
         extra_works: extra_works(ctx, m)
             .into_iter()
-            .filter_map(|(hub, name)| Some((name.clone(), work_named(ctx, &hub, &name)?)))
+            .map(|(_, name, work)| (name, work))
             .collect(),
         source_task_now: None,
     })
@@ -172,8 +172,8 @@ pub(super) async fn observe(
 pub(super) const MAX_EXTRA_WORKS: usize = 64;
 
 /// The migration's works past the first of each kind ([`World::extra_works`]) as the watch
-/// has them: (hub, name).
-pub(super) fn extra_works(ctx: &Ctx, m: &Migration) -> Vec<(String, String)> {
+/// has them: (hub, name, work).
+pub(super) fn extra_works(ctx: &Ctx, m: &Migration) -> Vec<(String, String, Arc<ManifestWork>)> {
     let mut candidates = Vec::new();
     for i in 1..=MAX_EXTRA_WORKS {
         for role in [MigrationRole::Source, MigrationRole::Target] {
@@ -183,8 +183,10 @@ pub(super) fn extra_works(ctx: &Ctx, m: &Migration) -> Vec<(String, String)> {
     }
     candidates
         .into_iter()
-        .filter(|(hub, name)| work_named(ctx, hub, name).is_some())
-        .map(|(hub, name)| (hub.to_owned(), name))
+        .filter_map(|(hub, name)| {
+            let work = work_named(ctx, hub, &name)?;
+            Some((hub.to_owned(), name, work))
+        })
         .collect()
 }
 
