@@ -538,6 +538,15 @@ impl MigrationTaskSpec {
         self.bootstrap_secret_at(index)
     }
 
+    /// Where each cluster of `clusters` stands in it, by name.
+    pub fn cluster_positions(&self) -> std::collections::HashMap<&str, usize> {
+        self.clusters
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.as_str(), i))
+            .collect()
+    }
+
     /// Sets `released`, `rollback` and `detach` (set `clusters` first): as lists, what every
     /// agent reads, for a task whose `clusters` hold at most [`SUBSET_LISTS_LIMIT`] bytes of
     /// names; as [`Self::cluster_marks`] for a larger one, in every stage, so that its agent
@@ -559,12 +568,7 @@ impl MigrationTaskSpec {
             return;
         }
         let mut marks = vec![0u8; self.clusters.len()];
-        let index: std::collections::HashMap<&str, usize> = self
-            .clusters
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.as_str(), i))
-            .collect();
+        let index = self.cluster_positions();
         for (list, bit) in [
             (&released, MARK_RELEASED),
             (&rollback, MARK_ROLLBACK),

@@ -252,12 +252,7 @@ pub(super) fn agent_grants(
         return mr::AgentGrants::default();
     }
     // Each cluster's derived KlusterletConfig is made from its own identity's.
-    let index: std::collections::HashMap<&str, usize> = task
-        .clusters
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.as_str(), i))
-        .collect();
+    let index = task.cluster_positions();
     let (source_carry, target_carry) = match task.role {
         MigrationRole::Source => (carry, &[][..]),
         MigrationRole::Target => (&[][..], carry),
