@@ -89,25 +89,18 @@ impl FeedbackWatches {
         }
     }
 
-    /// Registers `work`'s manifest `name` (of `ar` in `namespace`); `false` when the agent
-    /// already runs as many watches as it may and this one would need another (it is then
-    /// polled).
-    pub fn register(
-        &self,
-        work: &str,
-        ar: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> bool {
+    /// Registers `work`'s manifest `name` (of `ar` in `namespace`), unless the agent already
+    /// runs as many watches as it may and this one would need another (it is then polled).
+    pub fn register(&self, work: &str, ar: &ApiResource, namespace: Option<&str>, name: &str) {
         let key = Self::key(ar, namespace);
         let mut watches = lock(&self.watches);
         if let Some(w) = watches.get(&key) {
             lock(&w.registrations).insert((name.to_owned(), work.to_owned()));
-            return true;
+            return;
         }
         if watches.len() >= self.max {
             tracing::debug!(cluster = %self.cluster, resource = %ar.plural, "the most feedback watches run already; polled");
-            return false;
+            return;
         }
         let registrations = Arc::new(Mutex::new(BTreeSet::from([(
             name.to_owned(),
@@ -130,7 +123,6 @@ impl FeedbackWatches {
                 task,
             },
         );
-        true
     }
 
     /// Unregisters `work`'s manifest `name`; the watch stops with its last registration.
@@ -165,18 +157,13 @@ impl FeedbackWatches {
             !empty
         });
     }
-
-    /// How many watches run (for tests).
-    pub fn running(&self) -> usize {
-        lock(&self.watches).len()
-    }
 }
 
 impl std::fmt::Debug for FeedbackWatches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FeedbackWatches")
             .field("cluster", &self.cluster)
-            .field("running", &self.running())
+            .field("running", &lock(&self.watches).len())
             .finish_non_exhaustive()
     }
 }
