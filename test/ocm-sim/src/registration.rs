@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -450,22 +450,35 @@ async fn grant(client: &Client, mc: &ManagedCluster) -> Result<(), ReconcileErro
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]
         })))
         .await?;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &name);
-    if leases.get_opt(CLUSTER_LEASE).await?.is_none() {
-        let duration = mc.spec.lease_duration_seconds.unwrap_or(60);
-        leases
-            .patch(
-                CLUSTER_LEASE,
-                &ssa(),
-                &Patch::Apply(json!({
-                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": CLUSTER_LEASE, "namespace": name},
-                    "spec": {"holderIdentity": CLUSTER_LEASE, "leaseDurationSeconds": duration}
-                })),
-            )
-            .await?;
+    create_lease(client, &name).await
+}
+
+/// The cluster's lease, created as upstream's lease controller creates a missing one
+/// (ocm `pkg/registration/hub/lease/controller.go` `sync`): renewed now, so that the cluster
+/// has a full grace period before its agent's first renewal. One already there is kept.
+async fn create_lease(client: &Client, cluster: &str) -> Result<(), ReconcileError> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), cluster);
+    if leases.get_opt(CLUSTER_LEASE).await?.is_some() {
+        return Ok(());
     }
-    Ok(())
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(CLUSTER_LEASE.to_owned()),
+            namespace: Some(cluster.to_owned()),
+            labels: Some([(CLUSTER_NAME_LABEL.to_owned(), cluster.to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(CLUSTER_LEASE.to_owned()),
+            renew_time: Some(MicroTime(jiff::Timestamp::now())),
+            ..LeaseSpec::default()
+        }),
+    };
+    match leases.create(&Default::default(), &lease).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 async fn accepted(client: &Client, mc: &ManagedCluster) -> Result<(), ReconcileError> {
@@ -612,29 +625,67 @@ async fn judge_leases(client: Client, every: Duration) {
 }
 
 async fn judge_once(client: &Client, clusters: &Store<ManagedCluster>, leases: &Store<Lease>) {
-    let renewed: std::collections::HashMap<String, jiff::Timestamp> = leases
+    let renewed: std::collections::HashMap<String, Option<jiff::Timestamp>> = leases
         .state()
         .iter()
         .filter_map(|l| {
             let ns = l.namespace()?;
-            Some((ns, l.spec.as_ref()?.renew_time.as_ref()?.0))
+            Some((ns, l.spec.as_ref()?.renew_time.as_ref().map(|t| t.0)))
         })
         .collect();
     let now = jiff::Timestamp::now();
     for mc in clusters.state() {
-        let conds = mc.conditions();
-        if !mc.spec.hub_accepts_client || !condition_is_true(conds, JOINED) {
-            continue;
-        }
         let name = mc.name_any();
         let duration = i64::from(mc.spec.lease_duration_seconds.unwrap_or(60).max(1));
-        let fresh = renewed
-            .get(&name)
-            .is_some_and(|t| now.as_second() - t.as_second() <= 5 * duration);
+        let lease = match renewed.get(&name) {
+            Some(t) => SeenLease::Renewed(*t),
+            None => SeenLease::Missing,
+        };
+        let verdict = lease_verdict(&mc, lease, now.as_second(), duration);
         // One cluster's failed update does not hold up the others' judgement.
-        if let Err(e) = judge_cluster(client, &mc, fresh).await {
+        let result = match verdict {
+            LeaseVerdict::Skip => Ok(()),
+            LeaseVerdict::CreateLease => create_lease(client, &name).await,
+            LeaseVerdict::Judge { fresh } => judge_cluster(client, &mc, fresh).await,
+        };
+        if let Err(e) = result {
             tracing::debug!(cluster = %name, error = %e, "lease judge");
         }
+    }
+}
+
+/// A cluster's lease as the judge's cache holds it.
+#[derive(Clone, Copy, Debug)]
+enum SeenLease {
+    Missing,
+    Renewed(Option<jiff::Timestamp>),
+}
+
+/// What the lease judge does with one cluster.
+#[derive(Debug, PartialEq, Eq)]
+enum LeaseVerdict {
+    Skip,
+    CreateLease,
+    Judge { fresh: bool },
+}
+
+/// Upstream's lease controller (ocm `pkg/registration/hub/lease/controller.go` `sync`): a
+/// cluster never accepted (no HubAccepted condition) is skipped; one accepted now or before
+/// whose lease is missing gets one (renewed now), unless it is being deleted, which makes it
+/// Unknown at once; otherwise it is stale once its lease is older than five lease durations.
+/// Available True is the spoke's report upstream (its status controller); the simulator's
+/// judge writes it for accepted, joined clusters whose lease is fresh ([`judge_cluster`]).
+fn lease_verdict(mc: &ManagedCluster, lease: SeenLease, now: i64, duration: i64) -> LeaseVerdict {
+    if find_condition(mc.conditions(), HUB_ACCEPTED).is_none() {
+        return LeaseVerdict::Skip;
+    }
+    let deleting = mc.metadata.deletion_timestamp.is_some();
+    match lease {
+        SeenLease::Missing if deleting => LeaseVerdict::Judge { fresh: false },
+        SeenLease::Missing => LeaseVerdict::CreateLease,
+        SeenLease::Renewed(t) => LeaseVerdict::Judge {
+            fresh: t.is_some_and(|t| now - t.as_second() < 5 * duration),
+        },
     }
 }
 
@@ -643,11 +694,19 @@ async fn judge_cluster(
     mc: &ManagedCluster,
     fresh: bool,
 ) -> Result<(), ReconcileError> {
+    let reporting = mc.spec.hub_accepts_client && condition_is_true(mc.conditions(), JOINED);
+    if fresh && !reporting {
+        // Upstream's lease controller writes nothing for a fresh lease; the Available True
+        // the simulator writes stands for the report of an agent the hub lets in.
+        return Ok(());
+    }
     // The taint first: it is written with the resourceVersion the cache holds, which the
     // condition's write would make stale (upstream's taint controller follows the condition
     // from its own informer; the outcome is the same). A conflict (the cache behind) holds
     // back neither the condition nor the next round, which writes the taint again.
-    if let Err(e) = set_taint(client, mc, UNREACHABLE_TAINT, !fresh).await {
+    // Upstream's taint controller leaves a cluster being deleted alone.
+    let deleting = mc.metadata.deletion_timestamp.is_some();
+    if !deleting && let Err(e) = set_taint(client, mc, UNREACHABLE_TAINT, !fresh).await {
         tracing::debug!(cluster = %mc.name_any(), error = %e, "taint not written this round");
     }
     if fresh {
@@ -712,4 +771,86 @@ async fn set_taint(
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(accepted_condition: bool, deleting: bool) -> ManagedCluster {
+        let mut mc: ManagedCluster = serde_json::from_value(json!({
+            "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+            "metadata": {"name": "c1"}, "spec": {"hubAcceptsClient": true}
+        }))
+        .unwrap();
+        if accepted_condition {
+            set_condition(
+                mc.status
+                    .get_or_insert_default()
+                    .conditions
+                    .get_or_insert_default(),
+                HUB_ACCEPTED,
+                "True",
+                "HubClusterAdminAccepted",
+                "Accepted by hub cluster admin",
+                None,
+            );
+        }
+        if deleting {
+            mc.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+            );
+        }
+        mc
+    }
+
+    /// Upstream `pkg/registration/hub/lease/controller.go` `sync`, case by case.
+    #[test]
+    fn the_lease_judge_follows_upstreams_lease_controller() {
+        let at = |s: i64| Some(jiff::Timestamp::from_second(s).unwrap());
+        let now = 1_000;
+        let rows = [
+            // (HubAccepted present, deleting, lease, verdict)
+            (false, false, SeenLease::Renewed(None), LeaseVerdict::Skip),
+            (false, false, SeenLease::Missing, LeaseVerdict::Skip),
+            (true, false, SeenLease::Missing, LeaseVerdict::CreateLease),
+            (
+                true,
+                true,
+                SeenLease::Missing,
+                LeaseVerdict::Judge { fresh: false },
+            ),
+            (
+                true,
+                false,
+                SeenLease::Renewed(at(now - 299)),
+                LeaseVerdict::Judge { fresh: true },
+            ),
+            (
+                true,
+                false,
+                SeenLease::Renewed(at(now - 300)),
+                LeaseVerdict::Judge { fresh: false },
+            ),
+            (
+                true,
+                true,
+                SeenLease::Renewed(at(now)),
+                LeaseVerdict::Judge { fresh: true },
+            ),
+            (
+                true,
+                false,
+                SeenLease::Renewed(None),
+                LeaseVerdict::Judge { fresh: false },
+            ),
+        ];
+        for (accepted, deleting, lease, want) in rows {
+            let got = lease_verdict(&cluster(accepted, deleting), lease, now, 60);
+            assert_eq!(
+                got, want,
+                "accepted {accepted}, deleting {deleting}, {lease:?}"
+            );
+        }
+    }
 }

@@ -202,3 +202,57 @@ async fn without_auto_approval_a_cluster_waits_for_the_hub_admin() {
             .is_none()
     );
 }
+
+/// The hub creates an accepted cluster's lease renewed now, as upstream's lease controller
+/// does (ocm `pkg/registration/hub/lease/controller.go`), so a cluster that has joined and
+/// whose agent has not renewed yet is not judged unreachable: a fleet under load would
+/// otherwise see its new clusters go Unknown, and ACM's import controller force-delete the
+/// works of any of them deleted then.
+#[tokio::test]
+async fn a_joined_cluster_is_available_before_its_agent_first_renews_its_lease() {
+    let hub = Hub::start("hub1", common::fast_hub()).await.unwrap();
+    let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
+    let mc: ManagedCluster = serde_json::from_value(json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+        "metadata": {"name": "quiet"}, "spec": {"hubAcceptsClient": true, "leaseDurationSeconds": 60}
+    }))
+    .unwrap();
+    api.create(&Default::default(), &mc).await.unwrap();
+    wait_for(&api, Duration::from_secs(20), "quiet accepted", |l| {
+        l.len() == 1 && status_of(&l[0], "HubAcceptedManagedCluster") == "True"
+    })
+    .await;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(hub.cluster.admin.clone(), "quiet");
+    let lease = loop {
+        if let Some(l) = leases.get_opt("managed-cluster-lease").await.unwrap() {
+            break l;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        lease.spec.and_then(|s| s.renew_time).is_some(),
+        "created renewed"
+    );
+    // Joined, as its agent reports it; no agent renews the lease.
+    api.patch_status(
+        "quiet",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"conditions": [
+            {"type": "HubAcceptedManagedCluster", "status": "True", "reason": "HubClusterAdminAccepted",
+             "message": "Accepted by hub cluster admin", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "ManagedClusterJoined", "status": "True", "reason": "ManagedClusterJoined",
+             "message": "joined", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ]}})),
+    )
+    .await
+    .unwrap();
+    let list = wait_for(&api, Duration::from_secs(20), "quiet judged", |l| {
+        !status_of(&l[0], "ManagedClusterConditionAvailable").is_empty()
+    })
+    .await;
+    assert_eq!(
+        status_of(&list[0], "ManagedClusterConditionAvailable"),
+        "True"
+    );
+}
