@@ -35,20 +35,18 @@ pub use migration_api::testing::eventually;
 
 /// A fleet for addon tests: quick leases, kubelets on the hubs knowing `known_tags`.
 pub async fn fleet(hubs: usize, clusters_per_hub: usize, known_tags: &[&str], dir: &Path) -> Fleet {
-    fleet_with_hub_kinds(hubs, clusters_per_hub, known_tags, dir, &[], &[]).await
+    fleet_with(&fleet_options(hubs, clusters_per_hub, known_tags, dir), dir).await
 }
 
-/// [`fleet`], with the named hubs plain OCM (no ACM APIs, no import controller) or an older
-/// ACM (KlusterletConfig's `spec.bootstrapKubeConfigs`).
-pub async fn fleet_with_hub_kinds(
+/// What [`fleet`] runs: quick leases, kubelets on the hubs knowing `known_tags`, every hub
+/// a current ACM hub.
+pub fn fleet_options(
     hubs: usize,
     clusters_per_hub: usize,
     known_tags: &[&str],
     dir: &Path,
-    plain_hubs: &[&str],
-    legacy_hubs: &[&str],
-) -> Fleet {
-    let opts = FleetOptions {
+) -> FleetOptions {
+    FleetOptions {
         hubs,
         clusters_per_hub,
         join_delay: Duration::ZERO,
@@ -62,25 +60,35 @@ pub async fn fleet_with_hub_kinds(
             known_tags: known_tags.iter().map(|t| (*t).to_owned()).collect(),
             work_dir: dir.join("pods"),
         }),
-        plain_hubs: plain_hubs.iter().map(|h| (*h).to_owned()).collect(),
-        legacy_hubs: legacy_hubs.iter().map(|h| (*h).to_owned()).collect(),
+        plain_hubs: Vec::new(),
+        legacy_hubs: Vec::new(),
         mce28_hubs: Vec::new(),
         raw_feedback_hubs: Vec::new(),
         // Klusterlets give up on a silent hub after 20 s instead of the 180 s minimum upstream.
         hub_timeout: Some(Duration::from_secs(20)),
         // AppliedManifestWorks of a hub a cluster left are evicted after 20 s, not 60 min.
         eviction_grace: Duration::from_secs(20),
-    };
+        cluster_prefix: ocm_sim::fleet::CLUSTER_PREFIX.to_owned(),
+    }
+}
+
+/// A fleet of `opts`, ready, its kubeconfigs written to `dir`.
+pub async fn fleet_with(opts: &FleetOptions, dir: &Path) -> Fleet {
     // `RUST_LOG=ocm_sim=debug` shows what the simulated components do (test output).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    let fleet = Fleet::up(&opts)
+    let fleet = Fleet::up(opts)
         .await
         .unwrap_or_else(|e| panic!("fleet up: {e}"));
+    // A minute, and longer for a large fleet (each cluster is its own API server).
+    let total = u64::try_from(opts.hubs * opts.clusters_per_hub).unwrap_or(u64::MAX);
     fleet
-        .wait_ready(Duration::from_secs(60))
+        .wait_ready(
+            Duration::from_secs(60)
+                .max(Duration::from_millis(500) * u32::try_from(total).unwrap_or(u32::MAX)),
+        )
         .await
         .unwrap_or_else(|e| panic!("fleet ready: {e}"));
     fleet

@@ -55,16 +55,23 @@ impl Setup {
         plain: &[&str],
         legacy: &[&str],
     ) -> Self {
+        Self::with_fleet(hubs, per_hub, |o| {
+            o.plain_hubs = plain.iter().map(|h| (*h).to_owned()).collect();
+            o.legacy_hubs = legacy.iter().map(|h| (*h).to_owned()).collect();
+        })
+        .await
+    }
+
+    /// [`Setup::new`] with the fleet's options changed by `shape` (names, hub kinds).
+    pub async fn with_fleet(
+        hubs: usize,
+        per_hub: usize,
+        shape: impl FnOnce(&mut ocm_sim::fleet::FleetOptions),
+    ) -> Self {
         let dir = crate::test_dir();
-        let fleet = crate::fleet_with_hub_kinds(
-            hubs,
-            per_hub,
-            &[migration_api_version()],
-            dir.path(),
-            plain,
-            legacy,
-        )
-        .await;
+        let mut opts = crate::fleet_options(hubs, per_hub, &[migration_api_version()], dir.path());
+        shape(&mut opts);
+        let fleet = crate::fleet_with(&opts, dir.path()).await;
         let global_kc = kubeconfig(dir.path(), "global-hub");
         let manager = Manager::start(&global_kc, dir.path(), &[]);
         let global = fleet.global.cluster.admin.clone();

@@ -17,7 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use migration_api::common::{condition_is_true, find_condition};
-use migration_api::migration::{ManagedClusterMigration, MigrationPhase};
+use migration_api::migration::{ManagedClusterMigration, MigrationPhase, MigrationTask};
 use migration_api::ocm::cluster::{self, AddOnPlacementScore, ManagedCluster, PlacementDecision};
 use migration_api::ocm::config::KlusterletConfig;
 use migration_api::ocm::msa::ManagedServiceAccount;
@@ -278,6 +278,73 @@ async fn a_carry_over_larger_than_a_work_moves_in_parts() {
         assert_eq!(carried, 140, "{name} on hub2");
     }
     no_leftovers(&s, "big").await;
+}
+
+/// 66 clusters named as long as Kubernetes allows (61 to 63 characters): their names fill
+/// more than the 4 KiB a task lists released, rolled-back and detached clusters in, so the
+/// tasks mark them by position (`clusterMarks`, one digit per cluster) as they do for
+/// thousands of clusters, and the agents read the marks: every cluster moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clusters_past_the_task_list_limit_are_released_by_marks_and_move() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    const PREFIX: &str = "cluster-named-as-long-as-a-kubernetes-namespace-name-may-be-";
+    let s = Setup::with_fleet(2, 66, |o| o.cluster_prefix = PREFIX.into()).await;
+    let moving: Vec<String> = s
+        .homes()
+        .into_iter()
+        .filter(|(_, h)| *h == 1)
+        .map(|(c, _)| c)
+        .collect();
+    assert_eq!(moving.len(), 66);
+    assert!(s.homes().keys().all(|n| n.len() <= 63));
+    let bytes: usize = moving.iter().map(|n| n.len() + 3).sum();
+    assert!(
+        bytes > migration_api::migration::SUBSET_LISTS_LIMIT,
+        "{bytes}"
+    );
+    // The source's task, watched while the migration runs: its released clusters are marks.
+    let tasks: Api<MigrationTask> = Api::all(s.hub(1));
+    let marked = tokio::spawn(eventually(
+        Duration::from_secs(600),
+        "the source's task releasing clusters by marks",
+        move || {
+            let tasks = tasks.clone();
+            async move {
+                let list = tasks.list(&ListParams::default()).await.ok()?;
+                list.items.into_iter().find_map(|t| {
+                    let released = t.spec.released_names().len();
+                    (t.spec.released.is_none() && t.spec.cluster_marks.is_some() && released > 0)
+                        .then_some(released)
+                })
+            }
+        },
+    ));
+    s.apply(
+        "long",
+        &format!(
+            r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": {}}}"#,
+            json_list(&moving)
+        ),
+    );
+    let m = s
+        .phase("long", MigrationPhase::Completed, Duration::from_secs(420))
+        .await;
+    let status = m.status.clone().unwrap();
+    let counts = status.clusters.unwrap();
+    assert_eq!(
+        (counts.registered, counts.failed),
+        (66, 0),
+        "{:?}",
+        status.conditions
+    );
+    assert!(marked.is_finished(), "no task with marks was seen");
+    assert!(marked.await.unwrap() > 0);
+    let mut expected = s.homes();
+    for name in &moving {
+        expected.insert(name.clone(), 2);
+    }
+    s.invariant(&expected).await;
+    no_leftovers(&s, "long").await;
 }
 
 /// The phase a migration ended in, and its ResourceValidated reason and message.

@@ -81,7 +81,9 @@ pub fn validate_name(name: &str, rule: NameRule) -> Result<(), String> {
             }
         }
         NameRule::Subdomain => {
-            if name.len() > 253 || name.is_empty() || !name.split('.').all(is_dns_label) {
+            // The regex alone, as apimachinery's `IsDNS1123Subdomain`: no part between dots
+            // is held to a label's 63 characters, only the whole name to 253.
+            if name.len() > 253 || name.is_empty() || !name.split('.').all(is_dns_label_text) {
                 Err(format!(
                     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*') (got {name:?})"
                 ))
@@ -92,9 +94,14 @@ pub fn validate_name(name: &str, rule: NameRule) -> Result<(), String> {
     }
 }
 
+/// A DNS-1123 label: at most 63 characters of [`is_dns_label_text`].
 fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && is_dns_label_text(s)
+}
+
+/// What a DNS-1123 label's regex accepts (`[a-z0-9]([-a-z0-9]*[a-z0-9])?`), at any length.
+fn is_dns_label_text(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= 63
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
@@ -400,6 +407,13 @@ mod tests {
         assert!(validate_name("a.b", NameRule::Label).is_err());
         assert!(validate_name("system:x:y", NameRule::PathSegment).is_ok());
         assert!(validate_name("a/b", NameRule::PathSegment).is_err());
+        // A subdomain is held to 253 characters, not its parts to 63 (apimachinery's
+        // IsDNS1123Subdomain): a 63-character cluster's `<cluster>-klusterlet` work is valid.
+        let long = format!("{}-klusterlet", "c".repeat(63));
+        assert!(validate_name(&long, NameRule::Subdomain).is_ok());
+        assert!(validate_name(&long, NameRule::Label).is_err());
+        assert!(validate_name(&"c".repeat(254), NameRule::Subdomain).is_err());
+        assert!(validate_name("a..b", NameRule::Subdomain).is_err());
         let g = generate_name("web-");
         assert!(g.starts_with("web-") && g.len() == 9);
     }

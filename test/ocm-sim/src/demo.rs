@@ -334,6 +334,7 @@ pub async fn start(opts: &DemoOptions, out: &mut impl Write) -> Result<Running, 
         raw_feedback_hubs: Vec::new(),
         hub_timeout: None,
         eviction_grace: Duration::from_secs(60 * 60),
+        cluster_prefix: crate::fleet::CLUSTER_PREFIX.to_owned(),
     };
     let fleet = Fleet::up(&fleet_opts).await?;
     fleet.write_kubeconfigs(&opts.dir)?;

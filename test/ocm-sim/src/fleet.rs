@@ -58,6 +58,9 @@ pub struct FleetOptions {
     pub hub_timeout: Option<Duration>,
     /// Every work agent's AppliedManifestWork eviction grace period (upstream 60 minutes).
     pub eviction_grace: Duration,
+    /// What every managed cluster's name starts with (then its number, from 1): `cluster`
+    /// by default; a long one makes names as long as Kubernetes allows (63 characters).
+    pub cluster_prefix: String,
 }
 
 /// The kubelet every hub runs (see [`crate::kubelet`]).
@@ -87,7 +90,15 @@ impl Default for FleetOptions {
             raw_feedback_hubs: Vec::new(),
             hub_timeout: None,
             eviction_grace: Duration::from_secs(60 * 60),
+            cluster_prefix: CLUSTER_PREFIX.to_owned(),
         }
+    }
+}
+
+impl FleetOptions {
+    /// Name of the `k`th managed cluster of this fleet (1-based).
+    pub fn cluster_name(&self, k: usize) -> String {
+        format!("{}{k}", self.cluster_prefix)
     }
 }
 
@@ -119,9 +130,12 @@ pub fn hub_name(i: usize) -> String {
     format!("hub{i}")
 }
 
-/// Name of the `k`th managed cluster of the fleet (1-based).
+/// What a fleet's managed clusters are named by default: `cluster1`, `cluster2`, ...
+pub const CLUSTER_PREFIX: &str = "cluster";
+
+/// Name of the `k`th managed cluster of a fleet of default names (1-based).
 pub fn cluster_name(k: usize) -> String {
-    format!("cluster{k}")
+    format!("{CLUSTER_PREFIX}{k}")
 }
 
 /// How many of a hub's managed clusters are Joined and Available.
@@ -229,7 +243,7 @@ impl Fleet {
                 (1..=opts.clusters_per_hub).map(move |j| {
                     (
                         h,
-                        cluster_name(h * opts.clusters_per_hub + j),
+                        opts.cluster_name(h * opts.clusters_per_hub + j),
                         hub.bootstrap_kubeconfig.clone(),
                     )
                 })
