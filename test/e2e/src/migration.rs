@@ -183,6 +183,34 @@ impl Setup {
         .await
     }
 
+    /// Moves `clusters` from hub1 to hub2 with migration `name` and waits (up to 7 minutes)
+    /// for it to complete with every one of them registered and none failed; its status.
+    pub async fn move_all(
+        &self,
+        name: &str,
+        clusters: &[String],
+    ) -> migration_api::migration::ManagedClusterMigrationStatus {
+        self.apply(
+            name,
+            &format!(
+                r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": {}}}"#,
+                json_list(clusters)
+            ),
+        );
+        let m = self
+            .phase(name, MigrationPhase::Completed, Duration::from_secs(420))
+            .await;
+        let status = m.status.unwrap_or_default();
+        let counts = status.clusters.unwrap_or_default();
+        assert_eq!(
+            (counts.registered, counts.failed),
+            (i32::try_from(clusters.len()).unwrap_or(i32::MAX), 0),
+            "{:?}",
+            status.conditions
+        );
+        status
+    }
+
     /// Waits for a migration to reach `phase`, failing with its status and the manager's log.
     pub async fn phase(
         &self,

@@ -232,24 +232,7 @@ async fn a_carry_over_larger_than_a_work_moves_in_parts() {
             .await
             .unwrap();
     }
-    s.apply(
-        "big",
-        &format!(
-            r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": {}}}"#,
-            json_list(&moving)
-        ),
-    );
-    let m = s
-        .phase("big", MigrationPhase::Completed, Duration::from_secs(420))
-        .await;
-    let status = m.status.clone().unwrap();
-    let counts = status.clusters.unwrap();
-    assert_eq!(
-        (counts.registered, counts.failed),
-        (40, 0),
-        "{:?}",
-        status.conditions
-    );
+    let status = s.move_all("big", &moving).await;
     // Kept in parts, not in status: the status stays small.
     let parts = status
         .carry_over_parts
@@ -319,24 +302,7 @@ async fn clusters_past_the_task_list_limit_are_released_by_marks_and_move() {
             }
         },
     ));
-    s.apply(
-        "long",
-        &format!(
-            r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": {}}}"#,
-            json_list(&moving)
-        ),
-    );
-    let m = s
-        .phase("long", MigrationPhase::Completed, Duration::from_secs(420))
-        .await;
-    let status = m.status.clone().unwrap();
-    let counts = status.clusters.unwrap();
-    assert_eq!(
-        (counts.registered, counts.failed),
-        (66, 0),
-        "{:?}",
-        status.conditions
-    );
+    s.move_all("long", &moving).await;
     assert!(marked.is_finished(), "no task with marks was seen");
     assert!(marked.await.unwrap() > 0);
     let mut expected = s.homes();

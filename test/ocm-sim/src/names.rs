@@ -16,8 +16,11 @@ pub const HUB_KUBECONFIG_SECRET: &str = "hub-kubeconfig-secret";
 pub const CLUSTER_LEASE: &str = "managed-cluster-lease";
 /// Label naming the cluster of a CSR.
 pub const CLUSTER_NAME_LABEL: &str = "open-cluster-management.io/cluster-name";
-/// Taint of a cluster whose lease went stale.
+/// The taint upstream's taint controller puts on a cluster whose Available condition is
+/// Unknown or not there yet.
 pub const UNREACHABLE_TAINT: &str = "cluster.open-cluster-management.io/unreachable";
+/// The taint upstream's taint controller puts on a cluster whose Available condition is False.
+pub const UNAVAILABLE_TAINT: &str = "cluster.open-cluster-management.io/unavailable";
 /// Group every registered cluster agent is in.
 pub const MANAGED_CLUSTERS_GROUP: &str = "system:open-cluster-management:managed-clusters";
 

@@ -23,13 +23,13 @@ use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, condition_is_true, find_condition, set_condition};
 use migration_api::names::conditions::{CLUSTER_AVAILABLE, HUB_ACCEPTED, JOINED};
 use migration_api::ocm::addon::ManagedClusterAddOn;
-use migration_api::ocm::cluster::ManagedCluster;
+use migration_api::ocm::cluster::{ManagedCluster, Taint};
 use migration_api::ocm::operator::ClusterManager;
 use migration_api::ocm::work::ManifestWork;
 use serde_json::json;
 
 use crate::finalizers::{self, ignore_not_found};
-use crate::names::{self, CLUSTER_LEASE, CLUSTER_NAME_LABEL, UNREACHABLE_TAINT};
+use crate::names::{self, CLUSTER_LEASE, CLUSTER_NAME_LABEL, UNAVAILABLE_TAINT, UNREACHABLE_TAINT};
 
 const MANAGER: &str = "registration-controller";
 /// The managedcluster controller's finalizer (open-cluster-management.io/api
@@ -64,7 +64,8 @@ pub fn spawn(client: Client, opts: RegistrationOptions) -> Vec<tokio::task::Join
     vec![
         tokio::spawn(approve_csrs(client.clone())),
         tokio::spawn(run_cluster_controller(client.clone())),
-        tokio::spawn(judge_leases(client, opts.lease_check_interval)),
+        tokio::spawn(judge_leases(client.clone(), opts.lease_check_interval)),
+        tokio::spawn(run_taint_controller(client)),
     ]
 }
 
@@ -700,15 +701,6 @@ async fn judge_cluster(
         // the simulator writes stands for the report of an agent the hub lets in.
         return Ok(());
     }
-    // The taint first: it is written with the resourceVersion the cache holds, which the
-    // condition's write would make stale (upstream's taint controller follows the condition
-    // from its own informer; the outcome is the same). A conflict (the cache behind) holds
-    // back neither the condition nor the next round, which writes the taint again.
-    // Upstream's taint controller leaves a cluster being deleted alone.
-    let deleting = mc.metadata.deletion_timestamp.is_some();
-    if !deleting && let Err(e) = set_taint(client, mc, UNREACHABLE_TAINT, !fresh).await {
-        tracing::debug!(cluster = %mc.name_any(), error = %e, "taint not written this round");
-    }
     if fresh {
         apply_condition(
             client,
@@ -733,44 +725,72 @@ async fn judge_cluster(
     Ok(())
 }
 
-async fn set_taint(
-    client: &Client,
-    mc: &ManagedCluster,
-    key: &str,
-    present: bool,
-) -> Result<(), ReconcileError> {
-    let mut taints = mc.spec.taints.clone().unwrap_or_default();
-    let has = taints.iter().any(|t| t.key == key);
-    if has == present {
-        return Ok(());
+/// Upstream's taint controller (ocm `pkg/registration/hub/taint/controller.go`), run on
+/// every change of a ManagedCluster: its availability taints follow its Available condition,
+/// none or Unknown: `unreachable`, False: `unavailable`, True: neither; a cluster being
+/// deleted is left alone. The list is written through sdk-go's patcher, which sends the uid
+/// and resourceVersion it read (`pkg/patcher/patcher.go`): a list changed since by anyone else
+/// is not overwritten, the write fails with a conflict and the cluster is looked at again.
+async fn run_taint_controller(client: Client) {
+    let clusters: Api<ManagedCluster> = Api::all(client.clone());
+    Controller::new(clusters, watcher::Config::default())
+        .run(
+            |mc: Arc<ManagedCluster>, client: Arc<Client>| async move {
+                if let Some(taints) = availability_taints(&mc) {
+                    Api::<ManagedCluster>::all(Client::clone(&client))
+                        .patch(
+                            &mc.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({
+                                "metadata": {"uid": mc.uid(), "resourceVersion": mc.resource_version()},
+                                "spec": {"taints": taints}
+                            })),
+                        )
+                        .await?;
+                }
+                Ok::<_, ReconcileError>(Action::await_change())
+            },
+            |_, _, _| Action::requeue(Duration::from_millis(200)),
+            Arc::new(client),
+        )
+        .for_each(|_| async {})
+        .await;
+}
+
+/// The taints `mc` should carry as upstream's taint controller decides them, if they are not
+/// what it carries.
+fn availability_taints(mc: &ManagedCluster) -> Option<Vec<Taint>> {
+    if mc.metadata.deletion_timestamp.is_some() {
+        return None;
     }
-    if present {
-        // No `timeAdded`: the ManagedCluster webhook sets it, and refuses a new taint that
-        // comes with one (ocm pkg/registration/webhook/v1/managedcluster_mutating.go).
-        taints.push(migration_api::ocm::cluster::Taint {
-            key: key.to_owned(),
-            value: None,
-            effect: "NoSelect".into(),
-            time_added: None,
-        });
-    } else {
-        taints.retain(|t| t.key != key);
+    let available = find_condition(mc.conditions(), CLUSTER_AVAILABLE).map(|c| c.status.as_str());
+    let wanted: &[&str] = match available {
+        None | Some("Unknown") => &[UNREACHABLE_TAINT],
+        Some("False") => &[UNAVAILABLE_TAINT],
+        _ => &[],
+    };
+    let current = mc.spec.taints.as_deref().unwrap_or_default();
+    let mut taints: Vec<Taint> = current
+        .iter()
+        .filter(|t| {
+            ![UNREACHABLE_TAINT, UNAVAILABLE_TAINT].contains(&t.key.as_str())
+                || wanted.contains(&t.key.as_str())
+        })
+        .cloned()
+        .collect();
+    for key in wanted {
+        if !taints.iter().any(|t| t.key == *key) {
+            // No `timeAdded`: the ManagedCluster webhook sets it, and refuses a new taint that
+            // comes with one (ocm pkg/registration/webhook/v1/managedcluster_mutating.go).
+            taints.push(Taint {
+                key: (*key).to_owned(),
+                value: None,
+                effect: "NoSelect".into(),
+                time_added: None,
+            });
+        }
     }
-    // Upstream's taint controller patches through sdk-go's patcher, which sends the uid and
-    // resourceVersion it read (ocm pkg/registration/hub/taint/controller.go; sdk-go
-    // pkg/patcher/patcher.go `patch`): a list changed since by anyone else is not overwritten,
-    // the write fails with a conflict and the next round judges again.
-    let api: Api<ManagedCluster> = Api::all(client.clone());
-    api.patch(
-        &mc.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({
-            "metadata": {"uid": mc.uid(), "resourceVersion": mc.resource_version()},
-            "spec": {"taints": taints}
-        })),
-    )
-    .await?;
-    Ok(())
+    (taints.as_slice() != current).then_some(taints)
 }
 
 #[cfg(test)]
@@ -851,6 +871,63 @@ mod tests {
                 got, want,
                 "accepted {accepted}, deleting {deleting}, {lease:?}"
             );
+        }
+    }
+
+    /// Upstream `pkg/registration/hub/taint/controller.go`: the availability taints follow
+    /// the Available condition, others stay as they are, a cluster being deleted is left alone.
+    #[test]
+    fn availability_taints_follow_the_available_condition() {
+        let ours = Taint {
+            key: "example.com/ours".into(),
+            value: Some("v".into()),
+            effect: "NoSelectIfNew".into(),
+            time_added: None,
+        };
+        let with = |available: Option<&str>, keys: &[&str], deleting: bool| {
+            let mut mc = cluster(true, deleting);
+            if let Some(status) = available {
+                set_condition(
+                    mc.status
+                        .get_or_insert_default()
+                        .conditions
+                        .get_or_insert_default(),
+                    CLUSTER_AVAILABLE,
+                    status,
+                    "r",
+                    "m",
+                    None,
+                );
+            }
+            let mut taints = vec![ours.clone()];
+            taints.extend(keys.iter().map(|k| Taint {
+                key: (*k).to_owned(),
+                value: None,
+                effect: "NoSelect".into(),
+                time_added: None,
+            }));
+            mc.spec.taints = Some(taints);
+            mc
+        };
+        let keys =
+            |t: Option<Vec<Taint>>| t.map(|t| t.into_iter().map(|t| t.key).collect::<Vec<_>>());
+        let (r, u, o) = (UNREACHABLE_TAINT, UNAVAILABLE_TAINT, "example.com/ours");
+        // (Available, availability taints on, deleting, the taint keys written: None = none)
+        type Row<'a> = (Option<&'a str>, &'a [&'a str], bool, Option<Vec<&'a str>>);
+        let rows: [Row; 8] = [
+            (None, &[], false, Some(vec![o, r])),
+            (None, &[r], false, None),
+            (Some("Unknown"), &[u], false, Some(vec![o, r])),
+            (Some("False"), &[r], false, Some(vec![o, u])),
+            (Some("False"), &[u], false, None),
+            (Some("True"), &[r, u], false, Some(vec![o])),
+            (Some("True"), &[], false, None),
+            (None, &[], true, None),
+        ];
+        for (available, have, deleting, want) in rows {
+            let got = keys(availability_taints(&with(available, have, deleting)));
+            let want = want.map(|w| w.into_iter().map(str::to_owned).collect::<Vec<_>>());
+            assert_eq!(got, want, "{available:?} {have:?} deleting {deleting}");
         }
     }
 }

@@ -40,16 +40,66 @@ async fn decided_by(api: &Api<PlacementDecision>, placement: &str) -> Vec<String
 }
 
 /// A ManagedCluster `name` in the `default` set (registered by the hub admin; placements only
-/// read it).
+/// read it), accepted, and reported Joined and Available as its agent would: the hub's taint
+/// controller keeps a cluster without Available True tainted unreachable
+/// (ocm `pkg/registration/hub/taint/controller.go`), which no placement selects: the taint
+/// is seen on first, then off once the cluster is Available.
 async fn add_member(admin: &kube::Client, name: &str) {
-    Api::<ManagedCluster>::all(admin.clone())
-        .patch(name, &PatchParams::apply("test").force(), &Patch::Apply(json!({
+    let api = Api::<ManagedCluster>::all(admin.clone());
+    api.patch(name, &PatchParams::apply("test").force(), &Patch::Apply(json!({
             "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
             "metadata": {"name": name, "labels": {"cluster.open-cluster-management.io/clusterset": "default"}},
             "spec": {"hubAcceptsClient": true}
         })))
         .await
         .unwrap();
+    let hub_tainted = |mc: &ManagedCluster| {
+        mc.spec
+            .taints
+            .iter()
+            .flatten()
+            .any(|t| t.key == "cluster.open-cluster-management.io/unreachable")
+    };
+    eventually(LIMIT, "the new cluster tainted unreachable", || {
+        let api = api.clone();
+        async move { api.get(name).await.ok().filter(hub_tainted).map(|_| ()) }
+    })
+    .await;
+    let condition = |t: &str, reason: &str| {
+        json!({"type": t, "status": "True", "reason": reason, "message": "",
+               "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    };
+    let conditions = json!({"status": {"conditions": [
+        condition("HubAcceptedManagedCluster", "HubClusterAdminAccepted"),
+        condition("ManagedClusterJoined", "ManagedClusterJoined"),
+        condition("ManagedClusterConditionAvailable", "ManagedClusterAvailable"),
+    ]}});
+    eventually(
+        LIMIT,
+        "the cluster accepted, then reported Available",
+        || {
+            let (api, conditions) = (api.clone(), conditions.clone());
+            async move {
+                let mc = api.get(name).await.ok()?;
+                migration_api::common::find_condition(
+                    mc.conditions(),
+                    "HubAcceptedManagedCluster",
+                )?;
+                api.patch_status(name, &PatchParams::default(), &Patch::Merge(&conditions))
+                    .await
+                    .ok()
+            }
+        },
+    )
+    .await;
+    eventually(LIMIT, "the unreachable taint off", || {
+        let api = api.clone();
+        async move {
+            let mc = api.get(name).await.ok()?;
+            (!hub_tainted(&mc)).then_some(())
+        }
+    })
+    .await;
 }
 
 /// The `default` cluster set (its members labelled so), bound to namespace `default`.
