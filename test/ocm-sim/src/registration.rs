@@ -456,12 +456,10 @@ async fn grant(client: &Client, mc: &ManagedCluster) -> Result<(), ReconcileErro
 
 /// The cluster's lease, created as upstream's lease controller creates a missing one
 /// (ocm `pkg/registration/hub/lease/controller.go` `sync`): renewed now, so that the cluster
-/// has a full grace period before its agent's first renewal. One already there is kept.
+/// has a full grace period before its agent's first renewal. One already there is kept (the
+/// create fails with a conflict).
 async fn create_lease(client: &Client, cluster: &str) -> Result<(), ReconcileError> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), cluster);
-    if leases.get_opt(CLUSTER_LEASE).await?.is_some() {
-        return Ok(());
-    }
     let lease = Lease {
         metadata: ObjectMeta {
             name: Some(CLUSTER_LEASE.to_owned()),

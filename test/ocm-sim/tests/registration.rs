@@ -224,12 +224,11 @@ async fn a_joined_cluster_is_available_before_its_agent_first_renews_its_lease()
     .await;
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(hub.cluster.admin.clone(), "quiet");
-    let lease = loop {
-        if let Some(l) = leases.get_opt("managed-cluster-lease").await.unwrap() {
-            break l;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let lease = common::eventually(Duration::from_secs(20), "quiet's lease", || {
+        let leases = leases.clone();
+        async move { leases.get_opt("managed-cluster-lease").await.unwrap() }
+    })
+    .await;
     assert!(
         lease.spec.and_then(|s| s.renew_time).is_some(),
         "created renewed"
