@@ -83,12 +83,9 @@ pub async fn fleet_with(opts: &FleetOptions, dir: &Path) -> Fleet {
         .await
         .unwrap_or_else(|e| panic!("fleet up: {e}"));
     // A minute, and longer for a large fleet (each cluster is its own API server).
-    let total = u64::try_from(opts.hubs * opts.clusters_per_hub).unwrap_or(u64::MAX);
+    let total = u32::try_from(opts.hubs * opts.clusters_per_hub).unwrap_or(u32::MAX);
     fleet
-        .wait_ready(
-            Duration::from_secs(60)
-                .max(Duration::from_millis(500) * u32::try_from(total).unwrap_or(u32::MAX)),
-        )
+        .wait_ready(Duration::from_secs(60).max(Duration::from_millis(500) * total))
         .await
         .unwrap_or_else(|e| panic!("fleet ready: {e}"));
     fleet
