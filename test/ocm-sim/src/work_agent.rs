@@ -71,6 +71,90 @@ struct Ctx {
     amws: Store<AppliedManifestWork>,
     /// The watches of manifests whose feedback is watched, not polled.
     feedback: crate::feedback_watch::FeedbackWatches,
+    /// The last complete apply of each work: what it applied and when it applies again.
+    works_applied: std::sync::Mutex<std::collections::HashMap<String, LastApply>>,
+}
+
+/// Upstream's apply controller (ocm pkg/work/spoke/controllers/manifestcontroller/
+/// manifestwork_controller.go) is queued only when a work is added, gets the finalizer, or
+/// changes its spec or labels (`onUpdateFunc`); besides, it applies again at
+/// `wait.Jitter(ResyncInterval, 0.5)` (4 to 6 minutes) after a sync, and a failed sync is
+/// retried with backoff. Every other event of a work (its own status writes, a watched
+/// object's change, the periodic status sync) reaches only the status controller
+/// (statuscontroller/availablestatus_controller.go), which reads the objects and writes
+/// their availability and feedback but applies nothing: an object changed or removed on the
+/// cluster is put back at the next spec change or resync, not at the next event.
+const APPLY_RESYNC: Duration = Duration::from_secs(4 * 60);
+
+/// The apply controller's retry of a failed sync: its queue's per-item exponential backoff,
+/// 5 ms doubled at each failure up to 1 000 s (`NewTypedItemExponentialFailureRateLimiter`).
+fn apply_backoff(failures: u32) -> Duration {
+    Duration::from_millis(5)
+        .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1)))
+        .min(Duration::from_secs(1000))
+}
+
+/// A work as it was last applied.
+#[derive(Clone, Debug)]
+struct LastApply {
+    uid: String,
+    generation: Option<i64>,
+    labels: std::collections::BTreeMap<String, String>,
+    /// Applies in a row that failed (some manifest not applied); 0 after a complete one.
+    failures: u32,
+    /// The work is applied again at this time whatever happens meanwhile: the resync after a
+    /// complete apply, the backoff after a failed one.
+    again: std::time::Instant,
+}
+
+impl LastApply {
+    /// The apply of `work` just made, complete or not, after `before` (the last one).
+    fn of(work: &ManifestWork, complete: bool, before: Option<&LastApply>) -> Self {
+        let same = before.is_some_and(|b| b.same_spec(work));
+        let failures = match (complete, before) {
+            (true, _) => 0,
+            (false, Some(b)) if same => b.failures.saturating_add(1),
+            (false, _) => 1,
+        };
+        let wait = if complete {
+            // `wait.Jitter(d, 0.5)`: d plus up to half of it more.
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or_default();
+            APPLY_RESYNC + APPLY_RESYNC.mul_f64(0.5 * f64::from(nanos % 1000) / 1000.0)
+        } else {
+            apply_backoff(failures)
+        };
+        Self {
+            uid: work.uid().unwrap_or_default(),
+            generation: work.metadata.generation,
+            labels: work.labels().clone(),
+            failures,
+            again: std::time::Instant::now() + wait,
+        }
+    }
+
+    /// The same object with the same spec and labels as applied.
+    fn same_spec(&self, work: &ManifestWork) -> bool {
+        self.uid == work.uid().unwrap_or_default()
+            && self.generation == work.metadata.generation
+            && &self.labels == work.labels()
+    }
+
+    /// Whether `work` still is what was applied and no apply is due: then only its status
+    /// is synced.
+    fn covers(&self, work: &ManifestWork) -> bool {
+        self.same_spec(work) && std::time::Instant::now() < self.again
+    }
+
+    /// How soon the reconcile is to run again: at the status sync, or sooner for a retry.
+    fn requeue(&self, status_sync: Duration) -> Duration {
+        status_sync.min(
+            self.again
+                .saturating_duration_since(std::time::Instant::now()),
+        )
+    }
 }
 
 type KindCache =
@@ -132,6 +216,7 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             kinds: KindCache::default(),
             amws,
             feedback,
+            works_applied: Default::default(),
         });
         let works: Api<ManifestWork> = Api::namespaced(hub, &opts.cluster_name);
         // When the process restarts (a pod replaced), reconciles under way finish first, as in
@@ -298,8 +383,18 @@ async fn reconcile(
     tracing::debug!(cluster = %ctx.cluster, work = %name, "work reconcile starts");
     let r = finalizer(&api, MANIFEST_WORK_CLEANUP, work, |ev| async move {
         match ev {
-            Finalize::Apply(w) => apply_work(&c, &w).await,
-            Finalize::Cleanup(w) => cleanup_work(&c, &w).await,
+            Finalize::Apply(w) => {
+                let last = lock(&c.works_applied).get(&w.name_any()).cloned();
+                if let Some(last) = last.filter(|l| l.covers(&w)) {
+                    sync_status(&c, &w, last.requeue(c.resync)).await
+                } else {
+                    apply_work(&c, &w).await
+                }
+            }
+            Finalize::Cleanup(w) => {
+                lock(&c.works_applied).remove(&w.name_any());
+                cleanup_work(&c, &w).await
+            }
         }
     })
     .await;
@@ -380,7 +475,6 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
     // controllers/manifestcontroller/manifestwork_controller.go): the cache never goes back
     // to before a deletion it has seen, and a cleanup runs only once it has seen one, so a
     // late resync cannot re-create what a cleanup removed.
-    let works: Api<ManifestWork> = Api::namespaced(ctx.hub.clone(), &ctx.cluster);
     tracing::debug!(cluster = %ctx.cluster, work = %work.name_any(), "applying work");
     let amws: Api<AppliedManifestWork> = Api::all(ctx.managed.clone());
     let amw_name = applied_name(ctx, work);
@@ -486,19 +580,6 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
         let mut feedback = None;
         match outcome {
             Ok((live, cfg, ar)) => {
-                // Upstream's status controller registers a watched manifest once its object
-                // was read, and unregisters one whose config no longer asks for a watch.
-                if live.is_some() {
-                    let watched = cfg.as_ref().and_then(|c| c.feedback_scrape_type)
-                        == Some(FeedbackScrapeType::Watch);
-                    if watched {
-                        ctx.feedback
-                            .register(&work.name_any(), &ar, ns.as_deref(), &name);
-                    } else {
-                        ctx.feedback
-                            .unregister(&work.name_any(), &ar, ns.as_deref(), &name);
-                    }
-                }
                 set_condition(
                     &mut conditions,
                     "Applied",
@@ -507,47 +588,15 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
                     "Apply manifest complete",
                     None,
                 );
-                match &live {
-                    Some(obj) => {
-                        set_condition(
-                            &mut conditions,
-                            "Available",
-                            "True",
-                            "ResourceAvailable",
-                            "Resource is available",
-                            None,
-                        );
-                        let (values, synced) =
-                            feedback_values(cfg.as_ref(), obj, &ar, ctx.raw_feedback_json);
-                        let (status, reason, message) = match (&cfg, synced) {
-                            (None, _) => ("True", "NoStatusFeedbackSynced", String::new()),
-                            (Some(_), Ok(())) => ("True", "StatusFeedbackSynced", String::new()),
-                            (Some(_), Err(e)) => ("False", "StatusFeedbackSyncFailed", e),
-                        };
-                        set_condition(
-                            &mut conditions,
-                            "StatusFeedbackSynced",
-                            status,
-                            reason,
-                            &message,
-                            None,
-                        );
-                        if cfg.is_some() {
-                            feedback = Some(values);
-                        }
-                    }
-                    None => {
-                        all_available = false;
-                        set_condition(
-                            &mut conditions,
-                            "Available",
-                            "False",
-                            "ResourceNotAvailable",
-                            "Resource is not available",
-                            None,
-                        );
-                    }
-                }
+                let seen = observe(
+                    ctx,
+                    &work.name_any(),
+                    &mut conditions,
+                    Some(live.as_ref()),
+                    (cfg.as_ref(), &ar, ns.as_deref(), &name),
+                );
+                all_available &= seen.available;
+                feedback = seen.feedback;
             }
             Err(e) => {
                 all_applied = false;
@@ -603,14 +652,10 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
-    let (applied, available) = (
-        if all_applied { "True" } else { "False" },
-        if all_available { "True" } else { "False" },
-    );
     set_condition(
         &mut work_conditions,
         "Applied",
-        applied,
+        if all_applied { "True" } else { "False" },
         if all_applied {
             "AppliedManifestWorkComplete"
         } else {
@@ -623,28 +668,132 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
         },
         generation,
     );
+    set_work_available(&mut work_conditions, all_available, generation);
+    let status = json!({"conditions": work_conditions, "resourceStatus": {"manifests": statuses}});
+    write_status(ctx, work, status).await?;
+    // A failed apply is tried again after the backoff (upstream's controller returns the
+    // error and its queue requeues the work so), its status synced meanwhile.
+    let mut applied = lock(&ctx.works_applied);
+    let last = LastApply::of(work, all_applied, applied.get(&work.name_any()));
+    let requeue = last.requeue(ctx.resync);
+    applied.insert(work.name_any(), last);
+    Ok(Action::requeue(requeue))
+}
+
+/// What the status controller made of one manifest's object.
+struct Observed {
+    available: bool,
+    feedback: Option<Vec<Value>>,
+}
+
+/// Upstream's status controller on one manifest (`syncManifestWork`): its object read
+/// (`live`: `Some(None)` not found, `None` not readable), its `Available` condition, its
+/// `StatusFeedbackSynced` condition and feedback values per the work's config, and its watch
+/// registered (once its object was read) or unregistered per that config.
+fn observe(
+    ctx: &Ctx,
+    work: &str,
+    conditions: &mut Vec<Condition>,
+    live: Option<Option<&Value>>,
+    (cfg, ar, ns, name): (
+        Option<&ManifestConfigOption>,
+        &ApiResource,
+        Option<&str>,
+        &str,
+    ),
+) -> Observed {
+    let obj = match live {
+        None => {
+            set_condition(
+                conditions,
+                "Available",
+                "Unknown",
+                "FetchingResourceFailed",
+                "Failed to fetch the resource",
+                None,
+            );
+            return Observed {
+                available: false,
+                feedback: None,
+            };
+        }
+        Some(None) => {
+            set_condition(
+                conditions,
+                "Available",
+                "False",
+                "ResourceNotAvailable",
+                "Resource is not available",
+                None,
+            );
+            return Observed {
+                available: false,
+                feedback: None,
+            };
+        }
+        Some(Some(obj)) => obj,
+    };
+    let watched = cfg.and_then(|c| c.feedback_scrape_type) == Some(FeedbackScrapeType::Watch);
+    if watched {
+        ctx.feedback.register(work, ar, ns, name);
+    } else {
+        ctx.feedback.unregister(work, ar, ns, name);
+    }
     set_condition(
-        &mut work_conditions,
+        conditions,
         "Available",
-        available,
-        if all_available {
+        "True",
+        "ResourceAvailable",
+        "Resource is available",
+        None,
+    );
+    let (values, synced) = feedback_values(cfg, obj, ar, ctx.raw_feedback_json);
+    let (status, reason, message) = match (cfg, synced) {
+        (None, _) => ("True", "NoStatusFeedbackSynced", String::new()),
+        (Some(_), Ok(())) => ("True", "StatusFeedbackSynced", String::new()),
+        (Some(_), Err(e)) => ("False", "StatusFeedbackSyncFailed", e),
+    };
+    set_condition(
+        conditions,
+        "StatusFeedbackSynced",
+        status,
+        reason,
+        &message,
+        None,
+    );
+    Observed {
+        available: true,
+        feedback: cfg.is_some().then_some(values),
+    }
+}
+
+/// The work's `Available` condition at its generation, as the status controller aggregates
+/// the manifests' (`AggregateManifestConditions`).
+fn set_work_available(conditions: &mut Vec<Condition>, available: bool, generation: Option<i64>) {
+    set_condition(
+        conditions,
+        "Available",
+        if available { "True" } else { "False" },
+        if available {
             "ResourcesAvailable"
         } else {
             "ResourcesNotAvailable"
         },
-        if all_available {
+        if available {
             "All resources are available"
         } else {
             "Some resources are not available"
         },
         generation,
     );
-    let status = json!({"conditions": work_conditions, "resourceStatus": {"manifests": statuses}});
-    // Written only when it changed, as the real agent compares before it updates.
+}
+
+/// Writes `status` as the work's status unless it already is (upstream compares first).
+async fn write_status(ctx: &Ctx, work: &ManifestWork, status: Value) -> Result<(), WorkError> {
     let unchanged = serde_json::from_value::<ManifestWorkStatus>(status.clone())
         .is_ok_and(|s| work.status.as_ref() == Some(&s));
     if !unchanged {
-        works
+        Api::<ManifestWork>::namespaced(ctx.hub.clone(), &ctx.cluster)
             .patch_status(
                 &work.name_any(),
                 &PatchParams::default(),
@@ -652,7 +801,93 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
             )
             .await?;
     }
-    Ok(Action::requeue(ctx.resync))
+    Ok(())
+}
+
+/// The status controller alone, for a work applied as it is now (see [`APPLY_RESYNC`]): each
+/// manifest the last apply reported is read again (from the cluster; a watched one's change
+/// is what woke this sync) and its availability and feedback written, nothing applied. Only
+/// once the work reports `Applied` at all, as upstream waits for it.
+async fn sync_status(
+    ctx: &Ctx,
+    work: &ManifestWork,
+    requeue: Duration,
+) -> Result<Action, WorkError> {
+    let Some(status) = work.status.as_ref() else {
+        return Ok(Action::requeue(requeue));
+    };
+    let mut work_conditions = status.conditions.clone().unwrap_or_default();
+    if !work_conditions.iter().any(|c| c.type_ == "Applied") {
+        return Ok(Action::requeue(requeue));
+    }
+    let previous: &[ManifestCondition] = status
+        .resource_status
+        .as_ref()
+        .and_then(|r| r.manifests.as_deref())
+        .unwrap_or_default();
+    let mut statuses = Vec::with_capacity(previous.len());
+    let mut all_available = true;
+    for p in previous {
+        let m = &p.resource_meta;
+        let mut conditions = p.conditions.clone();
+        let meta = serde_json::to_value(m).map_err(|e| WorkError::Other(e.to_string()))?;
+        let (Some(resource), Some(version), Some(name)) = (
+            m.resource.as_deref().filter(|r| !r.is_empty()),
+            m.version.as_deref(),
+            m.name.as_deref(),
+        ) else {
+            // Never applied (its kind not served): nothing to read.
+            all_available = false;
+            statuses.push(json!({"resourceMeta": meta, "conditions": conditions}));
+            continue;
+        };
+        let group = m.group.as_deref().unwrap_or_default();
+        let ar = ApiResource {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            api_version: if group.is_empty() {
+                version.to_owned()
+            } else {
+                format!("{group}/{version}")
+            },
+            kind: m.kind.clone().unwrap_or_default(),
+            plural: resource.to_owned(),
+        };
+        let ns = m.namespace.as_deref().filter(|n| !n.is_empty());
+        let api = match ns {
+            Some(ns) => Api::<DynamicObject>::namespaced_with(ctx.managed.clone(), ns, &ar),
+            None => Api::<DynamicObject>::all_with(ctx.managed.clone(), &ar),
+        };
+        let live = match api.get_opt(name).await {
+            Ok(o) => Some(o.and_then(|o| serde_json::to_value(o).ok())),
+            Err(e) => {
+                tracing::debug!(cluster = %ctx.cluster, work = %work.name_any(), manifest = %name, error = %e, "manifest not read");
+                None
+            }
+        };
+        let cfg = config_for(work, &ar, ns, name);
+        let seen = observe(
+            ctx,
+            &work.name_any(),
+            &mut conditions,
+            live.as_ref().map(Option::as_ref),
+            (cfg, &ar, ns, name),
+        );
+        all_available &= seen.available;
+        let mut s = json!({"resourceMeta": meta, "conditions": conditions});
+        if let Some(values) = seen.feedback {
+            s["statusFeedback"] = json!({"values": values});
+        }
+        statuses.push(s);
+    }
+    set_work_available(
+        &mut work_conditions,
+        all_available,
+        work.metadata.generation,
+    );
+    let status = json!({"conditions": work_conditions, "resourceStatus": {"manifests": statuses}});
+    write_status(ctx, work, status).await?;
+    Ok(Action::requeue(requeue))
 }
 
 /// Applies one manifest per its update strategy; returns the live object (None if absent).
@@ -1338,6 +1573,44 @@ mod tests {
 
     /// Upstream `rules/rule.go`: Deployments report ready, total and available replicas
     /// (no observedGeneration); kinds without well-known statuses are an error.
+    #[test]
+    fn a_failed_apply_is_retried_with_upstreams_backoff() {
+        for (failures, want) in [
+            (1, Duration::from_millis(5)),
+            (2, Duration::from_millis(10)),
+            (11, Duration::from_millis(5120)),
+            (18, Duration::from_millis(5 << 17)),
+            (19, Duration::from_secs(1000)),
+            (u32::MAX, Duration::from_secs(1000)),
+        ] {
+            assert_eq!(apply_backoff(failures), want, "{failures} failures");
+        }
+        let work: ManifestWork = serde_json::from_value(json!({
+            "metadata": {"name": "w", "namespace": "c", "uid": "u", "generation": 3},
+            "spec": {}
+        }))
+        .unwrap();
+        let failed = LastApply::of(&work, false, None);
+        assert_eq!(failed.failures, 1);
+        let again = LastApply::of(&work, false, Some(&failed));
+        assert_eq!(again.failures, 2);
+        assert!(again.covers(&work), "no apply before the backoff ends");
+        assert!(again.requeue(Duration::from_secs(10)) <= Duration::from_millis(10));
+        // A new spec resets the count; a complete apply covers the work until the resync.
+        let mut changed = work.clone();
+        changed.metadata.generation = Some(4);
+        assert!(!again.covers(&changed), "a new spec is applied at once");
+        assert_eq!(LastApply::of(&changed, false, Some(&again)).failures, 1);
+        let done = LastApply::of(&work, true, Some(&again));
+        assert_eq!(done.failures, 0);
+        assert!(done.covers(&work));
+        assert_eq!(
+            done.requeue(Duration::from_secs(10)),
+            Duration::from_secs(10)
+        );
+        assert!(done.again >= std::time::Instant::now() + Duration::from_secs(239));
+    }
+
     #[test]
     fn well_known_status_by_kind() {
         let cfg: ManifestConfigOption = serde_json::from_value(json!({

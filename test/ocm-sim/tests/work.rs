@@ -169,46 +169,6 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         w.finalizers(),
         ["cluster.open-cluster-management.io/manifest-work-cleanup"]
     );
-    // Feedback follows the object on the cluster; drift from the manifest is reverted (the
-    // Update strategy replaces the object but merges its labels, as upstream's
-    // `update_apply.go` does, so the added label stays).
-    c1_cms
-        .patch(
-            "settings",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"extra": "seen"}}, "data": {"mode": "green", "other": "x"}})),
-        )
-        .await
-        .unwrap();
-    eventually(
-        LIMIT,
-        "the feedback to follow and the drift to be reverted",
-        || {
-            let works = works.clone();
-            async move {
-                let w = works.get("app").await.unwrap();
-                let values = w
-                    .status?
-                    .resource_status?
-                    .manifests?
-                    .into_iter()
-                    .find_map(|m| m.status_feedback?.values)?;
-                let get = |n: &str| {
-                    values
-                        .iter()
-                        .find(|v| v.name == n)
-                        .and_then(|v| v.field_value.string.clone())
-                };
-                (get("extra").as_deref() == Some("seen") && get("mode").as_deref() == Some("blue"))
-                    .then_some(())
-            }
-        },
-    )
-    .await;
-    let live = c1_cms.get("settings").await.unwrap();
-    let data = live.data.unwrap_or_default();
-    assert_eq!(data.get("mode").map(String::as_str), Some("blue"));
-    assert!(!data.contains_key("other"), "drift replaced: {data:?}");
     // While nothing changes, the agent keeps reconciling (each reconcile reads the work's
     // ConfigMap on the cluster; its AppliedManifestWork comes from its watch) without writing
     // the work again: per-manifest conditions keep their transition times.
@@ -287,6 +247,55 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         for_app(amws.list(&Default::default()).await.unwrap().items),
         1
     );
+    // Feedback follows the object on the cluster, and drift from the manifest stays until
+    // the work's spec changes: upstream's status controller reads the object at each sync
+    // and applies nothing; its apply controller runs on a change of the work's spec or
+    // labels (or its 4 to 6-minute resync), not on every event of the work
+    // (ocm pkg/work/spoke/controllers/manifestcontroller/manifestwork_controller.go
+    // `onUpdateFunc`). (By now the cluster's agent has restarted once with its klusterlet
+    // work's settings, which applies every work afresh; it does not restart again here.)
+    c1_cms
+        .patch(
+            "settings",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"extra": "seen"}}, "data": {"mode": "green", "other": "x"}})),
+        )
+        .await
+        .unwrap();
+    eventually(LIMIT, "the feedback to follow the drift", || {
+        let works = works.clone();
+        async move {
+            let w = works.get("app").await.unwrap();
+            let values = w
+                .status?
+                .resource_status?
+                .manifests?
+                .into_iter()
+                .find_map(|m| m.status_feedback?.values)?;
+            let get = |n: &str| {
+                values
+                    .iter()
+                    .find(|v| v.name == n)
+                    .and_then(|v| v.field_value.string.clone())
+            };
+            (get("extra").as_deref() == Some("seen") && get("mode").as_deref() == Some("green"))
+                .then_some(())
+        }
+    })
+    .await;
+    let syncs = gets(cluster_metrics);
+    eventually(LIMIT, "five more status syncs", || {
+        let done = gets(cluster_metrics) >= syncs + 5;
+        async move { done.then_some(()) }
+    })
+    .await;
+    let live = c1_cms.get("settings").await.unwrap();
+    let data = live.data.unwrap_or_default();
+    assert_eq!(
+        data.get("mode").map(String::as_str),
+        Some("green"),
+        "a status sync applies nothing"
+    );
     // A manifest removed from the work is removed from the cluster.
     let mut extra = works.get("app").await.unwrap();
     let manifests = extra
@@ -304,6 +313,21 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         async move { c1.get_opt("extra").await.unwrap() }
     })
     .await;
+    // The spec changed: every manifest is applied again, and the drift is replaced (the Update
+    // strategy replaces the object but merges its labels, as upstream's `update_apply.go`
+    // does, so the added label stays).
+    let live = c1_cms.get("settings").await.unwrap();
+    let data = live.data.unwrap_or_default();
+    assert_eq!(data.get("mode").map(String::as_str), Some("blue"));
+    assert!(!data.contains_key("other"), "drift replaced: {data:?}");
+    assert_eq!(
+        live.metadata
+            .labels
+            .unwrap_or_default()
+            .get("extra")
+            .map(String::as_str),
+        Some("seen")
+    );
     let mut fewer = works.get("app").await.unwrap();
     fewer
         .spec
