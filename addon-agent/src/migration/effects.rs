@@ -359,15 +359,22 @@ fn take_back_cluster(
 }
 
 /// Cleaning on the source, for a cluster not taken back: a moved cluster the manager says to
-/// detach is deleted here (once) and its works released, and is `Detached` once gone; any
-/// other (arrived, not confirmed yet) is left exactly as it is, its marks keeping auto-import
-/// and its own KlusterletConfig from pulling it back meanwhile.
+/// detach is deleted here (once) and its works released, and is `Detached` once gone, or once
+/// its deletion is under way and the hub finishes it without this agent; any other (arrived,
+/// not confirmed yet) is left exactly as it is, its marks keeping auto-import and its own
+/// KlusterletConfig from pulling it back meanwhile.
 ///
 /// `import_controller`: the hub runs ACM's import controller, which force-deletes the works
 /// (and addons) of a deleted cluster it no longer accepts (stolostron/managedcluster-import-
 /// controller `pkg/controller/resourcecleanup/resourcecleanup_controller.go`,
-/// `clusterNeedForceDelete`): there a refused cluster's works are left to it (two requests a
-/// cluster fewer); an accepted one's, and any on plain OCM, are released here.
+/// `clusterNeedForceDelete`), and then lifts its own finalizers; the registration GC's and
+/// cleanup finalizers follow from it (ocm `pkg/registration/hub/gc`, requeued every 5 s while
+/// works remain). There a refused cluster's works are left to it (two requests a cluster
+/// fewer) and the cluster counts as detached as soon as it is deleting: nothing of the
+/// migration's is needed for the rest, and waiting for the hub's GC cost every migration
+/// about 5 s. An accepted one's works, and any on plain OCM (no controller force-deletes
+/// them: the work agent that would finish them now serves the target), are released here,
+/// and the cluster is detached once gone.
 pub(super) fn let_go(
     detach: bool,
     mc: Option<&ManagedCluster>,
@@ -376,11 +383,16 @@ pub(super) fn let_go(
     match (detach, mc) {
         (true, None) => (ClusterState::Detached, vec![]),
         (true, Some(m)) => {
+            let deleting = m.metadata.deletion_timestamp.is_some();
+            let hub_finishes = import_controller && !m.spec.hub_accepts_client;
+            if deleting && hub_finishes {
+                return (ClusterState::Detached, vec![]);
+            }
             let mut effects = vec![];
-            if m.metadata.deletion_timestamp.is_none() {
+            if !deleting {
                 effects.push(Effect::Detach);
             }
-            if !import_controller || m.spec.hub_accepts_client {
+            if !hub_finishes {
                 effects.push(Effect::ReleaseWorks);
             }
             (ClusterState::Switching, effects)

@@ -142,7 +142,15 @@ fn cleaning_detaches_only_what_the_manager_names_and_only_once() {
         let_go(true, Some(&deleting), false),
         (Switching, vec![Effect::ReleaseWorks])
     );
-    assert_eq!(let_go(true, Some(&deleting), true), (Switching, vec![]));
+    // ACM, refused and deleting: the import controller and the registration GC finish it.
+    assert_eq!(let_go(true, Some(&deleting), true), (Detached, vec![]));
+    // ACM, still accepted while deleting: its works wait for this agent, and so does it.
+    let mut accepted_deleting = accepted.clone();
+    accepted_deleting.metadata.deletion_timestamp = deleting.metadata.deletion_timestamp.clone();
+    assert_eq!(
+        let_go(true, Some(&accepted_deleting), true),
+        (Switching, vec![Effect::ReleaseWorks])
+    );
     assert_eq!(let_go(true, None, false), (Detached, vec![]));
     // Arrived but not confirmed by the target: left exactly as it is.
     assert_eq!(let_go(false, Some(&present), true), (Switching, vec![]));
