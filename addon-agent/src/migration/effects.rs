@@ -365,16 +365,18 @@ fn take_back_cluster(
 /// KlusterletConfig from pulling it back meanwhile.
 ///
 /// `import_controller`: the hub runs ACM's import controller, which force-deletes the works
-/// (and addons) of a deleted cluster it no longer accepts (stolostron/managedcluster-import-
-/// controller `pkg/controller/resourcecleanup/resourcecleanup_controller.go`,
-/// `clusterNeedForceDelete`), and then lifts its own finalizers; the registration GC's and
-/// cleanup finalizers follow from it (ocm `pkg/registration/hub/gc`, requeued every 5 s while
-/// works remain). There a refused cluster's works are left to it (two requests a cluster
-/// fewer) and the cluster counts as detached as soon as it is deleting: nothing of the
-/// migration's is needed for the rest, and waiting for the hub's GC cost every migration
-/// about 5 s. An accepted one's works, and any on plain OCM (no controller force-deletes
-/// them: the work agent that would finish them now serves the target), are released here,
-/// and the cluster is detached once gone.
+/// (and addons) of a deleted cluster it no longer accepts or that is not Available
+/// (stolostron/managedcluster-import-controller `pkg/controller/resourcecleanup/
+/// resourcecleanup_controller.go`, `clusterNeedForceDelete`; a moved cluster is refused here,
+/// and its lease here runs out should someone accept it again), and then lifts its own
+/// finalizers; the registration GC's and cleanup finalizers follow from it (ocm
+/// `pkg/registration/hub/gc`, requeued every 5 s while works remain). There the works are
+/// left to it (two requests a cluster fewer, and the manager grants this agent nothing in
+/// the clusters' namespaces) and the cluster counts as detached as soon as it is deleting:
+/// nothing of the migration's is needed for the rest, and waiting for the hub's GC cost
+/// every migration about 5 s. On plain OCM no controller force-deletes them (the work agent
+/// that would finish them now serves the target): they are released here, and the cluster
+/// is detached once gone.
 pub(super) fn let_go(
     detach: bool,
     mc: Option<&ManagedCluster>,
@@ -384,15 +386,14 @@ pub(super) fn let_go(
         (true, None) => (ClusterState::Detached, vec![]),
         (true, Some(m)) => {
             let deleting = m.metadata.deletion_timestamp.is_some();
-            let hub_finishes = import_controller && !m.spec.hub_accepts_client;
-            if deleting && hub_finishes {
+            if deleting && import_controller {
                 return (ClusterState::Detached, vec![]);
             }
             let mut effects = vec![];
             if !deleting {
                 effects.push(Effect::Detach);
             }
-            if !hub_finishes {
+            if !import_controller {
                 effects.push(Effect::ReleaseWorks);
             }
             (ClusterState::Switching, effects)

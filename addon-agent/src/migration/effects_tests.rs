@@ -122,8 +122,9 @@ fn cleaning_detaches_only_what_the_manager_names_and_only_once() {
         let_go(true, Some(&present), false),
         (Switching, vec![Effect::Detach, Effect::ReleaseWorks])
     );
-    // ACM: the import controller force-deletes a refused cluster's works once it is deleted;
-    // an accepted one's would wait for its work agent, so they are released here.
+    // ACM: the import controller force-deletes the works of a deleted cluster it refuses, or
+    // that is not Available (an accepted one, once its lease here runs out): the agent, which
+    // the manager grants nothing in the clusters' namespaces there, leaves them to it.
     assert_eq!(
         let_go(true, Some(&present), true),
         (Switching, vec![Effect::Detach])
@@ -131,7 +132,7 @@ fn cleaning_detaches_only_what_the_manager_names_and_only_once() {
     let accepted = cluster_with(&[], true, false);
     assert_eq!(
         let_go(true, Some(&accepted), true),
-        (Switching, vec![Effect::Detach, Effect::ReleaseWorks])
+        (Switching, vec![Effect::Detach])
     );
     let mut deleting = present.clone();
     deleting.metadata.deletion_timestamp =
@@ -144,12 +145,11 @@ fn cleaning_detaches_only_what_the_manager_names_and_only_once() {
     );
     // ACM, refused and deleting: the import controller and the registration GC finish it.
     assert_eq!(let_go(true, Some(&deleting), true), (Detached, vec![]));
-    // ACM, still accepted while deleting: its works wait for this agent, and so does it.
     let mut accepted_deleting = accepted.clone();
     accepted_deleting.metadata.deletion_timestamp = deleting.metadata.deletion_timestamp.clone();
     assert_eq!(
         let_go(true, Some(&accepted_deleting), true),
-        (Switching, vec![Effect::ReleaseWorks])
+        (Detached, vec![])
     );
     assert_eq!(let_go(true, None, false), (Detached, vec![]));
     // Arrived but not confirmed by the target: left exactly as it is.

@@ -316,11 +316,21 @@ pub(super) fn deliver_source(
         return Ok(None);
     }
     let mut source = base_task(mcm, MigrationRole::Source, stage, names);
-    // Grants first, so that they are in place when the agent reads its task; in Cleaning the
-    // agent also releases the works of the clusters it detaches.
-    let release = part.detach.clone();
-    source.set_subsets(part.released, part.rollback, part.detach);
+    // Grants first, so that they are in place when the agent reads its task. In Cleaning a
+    // plain OCM source's agent also releases the works of the clusters it detaches; on a hub
+    // with ACM's import controller that controller force-deletes the works of every deleted
+    // cluster it no longer accepts or that is not Available (stolostron/managedcluster-import-
+    // controller `resourcecleanup_controller.go`, `clusterNeedForceDelete`), which a moved
+    // cluster always becomes there, so that agent gets no RoleBinding in their namespaces:
+    // it needs none, and a task's work with one per cluster costs a read of each at every
+    // status sync of the work (upstream's status controller reads every manifest's object).
     let shape = shape_of(step);
+    let release = if shape == Shape::ManifestWork {
+        part.detach.clone()
+    } else {
+        Vec::new()
+    };
+    source.set_subsets(part.released, part.rollback, part.detach);
     set_delivery(&mut source, shape);
     let carried = world.carried.as_deref().map_or(&[][..], Vec::as_slice);
     let grants = agent_grants(&world.addon, &source, carried, source_ns, release);
