@@ -359,8 +359,9 @@ fn take_back_cluster(
 }
 
 /// Cleaning on the source, for a cluster not taken back: a moved cluster the manager says to
-/// detach is deleted here (once) and its works released, and is `Detached` once gone, or once
-/// its deletion is under way and the hub finishes it without this agent; any other (arrived,
+/// detach is deleted here (once), its works released where nothing else does it, and is
+/// `Detached` once gone, or once its deletion is under way and the hub finishes it without
+/// this agent; any other (arrived,
 /// not confirmed yet) is left exactly as it is, its marks keeping auto-import and its own
 /// KlusterletConfig from pulling it back meanwhile.
 ///
