@@ -71,7 +71,8 @@ struct Ctx {
     amws: Store<AppliedManifestWork>,
     /// The watches of manifests whose feedback is watched, not polled.
     feedback: crate::feedback_watch::FeedbackWatches,
-    /// The last complete apply of each work: what it applied and when it applies again.
+    /// The last apply of each work, complete or failed: what it applied and when it applies
+    /// again.
     works_applied: std::sync::Mutex<std::collections::HashMap<String, LastApply>>,
 }
 
@@ -703,35 +704,23 @@ fn observe(
     ),
 ) -> Observed {
     let obj = match live {
-        None => {
-            set_condition(
-                conditions,
-                "Available",
-                "Unknown",
-                "FetchingResourceFailed",
-                "Failed to fetch the resource",
-                None,
-            );
-            return Observed {
-                available: false,
-                feedback: None,
-            };
-        }
-        Some(None) => {
-            set_condition(
-                conditions,
-                "Available",
-                "False",
-                "ResourceNotAvailable",
-                "Resource is not available",
-                None,
-            );
-            return Observed {
-                available: false,
-                feedback: None,
-            };
-        }
         Some(Some(obj)) => obj,
+        missing => {
+            let (status, reason, message) = if missing.is_some() {
+                ("False", "ResourceNotAvailable", "Resource is not available")
+            } else {
+                (
+                    "Unknown",
+                    "FetchingResourceFailed",
+                    "Failed to fetch the resource",
+                )
+            };
+            set_condition(conditions, "Available", status, reason, message, None);
+            return Observed {
+                available: false,
+                feedback: None,
+            };
+        }
     };
     let watched = cfg.and_then(|c| c.feedback_scrape_type) == Some(FeedbackScrapeType::Watch);
     if watched {
