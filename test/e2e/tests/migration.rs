@@ -266,12 +266,35 @@ async fn a_carry_over_larger_than_a_work_moves_in_parts() {
 /// 66 clusters named as long as Kubernetes allows (61 to 63 characters): their names fill
 /// more than the 4 KiB a task lists released, rolled-back and detached clusters in, so the
 /// tasks mark them by position (`clusterMarks`, one digit per cluster) as they do for
-/// thousands of clusters, and the agents read the marks: every cluster moves.
+/// thousands of clusters, and the agents read the marks: every cluster moves. The target's
+/// CA bundle is large (its CA sixteen times over, about 10 KiB, as an OpenShift API server's
+/// bundle of several signers may be), so the bootstrap kubeconfigs of the 64 identities are
+/// past one work's 400 KiB: they go in several bootstrap works, which the source's work agent
+/// applies, the klusterlets connect with, and Cleaning removes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn clusters_past_the_task_list_limit_are_released_by_marks_and_move() {
     let _serial = ONE_AT_A_TIME.lock().await;
     const PREFIX: &str = "cluster-named-as-long-as-a-kubernetes-namespace-name-may-be-";
     let s = Setup::with_fleet(2, 66, |o| o.cluster_prefix = PREFIX.into()).await;
+    large_target_ca_bundle(&s, 16).await;
+    // The source's bootstrap works, watched while the migration runs: more than one.
+    let works: Api<ManifestWork> = Api::namespaced(s.global.clone(), "hub1");
+    let split = tokio::spawn(eventually(
+        Duration::from_secs(600),
+        "the bootstrap objects in more than one work",
+        move || {
+            let works = works.clone();
+            async move {
+                let list = works.list(&ListParams::default()).await.ok()?;
+                let parts = list
+                    .items
+                    .iter()
+                    .filter(|w| w.name_any().contains("-bootstrap"))
+                    .count();
+                (parts > 1).then_some(parts)
+            }
+        },
+    ));
     let moving: Vec<String> = s
         .homes()
         .into_iter()
@@ -305,12 +328,38 @@ async fn clusters_past_the_task_list_limit_are_released_by_marks_and_move() {
     s.move_all("long", &moving).await;
     assert!(marked.is_finished(), "no task with marks was seen");
     assert!(marked.await.unwrap() > 0);
+    assert!(split.is_finished(), "the bootstrap objects were not split");
+    assert!(split.await.unwrap() > 1);
     let mut expected = s.homes();
     for name in &moving {
         expected.insert(name.clone(), 2);
     }
     s.invariant(&expected).await;
     no_leftovers(&s, "long").await;
+}
+
+/// Makes the target's CA bundle, as the global hub knows it (hub2's
+/// `managedClusterClientConfigs`), its CA `copies` times over: still a bundle its klusterlets
+/// trust the hub by.
+async fn large_target_ca_bundle(s: &Setup, copies: usize) {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let hubs: Api<ManagedCluster> = Api::all(s.global.clone());
+    let hub2 = hubs.get("hub2").await.unwrap();
+    let mut configs = hub2.spec.managed_cluster_client_configs.clone().unwrap();
+    let pem = String::from_utf8(
+        b64.decode(configs[0].ca_bundle.as_deref().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    configs[0].ca_bundle = Some(b64.encode(format!("{}\n", pem.trim_end()).repeat(copies)));
+    hubs.patch(
+        "hub2",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"managedClusterClientConfigs": configs}})),
+    )
+    .await
+    .unwrap();
 }
 
 /// The phase a migration ended in, and its ResourceValidated reason and message.
