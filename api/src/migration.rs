@@ -926,6 +926,61 @@ pub struct MigrationTaskStatus {
     /// [`crate::names::reasons`] (`PlacementNotFound`: the Placement that selects the clusters
     /// does not exist).
     pub refusal: Option<String>,
+    /// Target, while clusters register: when this hub learnt that each cluster was released
+    /// (a bootstrap CSR filed before is never approved for it). Kept here, one write per wave
+    /// of releases, rather than on each ManagedCluster.
+    pub release_times: Option<ReleaseTimes>,
+}
+
+/// When a target learnt of each cluster's release, in whole seconds: the earliest, and each
+/// cluster's offset from it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseTimes {
+    /// The earliest release, RFC 3339.
+    pub since: String,
+    /// One entry per cluster of the task, in `clusterStates`' order, comma-separated: its
+    /// release in seconds after `since`; empty while it is not released.
+    pub offsets: String,
+}
+
+impl ReleaseTimes {
+    /// `times` (one per cluster, `None`: not released), floored to whole seconds; `None` when
+    /// no cluster has one.
+    pub fn encode(times: &[Option<jiff::Timestamp>]) -> Option<Self> {
+        let secs: Vec<Option<i64>> = times
+            .iter()
+            .map(|t| t.map(jiff::Timestamp::as_second))
+            .collect();
+        let since = secs.iter().flatten().min().copied()?;
+        let offsets: Vec<String> = secs
+            .iter()
+            .map(|s| s.map(|s| (s - since).to_string()).unwrap_or_default())
+            .collect();
+        Some(Self {
+            since: jiff::Timestamp::from_second(since).ok()?.to_string(),
+            offsets: offsets.join(","),
+        })
+    }
+
+    /// The times of `n` clusters (`None` where none is recorded, or what is recorded does not
+    /// parse: as if not yet seen released).
+    pub fn decode(&self, n: usize) -> Vec<Option<jiff::Timestamp>> {
+        let since = self.since.parse::<jiff::Timestamp>().ok();
+        let mut times: Vec<Option<jiff::Timestamp>> = self
+            .offsets
+            .split(',')
+            .take(n)
+            .map(|o| {
+                let offset = o.parse::<i64>().ok()?;
+                since?
+                    .checked_add(jiff::SignedDuration::from_secs(offset))
+                    .ok()
+            })
+            .collect();
+        times.resize(n, None);
+        times
+    }
 }
 
 /// Most a cluster may carry over (its record as JSON).
@@ -2035,5 +2090,48 @@ mod tests {
         );
         let back: MigrationTaskSpec = serde_json::from_value(json).unwrap();
         assert_eq!(back, task);
+    }
+
+    #[test]
+    fn release_times_round_trip_in_whole_seconds_and_stay_small() {
+        let t = |s: &str| Some(s.parse::<jiff::Timestamp>().unwrap());
+        let times = vec![
+            t("2026-01-01T00:10:05.7Z"),
+            None,
+            t("2026-01-01T00:10:00Z"),
+            t("2026-01-01T01:00:00Z"),
+        ];
+        let encoded = ReleaseTimes::encode(&times).unwrap();
+        assert_eq!(encoded.since, "2026-01-01T00:10:00Z");
+        assert_eq!(encoded.offsets, "5,,0,3000");
+        assert_eq!(
+            encoded.decode(4),
+            vec![
+                t("2026-01-01T00:10:05Z"),
+                None,
+                t("2026-01-01T00:10:00Z"),
+                t("2026-01-01T01:00:00Z")
+            ]
+        );
+        // Fewer entries than clusters (a shorter list): the rest not released; more: cut.
+        assert_eq!(encoded.decode(6)[4..], [None, None]);
+        assert_eq!(encoded.decode(2).len(), 2);
+        assert_eq!(ReleaseTimes::encode(&[None, None]), None);
+        // Garbage is as if not seen released (the agent records the time again, later).
+        let bad = ReleaseTimes {
+            since: "yesterday".into(),
+            offsets: "1,x".into(),
+        };
+        assert_eq!(bad.decode(2), vec![None, None]);
+        // 5 000 clusters released over an hour: about 25 KiB.
+        let many: Vec<_> = (0..5000)
+            .map(|i| {
+                t("2026-01-01T00:00:00Z").map(|s| s + jiff::SignedDuration::from_secs(i % 3600))
+            })
+            .collect();
+        let size = serde_json::to_string(&ReleaseTimes::encode(&many))
+            .unwrap()
+            .len();
+        assert!(size < 25 * 1024, "{size}");
     }
 }

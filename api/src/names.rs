@@ -304,7 +304,8 @@ pub mod annotations {
     /// what the migration created is removed on rollback).
     pub const PRE_CREATED: &str = "migration.open-cluster-management.io/pre-created-by";
     /// ManagedCluster on the target: when the target learnt that the source released it (the
-    /// target approves only bootstrap CSRs asked for from then on).
+    /// target approves only bootstrap CSRs asked for from then on). Written by older agents;
+    /// the target task's status (`releaseTimes`) holds it now, and cleanup removes this one.
     pub const RELEASED_AT: &str = "migration.open-cluster-management.io/released-at";
     /// ManagedClusterAddOn: the agent version rendered into the deploy work now.
     pub const AGENT_VERSION: &str = "migration.open-cluster-management.io/agent-version";

@@ -49,10 +49,12 @@ pub(super) struct TaintChange {
     /// The merge patch that writes it: the new list, with the uid and resourceVersion read
     /// (and the marks [`with_taint`] merges in).
     pub(super) patch: Value,
-    /// When the change only takes the migration's taint off and nothing goes with it: where
-    /// that taint is in the list read, and the migration (its value), for
+    /// When the change only takes the migration's taint off (and maybe its marks, below):
+    /// where that taint is in the list read, and the migration (its value), for
     /// [`Self::json_patch`].
     pub(super) removes: Option<(Vec<usize>, String)>,
+    /// The annotations that go with the taint's removal ([`unmark`]): each present when read.
+    pub(super) unmarks: Vec<String>,
 }
 
 impl TaintChange {
@@ -62,7 +64,8 @@ impl TaintChange {
     /// cluster recreated) still fails it (422), and nothing but the migration's taint is
     /// touched; a write of the cluster's status does not fail it (the hub's registration
     /// controller writes the status of a joining cluster every few seconds, and each such
-    /// write fails the resourceVersion's precondition: a request and a decision again).
+    /// write fails the resourceVersion's precondition: a request and a decision again). The
+    /// marks going with it are removed by name (one removed meanwhile fails it: 422).
     pub(super) fn json_patch(&self) -> Option<json_patch::Patch> {
         use json_patch::jsonptr::PointerBuf;
         use json_patch::{PatchOperation, RemoveOperation, TestOperation};
@@ -88,6 +91,10 @@ impl TaintChange {
                 names::taints::MIGRATING,
             ));
             ops.push(test(path.with_trailing_token("value"), migration));
+            ops.push(PatchOperation::Remove(RemoveOperation { path }));
+        }
+        for key in &self.unmarks {
+            let path = PointerBuf::from_tokens(["metadata", "annotations", key.as_str()]);
             ops.push(PatchOperation::Remove(RemoveOperation { path }));
         }
         Some(json_patch::Patch(ops))
@@ -131,7 +138,11 @@ pub(super) fn taint(mc: &ManagedCluster, migration: &str, present: bool) -> Opti
             .collect::<Vec<_>>();
         (at, migration.to_owned())
     });
-    Some(Effect::Taint(TaintChange { patch, removes }))
+    Some(Effect::Taint(TaintChange {
+        patch,
+        removes,
+        unmarks: Vec::new(),
+    }))
 }
 
 /// Whether the hub's own availability taints are on the cluster (unavailable, unreachable).
@@ -154,6 +165,7 @@ pub(super) fn with_taint(patch: Value, taint: Option<Effect>) -> Effect {
             merge_objects(&mut t.patch, patch);
             // No longer the taint alone: written with the resourceVersion.
             t.removes = None;
+            t.unmarks.clear();
             Effect::Taint(t)
         }
         _ => Effect::Patch(patch),
@@ -523,6 +535,8 @@ pub(super) struct Arriving<'a> {
     pub(super) registering: bool,
     /// The manager released it.
     pub(super) released: bool,
+    /// When this hub saw it released (recorded in the task's status).
+    pub(super) released_at: Option<jiff::Timestamp>,
     /// The Klusterlet is settled by a klusterlet work here (plain OCM delivery, or a hub
     /// without an import controller to take over).
     pub(super) settles: bool,
@@ -536,6 +550,9 @@ pub(super) struct Arriving<'a> {
     pub(super) now: jiff::Timestamp,
     /// The cluster carries objects over (`carryOver`).
     pub(super) carries_objects: bool,
+    /// The task's status already says it arrived here (reported Available while it carried
+    /// this migration's marks): the marks may go, and it stays this migration's without them.
+    pub(super) reported_arrived: bool,
 }
 
 /// A target cluster while clusters register: pre-created when missing; refused when a
@@ -543,14 +560,25 @@ pub(super) struct Arriving<'a> {
 /// the migration's bootstrap identity any more (its token is revoked in cleanup): on an ACM
 /// hub once this hub's import has taken over its klusterlet, on a plain OCM hub once its
 /// Klusterlet is settled here. Its bootstrap CSR is approved only once it was released
-/// ([`admission::approve`]; when this hub learnt of the release is marked on its ManagedCluster
-/// the first time), and what it carries comes over once it is in.
+/// ([`admission::approve`], from when this hub learnt of the release: `released_at`, which the
+/// task's status records), and what it carries comes over once it is in. Registered and
+/// reported so, its marks and taint go in one write, and it stays this migration's.
 pub(super) fn arrive(task: &MigrationTask, seen: &Arriving) -> (ClusterState, Vec<Effect>) {
     let mut effects = Vec::new();
     let state = match seen.mc {
         None => {
             effects.push(Effect::Precreate);
             ClusterState::Created
+        }
+        // Arrived and unmarked: ours still, registered for good (whatever its lease does
+        // since), as long as this hub accepts it.
+        Some(m)
+            if !marked(m, PRE_CREATED, task)
+                && !marked(m, MIGRATING, task)
+                && seen.reported_arrived
+                && m.spec.hub_accepts_client =>
+        {
+            ClusterState::Available
         }
         Some(m) if !marked(m, PRE_CREATED, task) && !marked(m, MIGRATING, task) => {
             ClusterState::Refused
@@ -579,21 +607,16 @@ pub(super) fn arrive(task: &MigrationTask, seen: &Arriving) -> (ClusterState, Ve
     }
     if seen.registering {
         let ours = seen.mc.filter(|m| marked(m, PRE_CREATED, task));
+        // When it was released, as the task's status records it (an agent before that marked
+        // the ManagedCluster instead: the earlier of the two).
         let released_at = match ours {
-            Some(m) if seen.released => Some(
-                match m
+            Some(m) if seen.released => {
+                let marked_at = m
                     .annotations()
                     .get(RELEASED_AT)
-                    .and_then(|v| v.parse::<jiff::Timestamp>().ok())
-                {
-                    Some(at) => at,
-                    None => {
-                        effects.push(Effect::Patch(json!({"metadata": {"annotations": {
-                            RELEASED_AT: seen.now.to_string()}}})));
-                        seen.now
-                    }
-                },
-            ),
+                    .and_then(|v| v.parse::<jiff::Timestamp>().ok());
+                [seen.released_at, marked_at].into_iter().flatten().min()
+            }
             _ => None,
         };
         if let Some(csr) =
@@ -613,15 +636,19 @@ pub(super) fn arrive(task: &MigrationTask, seen: &Arriving) -> (ClusterState, Ve
     // the hub's own availability taints have: its taint controller takes those off after the
     // cluster turned Available (ocm `pkg/registration/hub/taint`), and a removal of ours at the
     // same moment races its write (one of the two is refused and sent again). A hub that keeps
-    // one on leaves ours to cleanup's `unmark`.
+    // one on leaves ours to cleanup's `unmark`. The marks go with the taint, in one write,
+    // once the task's status says the cluster arrived (written within a second, and it keeps
+    // the cluster this migration's without them): cleanup has nothing left to write.
     if state == ClusterState::Available
         && let Some(m) = seen.mc
     {
-        if !hub_tainted(m) {
-            effects.extend(taint(m, task.spec.key(), false));
-        }
         if to_resume_on_target(task, m) {
+            if !hub_tainted(m) {
+                effects.extend(taint(m, task.spec.key(), false));
+            }
             effects.push(Effect::ResumeObjects);
+        } else if !hub_tainted(m) && seen.reported_arrived {
+            effects.extend(unmark(Some(m), task.spec.key()));
         }
     }
     (state, effects)
@@ -684,26 +711,43 @@ pub(super) fn let_back(task: &MigrationTask, seen: &Leaving) -> (ClusterState, V
     (state, effects)
 }
 
-/// Target cleanup of a cluster that stays: the migration's marks and taint go.
+/// The marks a target puts on a cluster it pre-creates.
+const TARGET_MARKS: [&str; 5] = [
+    PRE_CREATED,
+    MIGRATING,
+    RELEASED_AT,
+    OBJECTS_CARRIED,
+    OBJECTS_RESUMED,
+];
+
+/// The migration's marks and taint off a target cluster that stays, in one write: once it
+/// registered, and again in cleanup (a no-op where nothing is left). With the taint, a JSON
+/// patch that removes the taint and the marks read ([`TaintChange::json_patch`]), so the
+/// hub's writes of the cluster's status meanwhile do not refuse it; the marks alone, a merge
+/// patch.
 pub(super) fn unmark(mc: Option<&ManagedCluster>, migration: &str) -> Vec<Effect> {
     let Some(m) = mc else {
         return vec![];
     };
     let untaint = taint(m, migration, false);
-    if [
-        PRE_CREATED,
-        MIGRATING,
-        RELEASED_AT,
-        OBJECTS_CARRIED,
-        OBJECTS_RESUMED,
-    ]
-    .iter()
-    .any(|k| m.annotations().contains_key(*k))
-    {
-        let marks = json!({"metadata": {"annotations": {
-            PRE_CREATED: Value::Null, MIGRATING: Value::Null, RELEASED_AT: Value::Null,
-            OBJECTS_CARRIED: Value::Null, OBJECTS_RESUMED: Value::Null}}});
-        return vec![with_taint(marks, untaint)];
+    let present: Vec<String> = TARGET_MARKS
+        .iter()
+        .filter(|k| m.annotations().contains_key(**k))
+        .map(|k| (*k).to_owned())
+        .collect();
+    if present.is_empty() {
+        return untaint.into_iter().collect();
     }
-    untaint.into_iter().collect()
+    let marks = json!({"metadata": {"annotations": present
+        .iter()
+        .map(|k| (k.clone(), Value::Null))
+        .collect::<serde_json::Map<_, _>>()}});
+    match untaint {
+        Some(Effect::Taint(mut t)) => {
+            merge_objects(&mut t.patch, marks);
+            t.unmarks = present;
+            vec![Effect::Taint(t)]
+        }
+        _ => vec![Effect::Patch(marks)],
+    }
 }

@@ -68,6 +68,7 @@ fn the_executor_sends_taint_changes_first_and_keeps_the_rest_in_order() {
     let taint = Effect::Taint(TaintChange {
         patch: json!({"spec": {"taints": []}}),
         removes: None,
+        unmarks: vec![],
     });
     let effects = vec![
         marks.clone(),
@@ -92,6 +93,7 @@ fn a_patch_merged_with_a_taint_change_keeps_both_and_the_precondition() {
             "metadata": {"uid": "u1", "resourceVersion": "7"}
         }),
         removes: Some((vec![0], "k1".into())),
+        unmarks: vec![],
     }));
     let merged = with_taint(
         json!({"metadata": {"annotations": {"a": null}}, "spec": {"hubAcceptsClient": true}}),
@@ -105,6 +107,7 @@ fn a_patch_merged_with_a_taint_change_keeps_both_and_the_precondition() {
             "metadata": {"uid": "u1", "resourceVersion": "7", "annotations": {"a": null}}
         }),
         removes: None,
+        unmarks: vec![],
     };
     assert_eq!(expected.json_patch(), None);
     assert_eq!(merged, Effect::Taint(expected));

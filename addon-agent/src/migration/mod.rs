@@ -126,6 +126,10 @@ struct Ctx {
     configured: std::sync::Mutex<BTreeMap<(String, String), Option<jiff::Timestamp>>>,
     /// The CSRs this agent approved, by name, and when: approved, whatever the cache shows.
     approved: std::sync::Mutex<BTreeMap<String, jiff::Timestamp>>,
+    /// Per target task (by name): when this agent saw each cluster released, as last decided
+    /// ([`target::release_times`]); the task's status holds them durably, this copy covers a
+    /// reconcile that reads the task before its own status write came back.
+    released: std::sync::Mutex<BTreeMap<String, Vec<Option<jiff::Timestamp>>>>,
 }
 
 /// Why a reconcile failed.
@@ -296,6 +300,7 @@ pub async fn run(client: Client, opts: Options) {
         written: std::sync::Mutex::default(),
         configured: std::sync::Mutex::default(),
         approved: std::sync::Mutex::default(),
+        released: std::sync::Mutex::default(),
     });
     controller
         .reconcile_all_on(trigger_rx)
@@ -405,6 +410,8 @@ struct Report {
     shape: Option<String>,
     /// Why the stage is refused as a whole (a reason name).
     refusal: Option<&'static str>,
+    /// Target: when each cluster was seen released (kept as the status has them when `None`).
+    release_times: Option<migration_api::migration::ReleaseTimes>,
 }
 
 async fn reconcile(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -429,6 +436,9 @@ async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Actio
         }
         if let Ok(mut configured) = ctx.configured.lock() {
             configured.retain(|(t, _), _| *t != task.name_any());
+        }
+        if let Ok(mut released) = ctx.released.lock() {
+            released.remove(&task.name_any());
         }
         return Ok(Action::await_change());
     }
@@ -654,6 +664,9 @@ async fn write_status(
         carry_over_parts: report.carry_parts,
         klusterlet_config_shape: report.shape,
         refusal: report.refusal.map(str::to_owned),
+        release_times: report
+            .release_times
+            .or_else(|| task.status.as_ref().and_then(|s| s.release_times.clone())),
     };
     let name = task.name_any();
     let since_last = ctx

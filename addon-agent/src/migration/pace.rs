@@ -63,6 +63,7 @@ fn decides_the_same(a: &MigrationTaskStatus, b: &MigrationTaskStatus) -> bool {
         carry_over_parts,
         klusterlet_config_shape,
         refusal,
+        release_times,
         cluster_states: _,
         clusters: _,
         failures: _,
@@ -76,6 +77,7 @@ fn decides_the_same(a: &MigrationTaskStatus, b: &MigrationTaskStatus) -> bool {
         && *carry_over_parts == b.carry_over_parts
         && *klusterlet_config_shape == b.klusterlet_config_shape
         && *refusal == b.refusal
+        && *release_times == b.release_times
 }
 
 #[cfg(test)]

@@ -208,6 +208,17 @@ pub(super) async fn carry_addons(ctx: &Ctx, task: &MigrationTask, name: &str) ->
     Ok(())
 }
 
+/// The clusters' states as the task's status last recorded them (the agent's own reports,
+/// durable across its restarts), when they cover `n` clusters; none otherwise.
+pub(super) fn reported_states(task: &MigrationTask, n: usize) -> Vec<ClusterState> {
+    task.status
+        .as_ref()
+        .and_then(|s| s.cluster_states.as_deref())
+        .filter(|text| text.chars().count() == n)
+        .map(|text| ClusterState::decode(text, n))
+        .unwrap_or_default()
+}
+
 pub(super) fn target_state(mc: Option<&ManagedCluster>) -> ClusterState {
     match mc {
         None => ClusterState::Pending,
@@ -233,6 +244,36 @@ pub(super) async fn target_register(
         count_refused(ctx, task, names);
     }
     let csrs = csrs_by_cluster(ctx);
+    let reported = reported_states(task, names.len());
+    let now = jiff::Timestamp::now();
+    // When each cluster was seen released: the status's record, this agent's own since, and
+    // now for those released since.
+    let recorded = task
+        .status
+        .as_ref()
+        .and_then(|s| s.release_times.as_ref())
+        .map(|r| r.decode(names.len()))
+        .unwrap_or_default();
+    let times = {
+        let mut remembered = ctx
+            .released
+            .lock()
+            .map_err(|_| Error::Config("the release times' lock was poisoned by a panic".into()))?;
+        let flags: Vec<bool> = names
+            .iter()
+            .map(|n| registering && released.contains(n.as_str()))
+            .collect();
+        let times = release_times(
+            &recorded,
+            remembered
+                .get(&task.name_any())
+                .map_or(&[][..], Vec::as_slice),
+            &flags,
+            now,
+        );
+        remembered.insert(task.name_any(), times.clone());
+        times
+    };
     let mut states = Vec::with_capacity(names.len());
     let mut planned = Vec::with_capacity(names.len());
     for (index, name) in names.iter().enumerate() {
@@ -255,13 +296,17 @@ pub(super) async fn target_register(
             mc: mc.as_deref(),
             registering,
             released: released.contains(name.as_str()),
+            released_at: times.get(index).copied().flatten(),
             settles,
             settled: settles && klusterlet_done(ctx, task, name, false),
             acm_target,
             import_took_over: acm_target && import_took_over(&ctx.caches.works, name),
             requests: &requests,
-            now: jiff::Timestamp::now(),
+            now,
             carries_objects: carried(task, name).is_some_and(|r| !r.objects.is_empty()),
+            reported_arrived: reported
+                .get(index)
+                .is_some_and(|s| *s == ClusterState::Available),
         };
         let (state, effects) = arrive(task, &seen);
         planned.push((name.as_str(), effects));
@@ -292,8 +337,34 @@ pub(super) async fn target_register(
         },
         state: StageState::done_if(!registering && carrying == 0),
         states,
+        release_times: migration_api::migration::ReleaseTimes::encode(&times),
         ..Default::default()
     })
+}
+
+/// When each cluster (of those `released` now) was seen released: as the status recorded it
+/// (`recorded`) or this agent remembered it since (`remembered`, the earlier of the two), or
+/// `now` for one seen released the first time. One no longer released keeps its time (the
+/// manager never takes a release back; kept, a CSR it lets through stays bounded by it).
+pub(super) fn release_times(
+    recorded: &[Option<jiff::Timestamp>],
+    remembered: &[Option<jiff::Timestamp>],
+    released: &[bool],
+    now: jiff::Timestamp,
+) -> Vec<Option<jiff::Timestamp>> {
+    released
+        .iter()
+        .enumerate()
+        .map(|(i, released)| {
+            let known = [recorded.get(i), remembered.get(i)]
+                .into_iter()
+                .flatten()
+                .flatten()
+                .min()
+                .copied();
+            known.or(released.then_some(now))
+        })
+        .collect()
 }
 
 /// Counts (once each, in the metrics) the undecided CSRs filed with one of the task's
@@ -479,6 +550,10 @@ pub(super) async fn target_clean(
     names: &[String],
 ) -> Result<Report, Error> {
     let rollback = task.spec.rollback_names();
+    // No CSR is approved from here on: the release times are not needed any more.
+    if let Ok(mut released) = ctx.released.lock() {
+        released.remove(&task.name_any());
+    }
     let settles = plain(task) || klusterlet_config_shape(ctx).await? == "None";
     let csrs = csrs_by_cluster(ctx);
     let mut states = Vec::with_capacity(names.len());

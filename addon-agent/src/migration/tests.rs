@@ -420,6 +420,7 @@ pub(super) fn arriving<'a>(
         mc,
         registering: true,
         released: true,
+        released_at: Some(at("2026-01-01T00:10:00Z")),
         settles: false,
         settled: false,
         acm_target: true,
@@ -427,6 +428,7 @@ pub(super) fn arriving<'a>(
         requests,
         now: at("2026-01-01T00:10:00Z"),
         carries_objects: false,
+        reported_arrived: false,
     }
 }
 
@@ -495,17 +497,68 @@ fn the_target_keeps_the_migrating_taint_until_a_cluster_is_registered() {
         ..arriving(Some(&up), &requests)
     };
     assert_eq!(arrive(&task, &joined), (Joined, vec![Effect::CarryAddons]));
-    // Registered: the taint comes off, the others' taints as they were.
+    // Registered, not yet in the task's status: reported first, nothing written to it.
     let registered = Arriving {
         released: false,
         ..arriving(Some(&up), &requests)
     };
-    let (state, effects) = arrive(&task, &registered);
+    assert_eq!(
+        arrive(&task, &registered),
+        (Available, vec![Effect::CarryAddons])
+    );
+    // Reported: the taint and the marks come off in one write, the others' taints as they
+    // were; cleanup has nothing left to write.
+    let mut read = up.clone();
+    read.metadata.uid = Some("u1".into());
+    read.metadata.resource_version = Some("41".into());
+    let reported = Arriving {
+        reported_arrived: true,
+        mc: Some(&read),
+        ..registered.clone()
+    };
+    let (state, effects) = arrive(&task, &reported);
     assert_eq!(state, Available);
     let [Effect::CarryAddons, Effect::Taint(t)] = effects.as_slice() else {
         panic!("{effects:?}")
     };
     assert_eq!(t["spec"]["taints"], json!([]));
+    assert_eq!(t["metadata"]["annotations"][PRE_CREATED], Value::Null);
+    // As a JSON patch (a status write of the hub's meanwhile does not refuse it): the
+    // cluster loses the taint and the marks.
+    let ops = t.json_patch().expect("a JSON patch");
+    let mut doc = serde_json::to_value(&read).unwrap();
+    doc["metadata"]["resourceVersion"] = json!("42");
+    json_patch::patch(&mut doc, &ops).unwrap();
+    assert_eq!(doc["spec"]["taints"], json!([]));
+    assert_eq!(doc["metadata"]["annotations"], json!({}));
+    // Unmarked since: still this migration's, registered, nothing more to write; a cluster
+    // of that name never reported arrived is not (refused, as one this migration did not
+    // make), nor one this hub no longer accepts.
+    let unmarked = target_cluster(&[], true, true, true);
+    let after = Arriving {
+        mc: Some(&unmarked),
+        ..reported.clone()
+    };
+    assert_eq!(
+        arrive(&task, &after),
+        (Available, vec![Effect::CarryAddons])
+    );
+    assert_eq!(
+        unmark(Some(&unmarked), task.spec.key()),
+        vec![],
+        "cleanup writes nothing"
+    );
+    let never = Arriving {
+        reported_arrived: false,
+        ..after.clone()
+    };
+    assert_eq!(arrive(&task, &never), (Refused, vec![]));
+    let refused = target_cluster(&[], false, true, true);
+    let gone_back = Arriving {
+        mc: Some(&refused),
+        ..after.clone()
+    };
+    assert_eq!(arrive(&task, &gone_back).0, Refused);
     // Registered, but the hub's own taint still on (its taint controller takes it off after
     // the cluster turned Available): the migration's waits, its removal would race that one.
     for hub_taint in [
@@ -555,36 +608,42 @@ fn the_target_admits_a_cluster_only_once_released_and_registers_it_once_settled(
     // A ManagedCluster of that name this migration did not make: refused, no CSR approved.
     let foreign = target_cluster(&[], true, false, false);
     assert_eq!(arrive(&task, &base(Some(&foreign))), (Refused, vec![]));
-    // Pre-created and released, its release not yet recorded: recorded now, and a CSR filed
-    // before it is not approved.
+    // Pre-created and released, seen released just now: a CSR filed before is not approved,
+    // and nothing is written to the cluster (the time goes in the task's status).
     let precreated = target_cluster(&[(PRE_CREATED, "k1")], true, false, false);
-    let (state, effects) = arrive(&task, &base(Some(&precreated)));
-    assert_eq!(state, Created);
     assert_eq!(
-        effects,
-        vec![
-            Effect::Patch(
-                json!({"metadata": {"annotations": {RELEASED_AT: "2026-01-01T00:10:00Z"}}})
-            ),
-            Effect::CarryAddons
-        ]
+        arrive(&task, &base(Some(&precreated))),
+        (Created, vec![Effect::CarryAddons])
     );
-    // Released earlier: the CSR filed since is approved.
+    // Seen released earlier: the CSR filed since is approved.
+    let approved = (
+        Created,
+        vec![
+            Effect::Approve("csr-1".into(), Approval::Expected),
+            Effect::CarryAddons,
+        ],
+    );
+    let earlier = Arriving {
+        released_at: Some(at("2026-01-01T00:05:00Z")),
+        ..base(Some(&precreated))
+    };
+    assert_eq!(arrive(&task, &earlier), approved);
+    // So too where an older agent marked the time on the cluster (the earlier one counts).
     let released = target_cluster(
         &[(PRE_CREATED, "k1"), (RELEASED_AT, "2026-01-01T00:05:00Z")],
         true,
         false,
         false,
     );
+    assert_eq!(arrive(&task, &base(Some(&released))), approved);
+    // No time at all (not seen released): nothing approved.
+    let untimed = Arriving {
+        released_at: None,
+        ..base(Some(&precreated))
+    };
     assert_eq!(
-        arrive(&task, &base(Some(&released))),
-        (
-            Created,
-            vec![
-                Effect::Approve("csr-1".into(), Approval::Expected),
-                Effect::CarryAddons
-            ]
-        )
+        arrive(&task, &untimed),
+        (Created, vec![Effect::CarryAddons])
     );
     // Not released: nothing approved.
     let unreleased = Arriving {
@@ -708,7 +767,7 @@ fn rolling_back_on_the_target_refuses_and_lets_a_waiting_klusterlet_through() {
     assert_eq!(
         unmark(Some(&up), "k1"),
         vec![Effect::Patch(
-            json!({"metadata": {"annotations": {PRE_CREATED: null, MIGRATING: null, RELEASED_AT: null, OBJECTS_CARRIED: null, OBJECTS_RESUMED: null}}})
+            json!({"metadata": {"annotations": {PRE_CREATED: null}}})
         )]
     );
     // Its objects' mark alone is one of them (found by the e2e test's leftover check).
@@ -721,5 +780,39 @@ fn rolling_back_on_the_target_refuses_and_lets_a_waiting_klusterlet_through() {
     assert!(
         matches!(effects.as_slice(), [Effect::Taint(t)] if t["spec"]["taints"] == json!([])),
         "{effects:?}"
+    );
+}
+
+#[test]
+fn a_release_is_timed_when_first_seen_and_keeps_its_earliest_time() {
+    let t = |s: &str| Some(at(s));
+    let now = at("2026-01-01T00:10:00Z");
+    // Cluster 0 recorded at 00:05 in the status, remembered later (a stale read): 00:05.
+    // Cluster 1 remembered only (the status write not back yet): kept. Cluster 2 released
+    // now, never seen: now. Cluster 3 not released: none. Cluster 4 recorded, no longer
+    // released: kept.
+    let recorded = [
+        t("2026-01-01T00:05:00Z"),
+        None,
+        None,
+        None,
+        t("2026-01-01T00:01:00Z"),
+    ];
+    let remembered = [t("2026-01-01T00:07:00Z"), t("2026-01-01T00:08:00Z")];
+    let released = [true, true, true, false, false];
+    assert_eq!(
+        target::release_times(&recorded, &remembered, &released, now),
+        vec![
+            t("2026-01-01T00:05:00Z"),
+            t("2026-01-01T00:08:00Z"),
+            Some(now),
+            None,
+            t("2026-01-01T00:01:00Z"),
+        ]
+    );
+    // Nothing recorded or remembered (a new agent, a status lost): seen released now.
+    assert_eq!(
+        target::release_times(&[], &[], &[true, false], now),
+        vec![Some(now), None]
     );
 }

@@ -152,13 +152,15 @@ async fn one_clusters_token_gets_no_certificate_for_another_released_cluster() {
     });
     registered(&s, "identity", 1).await;
     unblock(&hub1, "cluster2");
-    // Released: hub2 records when (no CSR of cluster2 filed earlier counts).
-    let clusters: Api<ManagedCluster> = Api::all(s.hub(2));
+    // Released: hub2 records when, in its task's status (no CSR of cluster2 filed earlier
+    // counts).
+    let tasks = Api::<migration_api::migration::MigrationTask>::all(s.hub(2));
     eventually(LONG, "hub2 told of cluster2's release", || async {
-        let mc = clusters.get_opt("cluster2").await.ok()??;
-        mc.annotations()
-            .contains_key(migration_api::names::annotations::RELEASED_AT)
-            .then_some(())
+        let list = tasks.list(&Default::default()).await.ok()?;
+        list.items.iter().find_map(|t| {
+            let times = t.status.as_ref()?.release_times.as_ref()?.decode(2);
+            times[1].map(drop)
+        })
     })
     .await;
     let forged = forge(&holder1, "cluster2").await;
