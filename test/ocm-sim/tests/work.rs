@@ -198,11 +198,10 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
     let amw_writes_before = amw_writes(cluster_metrics);
     // Nor read with a request: upstream reads it from its informer's lister, and so does the
     // evictor, which looks for AppliedManifestWorks whose work is gone.
-    let amw_reads = |m: &kube_sim::Metrics| {
-        m.total(Some("get"), Some("appliedmanifestworks"))
-            + m.total(Some("list"), Some("appliedmanifestworks"))
-    };
-    let amw_reads_before = amw_reads(cluster_metrics);
+    let amw_gets = |m: &kube_sim::Metrics| m.total(Some("get"), Some("appliedmanifestworks"));
+    let amw_lists = |m: &kube_sim::Metrics| m.total(Some("list"), Some("appliedmanifestworks"));
+    let (amw_gets_before, amw_lists_before) =
+        (amw_gets(cluster_metrics), amw_lists(cluster_metrics));
     // Transition times have second resolution: let a second pass, and ten reconciles.
     eventually(
         LIMIT,
@@ -231,10 +230,17 @@ async fn a_work_applies_reports_feedback_and_is_removed_with_its_objects() {
         amw_writes_before,
         "the AppliedManifestWork is not written while nothing changes"
     );
+    // A watch never GETs; it lists again only when the server has let its resourceVersion
+    // go (410, as an informer relists), not once a reconcile as a read would (ten or more).
     assert_eq!(
-        amw_reads(cluster_metrics),
-        amw_reads_before,
+        amw_gets(cluster_metrics),
+        amw_gets_before,
         "the AppliedManifestWork is read from the agent's watch"
+    );
+    let relists = amw_lists(cluster_metrics) - amw_lists_before;
+    assert!(
+        relists < 10,
+        "the AppliedManifestWork is listed once a reconcile: {relists} lists in ten reconciles"
     );
     let amws: Api<AppliedManifestWork> = Api::all(clusters[0].0.admin.clone());
     // One AppliedManifestWork for this work (the import controller's klusterlet work has its own).
