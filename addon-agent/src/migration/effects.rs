@@ -570,18 +570,14 @@ pub(super) fn arrive(task: &MigrationTask, seen: &Arriving) -> (ClusterState, Ve
             effects.push(Effect::Precreate);
             ClusterState::Created
         }
-        // Arrived and unmarked: ours still, registered for good (whatever its lease does
-        // since), as long as this hub accepts it.
-        Some(m)
-            if !marked(m, PRE_CREATED, task)
-                && !marked(m, MIGRATING, task)
-                && seen.reported_arrived
-                && m.spec.hub_accepts_client =>
-        {
-            ClusterState::Available
-        }
+        // Unmarked: ours only once the status reported it arrived (then registered for good,
+        // whatever its lease does since, as long as this hub accepts it); else not ours.
         Some(m) if !marked(m, PRE_CREATED, task) && !marked(m, MIGRATING, task) => {
-            ClusterState::Refused
+            if seen.reported_arrived && m.spec.hub_accepts_client {
+                ClusterState::Available
+            } else {
+                ClusterState::Refused
+            }
         }
         Some(m) => target_state(Some(m)),
     };
