@@ -495,11 +495,12 @@ pub fn replacing_patch<S: serde::Serialize>(current: Option<&S>, new: &S) -> ser
 }
 
 /// What [`write_status_if_changed`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StatusWrite {
     /// The status was already `new`.
     Unchanged,
-    Written,
+    /// Written: the object's resourceVersion after the write.
+    Written(Option<String>),
     /// The object changed since it was read (409) or is gone (404): its next event brings the
     /// caller back with fresh state.
     Stale,
@@ -534,7 +535,7 @@ where
         )
         .await
     {
-        Ok(_) => Ok(StatusWrite::Written),
+        Ok(o) => Ok(StatusWrite::Written(o.meta().resource_version.clone())),
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(StatusWrite::Stale),
         Err(e) => Err(e),
     }
@@ -567,7 +568,7 @@ where
         )
         .await
     {
-        Ok(_) => Ok(StatusWrite::Written),
+        Ok(o) => Ok(StatusWrite::Written(o.meta().resource_version.clone())),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(StatusWrite::Stale),
         Err(e) => Err(e),
     }

@@ -230,11 +230,31 @@ pub(super) async fn apply(
     cluster: &str,
     effects: Vec<Effect>,
 ) -> Result<(), Error> {
+    let now = std::time::Instant::now();
+    // The version of the cluster these effects were decided on (or an older one).
+    let read = get(&ctx.caches.clusters, None, cluster)
+        .and_then(|mc| Some((mc.uid(), mc.resource_version()?)));
+    if let Some((uid, rv)) = &read
+        && ctx
+            .own_cluster_writes
+            .lock()
+            .is_ok_and(|mut own| own.ahead_of(cluster, uid.as_deref(), rv, now).is_some())
+    {
+        // Decided on the cluster as it was before this agent's last write of it: that write
+        // stands, and the cluster is decided on again once the cache shows it.
+        tracing::debug!(cluster = %cluster, "own write not seen yet; deciding again once it is");
+        if let Ok(mut again) = ctx.again.lock() {
+            again.insert(task.name_any());
+        }
+        return Ok(());
+    }
+    // The cluster's version after this agent's last write of it here.
+    let mut wrote = None;
     for effect in taint_first(effects) {
         match effect {
-            Effect::Patch(patch) => patch_cluster(ctx, cluster, patch).await?,
+            Effect::Patch(patch) => wrote = patch_cluster(ctx, cluster, patch).await?.or(wrote),
             Effect::Refuse(patch, why) => {
-                patch_cluster(ctx, cluster, patch).await?;
+                wrote = patch_cluster(ctx, cluster, patch).await?.or(wrote);
                 tracing::info!(cluster = %cluster, "{why}");
             }
             Effect::Await(awaited) => await_return(ctx, cluster, awaited),
@@ -274,15 +294,24 @@ pub(super) async fn apply(
                     Some(ops) => (Patch::Json(ops), &[404, 409, 422][..]),
                     None => (Patch::Merge(change.patch), &[404, 409][..]),
                 };
-                let refused = patch_cluster_unless(ctx, cluster, patch, tolerated).await?;
-                if refused.is_some() {
-                    tracing::debug!(cluster = %cluster, "changed meanwhile; deciding again");
-                    if let Ok(mut again) = ctx.again.lock() {
-                        again.insert(task.name_any());
+                match patch_cluster_unless(ctx, cluster, patch, tolerated).await? {
+                    Patched::Applied(rv) => wrote = rv.or(wrote),
+                    Patched::Refused(code) => {
+                        tracing::debug!(cluster = %cluster, code, "changed meanwhile; deciding again");
+                        if let Ok(mut again) = ctx.again.lock() {
+                            again.insert(task.name_any());
+                        }
                     }
                 }
             }
         }
+    }
+    // A write that changed the cluster: until the cache shows it, decisions on the cache
+    // would only repeat it.
+    if let (Some((uid, read)), Some(wrote)) = (&read, &wrote)
+        && let Ok(mut own) = ctx.own_cluster_writes.lock()
+    {
+        own.record(cluster, uid.as_deref(), (read, wrote), (), now);
     }
     Ok(())
 }

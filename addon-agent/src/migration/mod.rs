@@ -54,7 +54,7 @@ use migration_api::ocm::agent::KlusterletAddonConfig;
 use migration_api::ocm::cluster::{ManagedCluster, ManagedClusterSet};
 use migration_api::ocm::work::ManifestWork;
 use migration_api::runtime::{
-    ApiError, ctx_err, ignore_not_found, requested_identity, write_status_if_changed,
+    ApiError, StatusWrite, ctx_err, ignore_not_found, requested_identity, write_status_if_changed,
 };
 use migration_api::task_report::StageState;
 use migration_api::tenancy;
@@ -73,6 +73,7 @@ mod klusterlets;
 mod objects;
 #[cfg(test)]
 mod objects_tests;
+mod own_writes;
 mod pace;
 mod source;
 mod target;
@@ -121,6 +122,10 @@ struct Ctx {
     again: std::sync::Mutex<BTreeSet<String>>,
     /// When this agent last wrote each task's status (by name), for [`pace`].
     written: std::sync::Mutex<BTreeMap<String, std::time::Instant>>,
+    /// The task statuses (by task name) and cluster changes (by cluster name) this agent wrote
+    /// that its caches may not show yet ([`own_writes`]).
+    own_statuses: std::sync::Mutex<own_writes::OwnWrites<MigrationTaskStatus>>,
+    own_cluster_writes: std::sync::Mutex<own_writes::OwnWrites<()>>,
     /// Per task and cluster: the lease renewal seen last before its settings were seen in
     /// place (`renewed_since_configured`).
     configured: std::sync::Mutex<BTreeMap<(String, String), Option<jiff::Timestamp>>>,
@@ -298,6 +303,8 @@ pub async fn run(client: Client, opts: Options) {
         carry_memo: std::sync::Mutex::default(),
         again: std::sync::Mutex::default(),
         written: std::sync::Mutex::default(),
+        own_statuses: std::sync::Mutex::default(),
+        own_cluster_writes: std::sync::Mutex::default(),
         configured: std::sync::Mutex::default(),
         approved: std::sync::Mutex::default(),
         released: std::sync::Mutex::default(),
@@ -585,25 +592,38 @@ fn verdict(names: &[String], states: Vec<ClusterState>) -> Report {
     }
 }
 
-/// Merge-patches a ManagedCluster when `patch` would change it.
-async fn patch_cluster(ctx: &Ctx, name: &str, patch: Value) -> Result<(), Error> {
-    patch_cluster_unless(ctx, name, Patch::Merge(patch), &[404])
-        .await
-        .map(|_| ())
+/// Merge-patches a ManagedCluster when `patch` would change it; returns its resourceVersion
+/// after the patch (`None`: the cluster is gone).
+async fn patch_cluster(ctx: &Ctx, name: &str, patch: Value) -> Result<Option<String>, Error> {
+    Ok(
+        match patch_cluster_unless(ctx, name, Patch::Merge(patch), &[404]).await? {
+            Patched::Applied(rv) => rv,
+            Patched::Refused(_) => None,
+        },
+    )
+}
+
+/// What a patch of a ManagedCluster did.
+#[derive(Debug)]
+enum Patched {
+    /// It applied: the cluster's resourceVersion after it.
+    Applied(Option<String>),
+    /// The hub answered with this (tolerated) status code: the patch did not apply.
+    Refused(u16),
 }
 
 /// Patches ManagedCluster `name`; an answer with a status code in `tolerated` is no error
-/// (returned as `Ok(Some(code))`: the patch did not apply).
+/// ([`Patched::Refused`]).
 async fn patch_cluster_unless(
     ctx: &Ctx,
     name: &str,
     patch: Patch<Value>,
     tolerated: &[u16],
-) -> Result<Option<u16>, Error> {
+) -> Result<Patched, Error> {
     let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
     match api.patch(name, &patch_params(), &patch).await {
-        Ok(_) => Ok(None),
-        Err(kube::Error::Api(s)) if tolerated.contains(&s.code) => Ok(Some(s.code)),
+        Ok(mc) => Ok(Patched::Applied(mc.resource_version())),
+        Err(kube::Error::Api(s)) if tolerated.contains(&s.code) => Ok(Patched::Refused(s.code)),
         Err(e) => Err(ctx_err(format!("updating ManagedCluster {name}"))(e).into()),
     }
 }
@@ -642,6 +662,19 @@ fn restore_needed(mc: &ManagedCluster, task: &MigrationTask) -> bool {
             .is_some_and(|k| ours(task, k))
 }
 
+/// This agent's last write of the task's status, while the cache's copy of the task is older
+/// than that write ([`own_writes`]); `None`: the copy's own status stands.
+fn own_status(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    now: std::time::Instant,
+) -> Option<MigrationTaskStatus> {
+    let rv = task.resource_version()?;
+    let mut own = ctx.own_statuses.lock().ok()?;
+    own.ahead_of(&task.name_any(), task.uid().as_deref(), &rv, now)
+        .cloned()
+}
+
 /// Writes the task's report as its status when it is due ([`pace::due`]); returns when to
 /// look again if it was deferred.
 async fn write_status(
@@ -650,6 +683,11 @@ async fn write_status(
     names: &[String],
     report: Report,
 ) -> Result<Option<Duration>, Error> {
+    let name = task.name_any();
+    let now = std::time::Instant::now();
+    // The status as it stands: this agent's last write of it while the cache is behind that.
+    let own = own_status(ctx, task, now);
+    let current = own.as_ref().or(task.status.as_ref());
     let failures = ClusterState::failures(names, &report.states);
     let status = MigrationTaskStatus {
         observed_stage: Some(task.spec.stage),
@@ -666,29 +704,34 @@ async fn write_status(
         refusal: report.refusal.map(str::to_owned),
         release_times: report
             .release_times
-            .or_else(|| task.status.as_ref().and_then(|s| s.release_times.clone())),
+            .or_else(|| current.and_then(|s| s.release_times.clone())),
     };
-    let name = task.name_any();
     let since_last = ctx
         .written
         .lock()
         .ok()
         .and_then(|w| w.get(&name).map(std::time::Instant::elapsed));
-    match pace::due(task.status.as_ref(), &status, since_last) {
+    match pace::due(current, &status, since_last) {
         pace::Due::Unchanged => return Ok(None),
         pace::Due::After(after) => return Ok(Some(after)),
         pace::Due::Now => {}
     }
     let api: Api<MigrationTask> =
         Api::namespaced(ctx.client.clone(), &task.namespace().unwrap_or_default());
-    write_status_if_changed(&api, &name, None, task.status.as_ref(), &status)
+    let wrote = write_status_if_changed(&api, &name, None, current, &status)
         .await
         .map_err(ctx_err(format!(
             "writing the status of MigrationTask {name}"
         )))?;
     tracing::debug!(task = %name, stage = ?task.spec.stage, state = ?status.stage_state, message = ?status.message, "task status written");
     if let Ok(mut written) = ctx.written.lock() {
-        pace::record(&mut written, name, std::time::Instant::now());
+        pace::record(&mut written, name.clone(), now);
+    }
+    if let StatusWrite::Written(Some(wrote)) = &wrote
+        && let Some(read) = task.resource_version()
+        && let Ok(mut own) = ctx.own_statuses.lock()
+    {
+        own.record(&name, task.uid().as_deref(), (&read, wrote), status, now);
     }
     Ok(None)
 }

@@ -584,7 +584,7 @@ async fn write_status(ctx: &Ctx, mcm: &ManagedClusterMigration, step: Step) -> R
     if written == StatusWrite::Stale {
         return Ok(());
     }
-    if written == StatusWrite::Written && tracing::enabled!(tracing::Level::DEBUG) {
+    if matches!(written, StatusWrite::Written(_)) && tracing::enabled!(tracing::Level::DEBUG) {
         // Where the migration stands, each time it changes (for timing a run from the log).
         let said: Vec<String> = step
             .status

@@ -1,5 +1,6 @@
 //! Fault injection, set per instance at run time: latency, error responses at a rate for a
-//! verb/resource, dropped watch streams, and a full outage (connections refused).
+//! verb/resource, dropped watch streams, lagging watch streams, and a full outage (connections
+//! refused).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +27,7 @@ pub struct ErrorRule {
 #[derive(Debug)]
 pub struct Faults {
     latency: Mutex<Duration>,
+    watch_lag: Mutex<Duration>,
     rules: Mutex<Vec<ErrorRule>>,
     outage: watch::Sender<bool>,
     drop_watches: watch::Sender<u64>,
@@ -36,6 +38,7 @@ impl Default for Faults {
     fn default() -> Self {
         Self {
             latency: Mutex::new(Duration::ZERO),
+            watch_lag: Mutex::new(Duration::ZERO),
             rules: Mutex::new(Vec::new()),
             outage: watch::channel(false).0,
             drop_watches: watch::channel(0).0,
@@ -63,16 +66,32 @@ impl Faults {
         *lock(&self.latency)
     }
 
+    /// Delivers every watch event this long after the change it reports. A real API server
+    /// answers a write before its watchers hear of it (its watch cache follows etcd's own watch,
+    /// and each watcher's stream is fed from there), so a client's informer can be behind the
+    /// client's own last write for a while; by default the simulator's lag is a few
+    /// microseconds, which hides a controller that acts again on its cache before its own
+    /// write came back.
+    pub fn set_watch_lag(&self, d: Duration) {
+        *lock(&self.watch_lag) = d;
+    }
+
+    /// The lag of watch events.
+    pub fn watch_lag(&self) -> Duration {
+        *lock(&self.watch_lag)
+    }
+
     /// Adds an error rule.
     pub fn add_error(&self, rule: ErrorRule) {
         lock(&self.rules).push(rule);
         self.refresh();
     }
 
-    /// Removes every error rule and the latency.
+    /// Removes every error rule, the latency and the watch lag.
     pub fn clear(&self) {
         lock(&self.rules).clear();
         *lock(&self.latency) = Duration::ZERO;
+        *lock(&self.watch_lag) = Duration::ZERO;
         self.refresh();
     }
 

@@ -23,17 +23,38 @@ pub struct Access {
 #[derive(Debug, Default)]
 pub struct Metrics {
     counts: Mutex<BTreeMap<(String, String, u16), u64>>,
+    /// The same by user: (user, verb, resource, code).
+    answers: Mutex<BTreeMap<(String, String, String, u16), u64>>,
     access: Mutex<BTreeMap<Access, u64>>,
     connections: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Metrics {
-    /// Counts one request.
-    pub fn record(&self, verb: &str, resource: &str, code: u16) {
+    /// Counts one request, answered with `code`, by `user` if it was authenticated.
+    pub fn record(&self, user: Option<&str>, verb: &str, resource: &str, code: u16) {
         if let Ok(mut c) = self.counts.lock() {
             *c.entry((verb.to_owned(), resource.to_owned(), code))
                 .or_default() += 1;
         }
+        if let Some(user) = user
+            && let Ok(mut c) = self.answers.lock()
+        {
+            *c.entry((user.to_owned(), verb.to_owned(), resource.to_owned(), code))
+                .or_default() += 1;
+        }
+    }
+
+    /// `user`'s requests: (verb, resource, code) -> requests.
+    pub fn answers_to(&self, user: &str) -> BTreeMap<(String, String, u16), u64> {
+        self.answers
+            .lock()
+            .map(|c| {
+                c.iter()
+                    .filter(|((u, ..), _)| u == user)
+                    .map(|((_, v, r, code), n)| ((v.clone(), r.clone(), *code), *n))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Every counter: (verb, resource, code) -> requests.
@@ -90,6 +111,9 @@ impl Metrics {
     /// Resets every counter and the access log.
     pub fn reset(&self) {
         if let Ok(mut c) = self.counts.lock() {
+            c.clear();
+        }
+        if let Ok(mut c) = self.answers.lock() {
             c.clear();
         }
         if let Ok(mut c) = self.access.lock() {

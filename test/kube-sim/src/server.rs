@@ -310,13 +310,18 @@ pub async fn handle(
             tokio::time::sleep(latency).await;
         }
     }
-    let (verb, resource, response) = match dispatch(&sim, &server_addr, &peer, req).await {
+    let mut user = None;
+    let (verb, resource, response) = match dispatch(&sim, &server_addr, &peer, req, &mut user).await
+    {
         Ok(x) => x,
         Err((verb, resource, e)) => (verb, resource, error_response(&e)),
     };
-    sim.inner
-        .metrics
-        .record(&verb, &resource, response.status().as_u16());
+    sim.inner.metrics.record(
+        user.as_deref(),
+        &verb,
+        &resource,
+        response.status().as_u16(),
+    );
     response
 }
 
@@ -327,11 +332,13 @@ async fn dispatch(
     server_addr: &str,
     peer: &PeerIdentity,
     req: Request<Incoming>,
+    who: &mut Option<String>,
 ) -> Result<(String, String, Response<Body>), Failure> {
     let path = req.uri().path().to_owned();
     let params = query_params(req.uri().query());
     let fail = |verb: &str, res: &str, e: ApiError| (verb.to_owned(), res.to_owned(), e);
     let user = authenticate(sim, &req, peer).map_err(|e| fail("unknown", "", e))?;
+    *who = Some(user.name.clone());
     let r = route(sim, &path).map_err(|e| fail("get", "", e))?;
     let Route::Resource(rr) = r else {
         // Non-resource requests: discovery, health, OpenAPI.

@@ -47,6 +47,8 @@ pub struct Event {
     pub object: Arc<Value>,
     /// The object before the change (for selector transitions).
     pub prev: Option<Arc<Value>>,
+    /// When the change was made (a lagging watch delivers it later: [`crate::faults`]).
+    pub at: std::time::Instant,
 }
 
 /// Key of an object within its storage.
@@ -428,6 +430,7 @@ impl Store {
             type_,
             object: obj.clone(),
             prev,
+            at: std::time::Instant::now(),
         });
         obj
     }
@@ -453,6 +456,7 @@ impl Store {
             type_: EventType::Deleted,
             object: last.clone(),
             prev,
+            at: std::time::Instant::now(),
         });
         last
     }

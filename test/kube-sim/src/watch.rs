@@ -301,6 +301,12 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
                             continue;
                         }
                         last_rv = ev.rv;
+                        // A lagging server: each change reaches the watcher that long after it
+                        // was made (the next waits only for what is left of its own lag).
+                        let lag = sim.inner.faults.watch_lag();
+                        if !lag.is_zero() {
+                            tokio::time::sleep_until((ev.at + lag).into()).await;
+                        }
                         if let Some((kind, obj)) = translate(&sel, &ev)
                             && tx.send(line(&event_json(kind, obj, &sel, params.as_table))).await.is_err() {
                                 return;

@@ -114,6 +114,51 @@ async fn latency_outage_and_dropped_watches() {
 }
 
 #[tokio::test]
+async fn a_lagging_watch_hears_of_a_change_only_after_the_write_was_answered() {
+    let sim = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(sim.client().await.unwrap(), "default");
+    let lag = Duration::from_millis(400);
+    sim.faults().set_watch_lag(lag);
+    let stream = cms
+        .watch(&WatchParams::default().timeout(60), "0")
+        .await
+        .unwrap();
+    let mut stream = std::pin::pin!(stream);
+    // Two changes in a row: each arrives its own lag after it was made, in order.
+    let t = Instant::now();
+    cms.create(&PostParams::default(), &cm("a")).await.unwrap();
+    cms.create(&PostParams::default(), &cm("b")).await.unwrap();
+    let written = t.elapsed();
+    assert!(
+        written < lag,
+        "the writes were answered at once: {written:?}"
+    );
+    for name in ["a", "b"] {
+        match tokio::time::timeout(Duration::from_secs(5), stream.next())
+            .await
+            .unwrap()
+        {
+            Some(Ok(WatchEvent::Added(c))) => assert_eq!(c.metadata.name.as_deref(), Some(name)),
+            other => panic!("expected ADDED {name}, got {other:?}"),
+        }
+    }
+    let heard = t.elapsed();
+    assert!(
+        heard >= lag && heard < lag + lag / 2,
+        "the second change was heard after {heard:?} (lag {lag:?}, not one lag per event)"
+    );
+    // Cleared, a change is heard at once.
+    sim.faults().clear();
+    let t = Instant::now();
+    cms.create(&PostParams::default(), &cm("c")).await.unwrap();
+    let c = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap();
+    assert!(matches!(c, Some(Ok(WatchEvent::Added(_)))), "{c:?}");
+    assert!(t.elapsed() < lag, "heard after {:?}", t.elapsed());
+}
+
+#[tokio::test]
 async fn requests_are_counted_by_verb_resource_and_code() {
     let sim = start().await;
     let cms: Api<ConfigMap> = Api::namespaced(sim.client().await.unwrap(), "default");
@@ -135,6 +180,15 @@ async fn requests_are_counted_by_verb_resource_and_code() {
         Some(&1)
     );
     assert_eq!(sim.metrics().total(None, Some("configmaps")), 3);
+    // The same, by the user who asked.
+    let mine = sim.metrics().answers_to("kube-sim-admin");
+    assert_eq!(
+        mine.get(&("create".into(), "configmaps".into(), 409)),
+        Some(&1),
+        "{mine:?}"
+    );
+    assert_eq!(mine.values().sum::<u64>(), 3, "{mine:?}");
+    assert!(sim.metrics().answers_to("someone-else").is_empty());
 }
 
 #[tokio::test]
