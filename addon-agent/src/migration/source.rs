@@ -265,8 +265,9 @@ pub(super) async fn source_clean(
         .iter()
         .filter(|s| matches!(s, ClusterState::Switching | ClusterState::RollingBack))
         .count();
-    // No cluster selects them any more.
-    if left == 0 {
+    // No cluster selects them any more. A report of this stage done says they went already
+    // (it is written only after they did): the hub is not asked again at every later event.
+    if left == 0 && !cleaned_already(task, own_status(ctx, task, std::time::Instant::now())) {
         remove_derived_configs(ctx, task).await?;
     }
     Ok(Report {
@@ -280,5 +281,16 @@ pub(super) async fn source_clean(
         state: StageState::done_if(left == 0),
         states,
         ..Default::default()
+    })
+}
+
+/// Whether the task's status (`own`: this agent's last write of it, if the cache is behind it)
+/// reports this revision's Cleaning done: the derived KlusterletConfigs went before that report
+/// was written.
+pub(super) fn cleaned_already(task: &MigrationTask, own: Option<MigrationTaskStatus>) -> bool {
+    own.as_ref().or(task.status.as_ref()).is_some_and(|s| {
+        s.observed_stage == Some(TaskStage::Cleaning)
+            && s.observed_revision == task.spec.revision
+            && s.stage_state == Some(StageState::Succeeded)
     })
 }

@@ -816,3 +816,62 @@ fn a_release_is_timed_when_first_seen_and_keeps_its_earliest_time() {
         vec![Some(now), None]
     );
 }
+
+#[test]
+fn derived_configs_are_listed_again_until_this_revisions_cleaning_is_reported_done() {
+    let mut task = source_task(BootstrapDelivery::KlusterletConfig);
+    task.spec.stage = TaskStage::Cleaning;
+    task.spec.revision = Some("r2".into());
+    let status = |stage, state, revision: &str| MigrationTaskStatus {
+        observed_stage: Some(stage),
+        stage_state: Some(state),
+        observed_revision: Some(revision.into()),
+        ..Default::default()
+    };
+    use StageState::{Running, Succeeded};
+    use TaskStage::{Cleaning, Registering};
+    // (case, the cached status, this agent's own last write while the cache is behind, skip)
+    let table = [
+        ("no status yet", None, None, false),
+        (
+            "cleaning under way",
+            Some(status(Cleaning, Running, "r2")),
+            None,
+            false,
+        ),
+        (
+            "cleaning done",
+            Some(status(Cleaning, Succeeded, "r2")),
+            None,
+            true,
+        ),
+        (
+            "done in an earlier revision",
+            Some(status(Cleaning, Succeeded, "r1")),
+            None,
+            false,
+        ),
+        (
+            "another stage done",
+            Some(status(Registering, Succeeded, "r2")),
+            None,
+            false,
+        ),
+        (
+            "done as written, the cache not there yet",
+            Some(status(Cleaning, Running, "r2")),
+            Some(status(Cleaning, Succeeded, "r2")),
+            true,
+        ),
+        (
+            "the write stands over the cache",
+            Some(status(Cleaning, Succeeded, "r2")),
+            Some(status(Cleaning, Running, "r2")),
+            false,
+        ),
+    ];
+    for (case, cached, own, skip) in table {
+        task.status = cached;
+        assert_eq!(cleaned_already(&task, own), skip, "{case}");
+    }
+}
