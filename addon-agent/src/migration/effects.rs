@@ -223,6 +223,24 @@ pub(super) async fn apply_all(
     first.map_or(Ok(()), Err)
 }
 
+/// The uid and resourceVersion of the cluster `effects` were decided on, if they carry them (a
+/// taint change does: [`taint`]).
+pub(super) fn decided_on(effects: &[Effect]) -> Option<(Option<String>, String)> {
+    effects.iter().find_map(|e| match e {
+        Effect::Taint(t) => Some((
+            t.patch
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            t.patch
+                .pointer("/metadata/resourceVersion")?
+                .as_str()?
+                .to_owned(),
+        )),
+        _ => None,
+    })
+}
+
 /// Carries out `effects` on `cluster` (of `task`), in order.
 pub(super) async fn apply(
     ctx: &Ctx,
@@ -231,9 +249,13 @@ pub(super) async fn apply(
     effects: Vec<Effect>,
 ) -> Result<(), Error> {
     let now = std::time::Instant::now();
-    // The version of the cluster these effects were decided on (or an older one).
-    let read = get(&ctx.caches.clusters, None, cluster)
-        .and_then(|mc| Some((mc.uid(), mc.resource_version()?)));
+    // The version of the cluster these effects were decided on: the one a taint change read,
+    // else the cache's now (a decision on an older copy can then repeat a merge patch, which
+    // changes nothing the second time).
+    let read = decided_on(&effects).or_else(|| {
+        get(&ctx.caches.clusters, None, cluster)
+            .and_then(|mc| Some((mc.uid(), mc.resource_version()?)))
+    });
     if let Some((uid, rv)) = &read
         && ctx
             .own_cluster_writes

@@ -763,16 +763,18 @@ async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
     // each task's last status heard.
     type Heard = std::sync::Arc<std::sync::Mutex<(u64, BTreeMap<String, String>)>>;
     let mut heard: Vec<Heard> = Vec::new();
+    let mut hearing_tasks = Vec::new();
     for (i, hub) in s.fleet.hubs.iter().enumerate() {
         hub.cluster.api.faults().set_watch_lag(lag);
         hub.cluster.api.metrics().reset();
         let hub_heard = Heard::default();
         let hearing = hub_heard.clone();
         let tasks = Api::<MigrationTask>::all(s.hub(i + 1));
-        tokio::spawn(async move {
+        hearing_tasks.push(tokio::spawn(async move {
             use futures::StreamExt;
+            use kube::runtime::WatchStreamExt;
             use kube::runtime::watcher::{Event, watcher};
-            let stream = watcher(tasks, Default::default());
+            let stream = watcher(tasks, Default::default()).default_backoff();
             let mut stream = std::pin::pin!(stream);
             while let Some(ev) = stream.next().await {
                 let mut h = hearing.lock().unwrap();
@@ -789,7 +791,7 @@ async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
                     _ => {}
                 }
             }
-        });
+        }));
         heard.push(hub_heard);
     }
     let moving: Vec<String> = (1..=10).map(|k| format!("cluster{k}")).collect();
@@ -857,5 +859,8 @@ async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
             "hub{}: {status_writes} status writes for {changed} changes",
             i + 1
         );
+    }
+    for t in hearing_tasks {
+        t.abort();
     }
 }
