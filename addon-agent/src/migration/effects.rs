@@ -251,10 +251,13 @@ pub(super) async fn apply(
     let now = std::time::Instant::now();
     // The version of the cluster these effects were decided on: the one a taint change read,
     // else the cache's now (a decision on an older copy can then repeat a merge patch, which
-    // changes nothing the second time).
+    // changes nothing the second time); a cluster not in the cache is no version (""), which
+    // its pre-creation by this agent is ahead of until the cache shows it.
     let read = decided_on(&effects).or_else(|| {
-        get(&ctx.caches.clusters, None, cluster)
-            .and_then(|mc| Some((mc.uid(), mc.resource_version()?)))
+        Some(match get(&ctx.caches.clusters, None, cluster) {
+            Some(mc) => (mc.uid(), mc.resource_version()?),
+            None => (None, String::new()),
+        })
     });
     if let Some((uid, rv)) = &read
         && ctx
@@ -294,7 +297,7 @@ pub(super) async fn apply(
                 }
             }
             Effect::ReleaseWorks => release_works(ctx, cluster).await?,
-            Effect::Precreate => precreate(ctx, task, cluster).await?,
+            Effect::Precreate => wrote = precreate(ctx, task, cluster).await?.or(wrote),
             Effect::CarryAddons => carry_addons(ctx, task, cluster).await?,
             Effect::CarryObjects => carry_objects(ctx, task, cluster).await?,
             Effect::PauseObjects => pause_on_source(ctx, task, cluster).await?,

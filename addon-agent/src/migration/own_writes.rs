@@ -246,6 +246,12 @@ mod tests {
         }
         let mut w: OwnWrites<()> = OwnWrites::default();
         assert_eq!(w.ahead_of("never", Some("u1"), "10", t0), None);
+        // A creation: decided on no copy (no uid, version ""); ahead while the cache has none,
+        // caught up once it shows the object created.
+        w.record("c1", None, ("", "12"), (), t0);
+        assert!(w.ahead_of("c1", None, "", secs(1)).is_some());
+        assert!(w.ahead_of("c1", Some("u9"), "12", secs(1)).is_none());
+        assert!(w.ahead_of("c1", None, "", secs(1)).is_none());
     }
 
     #[test]

@@ -106,7 +106,13 @@ pub(super) fn carried<'a>(task: &'a MigrationTask, name: &str) -> Option<&'a Car
         .find(|c| c.name == name)
 }
 
-pub(super) async fn precreate(ctx: &Ctx, task: &MigrationTask, name: &str) -> Result<(), Error> {
+/// Pre-creates the ManagedCluster `name`; returns its resourceVersion if this call created it
+/// (`None`: it exists already).
+pub(super) async fn precreate(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    name: &str,
+) -> Result<Option<String>, Error> {
     let record = carried(task, name).cloned().unwrap_or(CarriedCluster {
         name: name.to_owned(),
         ..Default::default()
@@ -149,16 +155,16 @@ pub(super) async fn precreate(ctx: &Ctx, task: &MigrationTask, name: &str) -> Re
         )
         .await
     {
-        Ok(_) => tracing::info!(cluster = %name, "pre-created ManagedCluster"),
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => {
-            return Err(Error::Kube(ApiError::new(
-                format!("pre-creating ManagedCluster {name}"),
-                e,
-            )));
+        Ok(created) => {
+            tracing::info!(cluster = %name, "pre-created ManagedCluster");
+            Ok(created.resource_version())
         }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+        Err(e) => Err(Error::Kube(ApiError::new(
+            format!("pre-creating ManagedCluster {name}"),
+            e,
+        ))),
     }
-    Ok(())
 }
 
 /// Carried-over addons and KlusterletAddonConfig, once the hub has made the cluster's namespace.

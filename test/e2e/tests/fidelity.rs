@@ -752,7 +752,7 @@ async fn a_plain_target_without_a_bootstrap_identity_fails_validation() {
 /// behind its own controller's last write (kube-sim's watch lag). The agents must not decide
 /// again on what their caches show until their own writes come back: on hubs whose watches lag
 /// by 300 ms, no ManagedCluster patch of theirs is refused for testing a taint already gone
-/// (422), and each write of a task's status changes it (the simulator, as the real server,
+/// (422), no cluster is pre-created twice (409), and each write of a task's status changes it (the simulator, as the real server,
 /// keeps no write that changes nothing, so a repeated report is a request and no change).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
@@ -832,11 +832,16 @@ async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
         })
         .await;
         let m = hub.cluster.api.metrics();
-        let refused = m
-            .answers_to(agent)
-            .get(&("patch".to_owned(), "managedclusters".to_owned(), 422))
-            .copied()
-            .unwrap_or(0);
+        let answers = m.answers_to(agent);
+        let answered = |verb: &str, code| {
+            answers
+                .get(&(verb.to_owned(), "managedclusters".to_owned(), code))
+                .copied()
+                .unwrap_or(0)
+        };
+        let refused = answered("patch", 422);
+        // A pre-creation again, of a cluster the cache did not show yet: 409 AlreadyExists.
+        let created_again = answered("create", 409);
         let status_writes: u64 = m
             .access_log()
             .iter()
@@ -847,10 +852,11 @@ async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
             .sum();
         let changed = heard[i].lock().unwrap().0;
         eprintln!(
-            "hub{}: {refused} cluster patches refused (422), {status_writes} status writes, {changed} changes",
+            "hub{}: {refused} cluster patches refused (422), {created_again} created again (409), {status_writes} status writes, {changed} changes",
             i + 1
         );
         assert_eq!(refused, 0, "hub{}: cluster patches refused", i + 1);
+        assert_eq!(created_again, 0, "hub{}: clusters created again", i + 1);
         // One write the same as the last is allowed for: a status write that crosses a change
         // of the task's spec (the manager moving its stage) is decided on a copy that shows
         // neither.
