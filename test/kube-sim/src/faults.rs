@@ -3,7 +3,7 @@
 //! refused).
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -27,7 +27,8 @@ pub struct ErrorRule {
 #[derive(Debug)]
 pub struct Faults {
     latency: Mutex<Duration>,
-    watch_lag: Mutex<Duration>,
+    /// Nanoseconds, read for every watch event of every watcher: no lock on that path.
+    watch_lag_nanos: AtomicU64,
     rules: Mutex<Vec<ErrorRule>>,
     outage: watch::Sender<bool>,
     drop_watches: watch::Sender<u64>,
@@ -38,7 +39,7 @@ impl Default for Faults {
     fn default() -> Self {
         Self {
             latency: Mutex::new(Duration::ZERO),
-            watch_lag: Mutex::new(Duration::ZERO),
+            watch_lag_nanos: AtomicU64::new(0),
             rules: Mutex::new(Vec::new()),
             outage: watch::channel(false).0,
             drop_watches: watch::channel(0).0,
@@ -73,12 +74,13 @@ impl Faults {
     /// microseconds, which hides a controller that acts again on its cache before its own
     /// write came back.
     pub fn set_watch_lag(&self, d: Duration) {
-        *lock(&self.watch_lag) = d;
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.watch_lag_nanos.store(nanos, Ordering::SeqCst);
     }
 
     /// The lag of watch events.
     pub fn watch_lag(&self) -> Duration {
-        *lock(&self.watch_lag)
+        Duration::from_nanos(self.watch_lag_nanos.load(Ordering::Relaxed))
     }
 
     /// Adds an error rule.
@@ -91,7 +93,7 @@ impl Faults {
     pub fn clear(&self) {
         lock(&self.rules).clear();
         *lock(&self.latency) = Duration::ZERO;
-        *lock(&self.watch_lag) = Duration::ZERO;
+        self.watch_lag_nanos.store(0, Ordering::SeqCst);
         self.refresh();
     }
 
