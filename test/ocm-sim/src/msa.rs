@@ -66,6 +66,12 @@ pub async fn run(
         watcher::Config::default().labels(MSA_LABEL),
     );
     let caches = Caches { msas, secrets, sas };
+    // Upstream's token reconciler is a controller on ManagedServiceAccounts that also watches
+    // their Secrets and the managed ServiceAccounts (managed-serviceaccount
+    // `pkg/addon/agent/controller/token.go`, `SetupWithManager`): a change is acted on when
+    // its event arrives, not at the next resync. Events that come while a sync runs are
+    // served by one more sync (a sync covers every ManagedServiceAccount).
+    let changed = tokio::sync::Notify::new();
     let syncing = async {
         if caches.msas.wait_until_ready().await.is_err()
             || caches.secrets.wait_until_ready().await.is_err()
@@ -75,18 +81,25 @@ pub async fn run(
         }
         let mut tick = tokio::time::interval(resync);
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = changed.notified() => {}
+            }
             if let Err(e) = sync(&hub, &managed, &cluster, &managed_ca_pem, &caches).await {
                 tracing::debug!(%cluster, error = %e, "managed-serviceaccount sync");
             }
         }
     };
+    let wake = || {
+        changed.notify_one();
+        async {}
+    };
     tokio::select! {
         _ = async {
             futures::join!(
-                msa_events.for_each(|_| async {}),
-                secret_events.for_each(|_| async {}),
-                sa_events.for_each(|_| async {})
+                msa_events.for_each(|_| wake()),
+                secret_events.for_each(|_| wake()),
+                sa_events.for_each(|_| wake())
             )
         } => {}
         () = syncing => {}

@@ -153,3 +153,59 @@ async fn managed_serviceaccount_token_works_until_revoked() {
     })
     .await;
 }
+
+/// Upstream's token reconciler acts on a ManagedServiceAccount's event (managed-serviceaccount
+/// `pkg/addon/agent/controller/token.go`): its token is reported, and its ServiceAccount
+/// revoked once it is deleted, long before the next periodic resync (an hour here).
+#[tokio::test]
+async fn a_managed_serviceaccount_is_served_when_its_event_arrives() {
+    let opts = FleetOptions {
+        hubs: 1,
+        clusters_per_hub: 0,
+        join_delay: Duration::ZERO,
+        lease_duration_secs: 1,
+        lease_check_interval: Duration::from_millis(200),
+        status_sync_interval: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let fleet = Fleet::up(&opts).await.unwrap();
+    fleet.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let global = fleet.global.cluster.admin.clone();
+    let msas: Api<ManagedServiceAccount> = Api::namespaced(global.clone(), "hub1");
+    let msa: ManagedServiceAccount = serde_json::from_value(json!({
+        "apiVersion": "authentication.open-cluster-management.io/v1beta1", "kind": "ManagedServiceAccount",
+        "metadata": {"name": "prompt", "namespace": "hub1"},
+        "spec": {"rotation": {"enabled": true, "validity": "1h"}}
+    }))
+    .unwrap();
+    msas.create(&PostParams::default(), &msa).await.unwrap();
+    // Well within the hour the periodic resync would take.
+    let soon = Duration::from_secs(20);
+    eventually(soon, "the token to be reported on the event", || {
+        let msas = msas.clone();
+        async move {
+            let st = msas.get("prompt").await.unwrap().status?;
+            (condition_is_true(st.conditions.as_deref().unwrap_or(&[]), "TokenReported")
+                && st.token_secret_ref.is_some())
+            .then_some(())
+        }
+    })
+    .await;
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(
+        fleet.hubs[0].cluster.admin.clone(),
+        ocm_sim::msa::MSA_NAMESPACE,
+    );
+    assert!(sas.get_opt("prompt").await.unwrap().is_some());
+    msas.delete("prompt", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        soon,
+        "the ServiceAccount to be revoked on the event",
+        || {
+            let sas = sas.clone();
+            async move { sas.get_opt("prompt").await.unwrap().is_none().then_some(()) }
+        },
+    )
+    .await;
+}
