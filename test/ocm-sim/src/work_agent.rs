@@ -74,6 +74,44 @@ struct Ctx {
     /// The last apply of each work, complete or failed: what it applied and when it applies
     /// again.
     works_applied: std::sync::Mutex<std::collections::HashMap<String, LastApply>>,
+    /// The works as the controller's watch has them: a status sync under way yields to the
+    /// apply or the cleanup of a work that changed meanwhile ([`superseded`]).
+    works: Store<ManifestWork>,
+}
+
+/// Whether `work`, whose status is being synced, has since been deleted, changed its spec or
+/// labels, or gone. Upstream's status, apply and finalize controllers are separate
+/// controllers, each with its own queue (ocm pkg/work/spoke/spokeagent.go starts
+/// `AvailableStatusController`, `ManifestWorkController` and the finalize controllers
+/// apart): a status sync of a work with many manifests never holds up its deletion or the
+/// apply of its new spec. The simulator runs them in one reconcile per work, so a sync stops
+/// (writing nothing) as soon as the work's watch shows either is due.
+fn superseded(ctx: &Ctx, work: &ManifestWork) -> bool {
+    deleted_since(ctx, work)
+        || ctx
+            .works
+            .get(&ObjectRef::new(&work.name_any()).within(&ctx.cluster))
+            .is_some_and(|now| {
+                now.metadata.generation != work.metadata.generation || now.labels() != work.labels()
+            })
+}
+
+/// Whether `work` has been deleted (or replaced) since this copy was read. An apply under way
+/// stops there too, as upstream's finalize controllers do not wait for the apply controller:
+/// what it applied carries the AppliedManifestWork as owner, so what the cleanup does not
+/// list goes with the AppliedManifestWork (the garbage collector), as upstream relies on.
+fn deleted_since(ctx: &Ctx, work: &ManifestWork) -> bool {
+    match ctx
+        .works
+        .get(&ObjectRef::new(&work.name_any()).within(&ctx.cluster))
+    {
+        None => true,
+        Some(now) => {
+            now.uid() != work.uid()
+                || (now.metadata.deletion_timestamp.is_some()
+                    && work.metadata.deletion_timestamp.is_none())
+        }
+    }
 }
 
 /// Upstream's apply controller (ocm pkg/work/spoke/controllers/manifestcontroller/
@@ -206,6 +244,10 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             &opts.cluster_name,
             crate::feedback_watch::MAX_FEEDBACK_WATCH,
         );
+        let works: Api<ManifestWork> = Api::namespaced(hub.clone(), &opts.cluster_name);
+        // A watched manifest's change syncs its work's status at once (upstream's object
+        // reader queues the work), besides the work's own events and the periodic sync.
+        let controller = Controller::new(works, watcher::Config::default()).reconcile_on(woken);
         let ctx = Arc::new(Ctx {
             hub: hub.clone(),
             managed: managed.clone(),
@@ -218,8 +260,8 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             amws,
             feedback,
             works_applied: Default::default(),
+            works: controller.store(),
         });
-        let works: Api<ManifestWork> = Api::namespaced(hub, &opts.cluster_name);
         // When the process restarts (a pod replaced), reconciles under way finish first, as in
         // a graceful shutdown, so no applied object goes unrecorded.
         let restarted = {
@@ -230,9 +272,6 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
                 tracing::debug!(cluster = %cluster, "the agent process is restarting; the work agent finishes what it does");
             }
         };
-        // A watched manifest's change syncs its work's status at once (upstream's object
-        // reader queues the work), besides the work's own events and the periodic sync.
-        let controller = Controller::new(works, watcher::Config::default()).reconcile_on(woken);
         let evicting = {
             let ended = ended(connection.clone(), seen.clone());
             let ctx = ctx.clone();
@@ -510,6 +549,9 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
     let mut applied_resources = Vec::new();
     let (mut all_applied, mut all_available) = (true, true);
     for (ordinal, manifest) in manifests.iter().enumerate() {
+        if deleted_since(ctx, work) {
+            return Ok(Action::requeue(Duration::ZERO));
+        }
         let name = manifest
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -817,6 +859,10 @@ async fn sync_status(
     let mut statuses = Vec::with_capacity(previous.len());
     let mut all_available = true;
     for p in previous {
+        if superseded(ctx, work) {
+            // The apply or the cleanup runs at once; the next sync reads everything again.
+            return Ok(Action::requeue(Duration::ZERO));
+        }
         let m = &p.resource_meta;
         let mut conditions = p.conditions.clone();
         let meta = serde_json::to_value(m).map_err(|e| WorkError::Other(e.to_string()))?;

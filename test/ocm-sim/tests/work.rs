@@ -634,3 +634,73 @@ async fn watched_feedback_is_reported_when_the_object_changes() {
     // the object's change may be read at that follow-up rather than at the next sync; only the
     // watched one is sure to be reported without a sync.
 }
+
+/// Upstream runs the status sync and the finalize controllers apart (ocm
+/// pkg/work/spoke/spokeagent.go), so the deletion of a work is not held up by a status sync of
+/// its many manifests that is under way: its objects start to go at once.
+#[tokio::test]
+async fn a_deleted_work_is_cleaned_up_without_waiting_for_its_status_sync() {
+    let (hub, clusters) = joined_pair().await;
+    let works: Api<ManifestWork> = Api::namespaced(hub.cluster.admin.clone(), "cluster1");
+    let manifests: Vec<serde_json::Value> = std::iter::once(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "many"}}),
+    )
+    .chain((0..60).map(|i| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": format!("cm-{i}"), "namespace": "many"}, "data": {"i": i.to_string()}})
+    }))
+    .collect();
+    let many: ManifestWork = serde_json::from_value(json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": "many", "namespace": "cluster1"},
+        "spec": {"workload": {"manifests": manifests}}
+    }))
+    .unwrap();
+    works.create(&PostParams::default(), &many).await.unwrap();
+    eventually(LIMIT, "the work Applied", || {
+        let works = works.clone();
+        async move {
+            let w = works.get("many").await.unwrap();
+            condition_is_true(w.status?.conditions.as_deref().unwrap_or(&[]), "Applied")
+                .then_some(())
+        }
+    })
+    .await;
+    // Each request to cluster1 now takes 250 ms: a status sync reads 61 objects, 15 s.
+    let c1 = &clusters[0].0.api;
+    let gets = || c1.metrics().total(Some("get"), Some("configmaps"));
+    c1.faults().set_latency(Duration::from_millis(250));
+    let before = gets();
+    eventually(LIMIT, "a status sync under way", || async {
+        (gets() >= before + 2).then_some(())
+    })
+    .await;
+    let deletes = || c1.metrics().total(Some("delete"), None);
+    let deleted_before = deletes();
+    works
+        .delete("many", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The cleanup's first deletion: its read of the AppliedManifestWork and of the first
+    // object, and the read the sync was making, each 250 ms; nowhere near the sync's 15 s.
+    eventually(Duration::from_secs(5), "the cleanup under way", || async {
+        (deletes() > deleted_before).then_some(())
+    })
+    .await;
+    c1.faults().set_latency(Duration::ZERO);
+    let cms: Api<ConfigMap> = Api::namespaced(clusters[0].0.admin.clone(), "many");
+    eventually(LIMIT, "the work and its objects gone", || {
+        let (works, cms) = (works.clone(), cms.clone());
+        async move {
+            (works.get_opt("many").await.unwrap().is_none()
+                && cms
+                    .list(&Default::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .is_empty())
+            .then_some(())
+        }
+    })
+    .await;
+}
