@@ -531,12 +531,21 @@ pub fn grants_work(
     })
 }
 
-/// The ManifestWorks carrying the source hub's bootstrap objects ([`bootstrap_manifests`]):
-/// one while they fit in [`crate::render::WORK_SIZE_LIMIT`], then more
-/// ([`names::migration_bootstrap_part`]).
-pub fn bootstrap_works(m: &Migration, manifests: Vec<Value>) -> Vec<Value> {
-    crate::render::split_manifests(manifests, crate::render::WORK_SIZE_LIMIT)
-        .into_iter()
+/// How many works a hub's work agent applies, and removes, at once: upstream's
+/// `--workload-agent-workers` (default 10, ocm `pkg/work/spoke/options.go`) for each of its
+/// apply and finalize controllers, while the manifests of one work go one after another.
+pub const WORKS_AT_ONCE: usize = 10;
+
+/// The ManifestWorks carrying the source hub's bootstrap objects ([`bootstrap_manifests`] of
+/// `identities` identities): whole identities spread over up to [`WORKS_AT_ONCE`] works, so the
+/// work agent applies and removes them side by side, each split further while it does not fit
+/// in [`crate::render::WORK_SIZE_LIMIT`] ([`names::migration_bootstrap_part`] past the first).
+pub fn bootstrap_works(m: &Migration, manifests: Vec<Value>, identities: usize) -> Vec<Value> {
+    let per_identity = manifests.len().div_ceil(identities.max(1)).max(1);
+    let chunk = per_identity * identities.div_ceil(WORKS_AT_ONCE).max(1);
+    manifests
+        .chunks(chunk)
+        .flat_map(|c| crate::render::split_manifests(c.to_vec(), crate::render::WORK_SIZE_LIMIT))
         .enumerate()
         .map(|(i, part)| {
             let mut work = bootstrap_work(m, part);

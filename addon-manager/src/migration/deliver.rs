@@ -346,12 +346,12 @@ pub(super) fn deliver_source(
     // The bootstrap objects first, in a work of their own that stays as it is while clusters
     // are released (unless it is going; a token missing for a moment leaves it as it was);
     // it goes once no cluster may switch any more: the work agent removes what it carried.
-    // (In as many works as their size takes: the source agent waits for each cluster's own,
-    // so their order does not matter.)
+    // (In several works, applied side by side, and as many more as their size takes: the
+    // source agent waits for each cluster's own, so their order does not matter.)
     if let Some(kubeconfigs) = kubeconfig {
         if !world.bootstrap_going() {
             let objects = mr::bootstrap_manifests(m, source_ns, kubeconfigs, shape)?;
-            for work in mr::bootstrap_works(m, objects) {
+            for work in mr::bootstrap_works(m, objects, kubeconfigs.len()) {
                 step.effects.push(Effect::ApplyWork(work));
             }
         }

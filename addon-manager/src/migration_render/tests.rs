@@ -586,3 +586,59 @@ fn carried_kinds_are_read_everywhere_only_while_validating_then_in_the_clusters_
         CarryScope::Clusters(&[])
     ));
 }
+
+#[test]
+fn bootstrap_objects_are_spread_over_works_the_agent_applies_side_by_side() {
+    // (identities, shape) -> the number of manifests in each work, in order.
+    let cases: [(usize, Shape, &[usize]); 5] = [
+        (1, Shape::MultipleHubsConfig, &[2]),
+        (3, Shape::MultipleHubsConfig, &[2, 2, 2]),
+        (60, Shape::MultipleHubsConfig, &[12; 10]),
+        (25, Shape::ManifestWork, &[3, 3, 3, 3, 3, 3, 3, 3, 1]),
+        (
+            95,
+            Shape::BootstrapKubeConfigs,
+            &[20, 20, 20, 20, 20, 20, 20, 20, 20, 10],
+        ),
+    ];
+    for (identities, shape, sizes) in cases {
+        let texts: Vec<String> = (0..identities).map(|i| format!("kc{i}")).collect();
+        let objs = bootstrap_manifests(&m(), "ns", &texts, shape).unwrap();
+        let works = bootstrap_works(&m(), objs.clone(), identities);
+        let got: Vec<usize> = works
+            .iter()
+            .map(|w| w["spec"]["workload"]["manifests"].as_array().unwrap().len())
+            .collect();
+        assert_eq!(got, sizes, "{identities} identities, {shape:?}");
+        assert!(works.len() <= WORKS_AT_ONCE, "{identities}");
+        // Every object once, in order; each identity's Secret beside its KlusterletConfig.
+        let all: Vec<&Value> = works
+            .iter()
+            .flat_map(|w| w["spec"]["workload"]["manifests"].as_array().unwrap())
+            .collect();
+        assert_eq!(all, objs.iter().collect::<Vec<_>>());
+        for w in &works {
+            let kinds: Vec<&str> = w["spec"]["workload"]["manifests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["kind"].as_str().unwrap())
+                .collect();
+            if shape != Shape::ManifestWork {
+                assert!(
+                    kinds.chunks(2).all(|p| p == ["Secret", "KlusterletConfig"]),
+                    "{kinds:?}"
+                );
+            }
+        }
+        // The first keeps the work's own name, the rest are its numbered parts.
+        let names: Vec<&str> = works
+            .iter()
+            .map(|w| w["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names[0], names::migration_bootstrap_work(&m().key));
+        for (i, n) in names.iter().enumerate().skip(1) {
+            assert_eq!(*n, names::migration_bootstrap_part(&m().key, i));
+        }
+    }
+}

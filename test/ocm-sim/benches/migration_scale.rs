@@ -281,8 +281,8 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
             .map(|(u, c)| format!("{u} {:.1}", *c as f64 / n))
             .collect();
         println!("    {name} busiest: {}", top.join(", "));
-        // What the two busiest asked for.
-        for (who, _) in by.iter().take(2) {
+        // What the three busiest asked for.
+        for (who, _) in by.iter().take(3) {
             println!(
                 "      {who}: {}",
                 breakdown(m, &|u: &str| u.starts_with(who.as_str()))

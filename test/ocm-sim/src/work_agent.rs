@@ -48,6 +48,9 @@ pub struct WorkAgentOptions {
     pub eviction_grace: Duration,
 }
 
+/// Upstream's `--workload-agent-workers` default.
+const WORKERS: u16 = 10;
+
 struct Ctx {
     hub: Client,
     managed: Client,
@@ -247,7 +250,11 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
         let works: Api<ManifestWork> = Api::namespaced(hub.clone(), &opts.cluster_name);
         // A watched manifest's change syncs its work's status at once (upstream's object
         // reader queues the work), besides the work's own events and the periodic sync.
-        let controller = Controller::new(works, watcher::Config::default()).reconcile_on(woken);
+        // Up to ten works at a time, as upstream's controllers each run
+        // `--workload-agent-workers` (default 10, ocm pkg/work/spoke/options.go) workers.
+        let controller = Controller::new(works, watcher::Config::default())
+            .with_config(kube::runtime::controller::Config::default().concurrency(WORKERS))
+            .reconcile_on(woken);
         let ctx = Arc::new(Ctx {
             hub: hub.clone(),
             managed: managed.clone(),
