@@ -288,8 +288,21 @@ pub(super) async fn apply(
                     remove_carried(ctx, task, cluster).await?;
                 }
                 let api: Api<ManagedCluster> = Api::all(ctx.client.clone());
-                ignore_not_found(api.delete(cluster, &DeleteParams::default()).await)
-                    .map_err(ctx_err(format!("deleting ManagedCluster {cluster}")))?;
+                match api.delete(cluster, &DeleteParams::default()).await {
+                    // Held by finalizers (the hub's own cleanup): marked for deletion at a
+                    // new version, which the cache is to show before this cluster is decided
+                    // on again (a decision on the copy before would delete it again).
+                    Ok(answer) => {
+                        wrote = answer
+                            .left()
+                            .and_then(|deleting| deleting.resource_version())
+                            .or(wrote);
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => {
+                        return Err(ctx_err(format!("deleting ManagedCluster {cluster}"))(e).into());
+                    }
+                }
                 if effect == Effect::Detach {
                     tracing::info!(cluster = %cluster, "detached the moved cluster from this hub");
                 } else {

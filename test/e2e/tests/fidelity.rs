@@ -851,12 +851,21 @@ async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
             .map(|(_, c)| *c)
             .sum();
         let changed = heard[i].lock().unwrap().0;
+        // Each moved cluster detached from the source once (not again on a copy from before
+        // the deletion); the target deletes none.
+        let deletes: u64 = answers
+            .iter()
+            .filter(|((verb, resource, _), _)| verb == "delete" && resource == "managedclusters")
+            .map(|(_, c)| *c)
+            .sum();
         eprintln!(
-            "hub{}: {refused} cluster patches refused (422), {created_again} created again (409), {status_writes} status writes, {changed} changes",
+            "hub{}: {refused} cluster patches refused (422), {created_again} created again (409), {deletes} deletions, {status_writes} status writes, {changed} changes",
             i + 1
         );
         assert_eq!(refused, 0, "hub{}: cluster patches refused", i + 1);
         assert_eq!(created_again, 0, "hub{}: clusters created again", i + 1);
+        let detached = if i == 0 { moving.len() as u64 } else { 0 };
+        assert_eq!(deletes, detached, "hub{}: clusters deleted", i + 1);
         // One write the same as the last is allowed for: a status write that crosses a change
         // of the task's spec (the manager moving its stage) is decided on a copy that shows
         // neither.
