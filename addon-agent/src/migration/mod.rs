@@ -135,6 +135,58 @@ struct Ctx {
     /// ([`target::release_times`]); the task's status holds them durably, this copy covers a
     /// reconcile that reads the task before its own status write came back.
     released: std::sync::Mutex<BTreeMap<String, Vec<Option<jiff::Timestamp>>>>,
+    /// The tasks on the hub when the memories above were last pruned ([`forget_removed_tasks`]).
+    tasks_seen: std::sync::Mutex<BTreeSet<String>>,
+}
+
+/// Drops the entries of `map` whose task (`task_of` its key) is in `removed`.
+fn drop_removed<K: Ord, V>(
+    map: &mut BTreeMap<K, V>,
+    removed: &BTreeSet<String>,
+    task_of: impl Fn(&K) -> &str,
+) {
+    map.retain(|k, _| !removed.contains(task_of(k)));
+}
+
+/// The tasks of `seen` not in `live`, which becomes what was seen.
+fn removed_tasks(seen: &mut BTreeSet<String>, live: BTreeSet<String>) -> BTreeSet<String> {
+    if *seen == live {
+        return BTreeSet::new();
+    }
+    let removed = seen.difference(&live).cloned().collect();
+    *seen = live;
+    removed
+}
+
+/// Forgets what this agent remembers of tasks that left the hub (`live`: the tasks on it now;
+/// gone are those that were on it at the last call). A task may go without a last reconcile
+/// (nothing holds it: the work agent deletes it, and the controller never runs for an object
+/// that is gone), and its entries, one per cluster of the migration in `configured`, would
+/// otherwise stay for the agent's life, migration after migration. A task this watch has not
+/// shown yet (the controller's may be ahead) keeps what it has.
+fn forget_removed_tasks(ctx: &Ctx, live: BTreeSet<String>) {
+    let Ok(removed) = ctx
+        .tasks_seen
+        .lock()
+        .map(|mut seen| removed_tasks(&mut seen, live))
+    else {
+        return;
+    };
+    if removed.is_empty() {
+        return;
+    }
+    if let Ok(mut m) = ctx.written.lock() {
+        drop_removed(&mut m, &removed, String::as_str);
+    }
+    if let Ok(mut m) = ctx.released.lock() {
+        drop_removed(&mut m, &removed, String::as_str);
+    }
+    if let Ok(mut m) = ctx.configured.lock() {
+        drop_removed(&mut m, &removed, |(task, _)| task.as_str());
+    }
+    if let Ok(mut again) = ctx.again.lock() {
+        again.retain(|t| !removed.contains(t));
+    }
 }
 
 /// Why a reconcile failed.
@@ -281,20 +333,7 @@ pub async fn run(client: Client, opts: Options) {
         }
     }
     let tasks: Api<MigrationTask> = Api::namespaced(client.clone(), &opts.namespace);
-    // The cluster gauge follows every change of the tasks, their removal included (a removed
-    // task is never reconciled).
-    let (counted, writer) = reflector::store::<MigrationTask>();
     let metrics = opts.metrics.clone();
-    tokio::spawn(
-        watcher(tasks.clone(), watcher::Config::default())
-            .default_backoff()
-            .reflect(writer)
-            .for_each(move |_| {
-                metrics.tasks_seen(counted.state().iter().map(|t| &**t));
-                futures::future::ready(())
-            }),
-    );
-    let controller = Controller::new(tasks, watcher::Config::default());
     let ctx = Arc::new(Ctx {
         client,
         caches,
@@ -308,7 +347,24 @@ pub async fn run(client: Client, opts: Options) {
         configured: std::sync::Mutex::default(),
         approved: std::sync::Mutex::default(),
         released: std::sync::Mutex::default(),
+        tasks_seen: std::sync::Mutex::default(),
     });
+    // The cluster gauge, and the agent's memories of each task, follow every change of the
+    // tasks, their removal included (a removed task is never reconciled).
+    let (counted, writer) = reflector::store::<MigrationTask>();
+    let forgetting = ctx.clone();
+    tokio::spawn(
+        watcher(tasks.clone(), watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .for_each(move |_| {
+                let state = counted.state();
+                metrics.tasks_seen(state.iter().map(|t| &**t));
+                forget_removed_tasks(&forgetting, state.iter().map(|t| t.name_any()).collect());
+                futures::future::ready(())
+            }),
+    );
+    let controller = Controller::new(tasks, watcher::Config::default());
     controller
         .reconcile_all_on(trigger_rx)
         .run(

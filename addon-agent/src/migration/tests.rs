@@ -875,3 +875,39 @@ fn derived_configs_are_listed_again_until_this_revisions_cleaning_is_reported_do
         assert_eq!(cleaned_already(&task, own), skip, "{case}");
     }
 }
+
+#[test]
+fn what_is_remembered_of_a_task_goes_with_the_task() {
+    let set =
+        |names: &[&str]| -> BTreeSet<String> { names.iter().map(|n| (*n).to_owned()).collect() };
+    // (seen before, on the hub now) -> removed
+    let table: [(&[&str], &[&str], &[&str]); 5] = [
+        (&[], &["a"], &[]),
+        (&["a"], &["a"], &[]),
+        (&["a", "b"], &["b", "c"], &["a"]),
+        (&["a", "b"], &[], &["a", "b"]),
+        // A task the controller knows before this watch does is not taken for removed.
+        (&["a"], &["a", "new"], &[]),
+    ];
+    for (before, now, removed) in table {
+        let mut seen = set(before);
+        assert_eq!(
+            removed_tasks(&mut seen, set(now)),
+            set(removed),
+            "{before:?} -> {now:?}"
+        );
+        assert_eq!(seen, set(now));
+    }
+    // Per-cluster memories of a removed task go; those of the others stay.
+    let mut configured: BTreeMap<(String, String), u8> = [
+        (("a".into(), "c1".into()), 1),
+        (("a".into(), "c2".into()), 2),
+        (("b".into(), "c1".into()), 3),
+    ]
+    .into();
+    drop_removed(&mut configured, &set(&["a"]), |(t, _)| t.as_str());
+    assert_eq!(
+        configured.keys().cloned().collect::<Vec<_>>(),
+        [("b".to_owned(), "c1".to_owned())]
+    );
+}
