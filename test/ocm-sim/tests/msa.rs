@@ -20,28 +20,36 @@ use migration_api::ocm::msa::ManagedServiceAccount;
 use ocm_sim::fleet::{Fleet, FleetOptions};
 use serde_json::json;
 
-#[tokio::test]
-async fn managed_serviceaccount_token_works_until_revoked() {
+/// A fleet of one hub and no clusters, whose addons resync every `resync`, and a
+/// ManagedServiceAccount `name` (one hour's tokens) created for hub1 on the global hub.
+async fn fleet_with_msa(resync: Duration, name: &str) -> (Fleet, Api<ManagedServiceAccount>) {
     let opts = FleetOptions {
         hubs: 1,
         clusters_per_hub: 0,
         join_delay: Duration::ZERO,
         lease_duration_secs: 1,
         lease_check_interval: Duration::from_millis(200),
-        status_sync_interval: Duration::from_millis(200),
+        status_sync_interval: resync,
         ..Default::default()
     };
     let fleet = Fleet::up(&opts).await.unwrap();
     fleet.wait_ready(Duration::from_secs(30)).await.unwrap();
-    let global = fleet.global.cluster.admin.clone();
-    let msas: Api<ManagedServiceAccount> = Api::namespaced(global.clone(), "hub1");
+    let msas: Api<ManagedServiceAccount> =
+        Api::namespaced(fleet.global.cluster.admin.clone(), "hub1");
     let msa: ManagedServiceAccount = serde_json::from_value(json!({
         "apiVersion": "authentication.open-cluster-management.io/v1beta1", "kind": "ManagedServiceAccount",
-        "metadata": {"name": "migration-bootstrap", "namespace": "hub1"},
+        "metadata": {"name": name, "namespace": "hub1"},
         "spec": {"rotation": {"enabled": true, "validity": "1h"}}
     }))
     .unwrap();
     msas.create(&PostParams::default(), &msa).await.unwrap();
+    (fleet, msas)
+}
+
+#[tokio::test]
+async fn managed_serviceaccount_token_works_until_revoked() {
+    let (fleet, msas) = fleet_with_msa(Duration::from_millis(200), "migration-bootstrap").await;
+    let global = fleet.global.cluster.admin.clone();
     let done = eventually(LIMIT, "the token to be reported", || {
         let msas = msas.clone();
         async move {
@@ -159,26 +167,7 @@ async fn managed_serviceaccount_token_works_until_revoked() {
 /// revoked once it is deleted, long before the next periodic resync (an hour here).
 #[tokio::test]
 async fn a_managed_serviceaccount_is_served_when_its_event_arrives() {
-    let opts = FleetOptions {
-        hubs: 1,
-        clusters_per_hub: 0,
-        join_delay: Duration::ZERO,
-        lease_duration_secs: 1,
-        lease_check_interval: Duration::from_millis(200),
-        status_sync_interval: Duration::from_secs(3600),
-        ..Default::default()
-    };
-    let fleet = Fleet::up(&opts).await.unwrap();
-    fleet.wait_ready(Duration::from_secs(30)).await.unwrap();
-    let global = fleet.global.cluster.admin.clone();
-    let msas: Api<ManagedServiceAccount> = Api::namespaced(global.clone(), "hub1");
-    let msa: ManagedServiceAccount = serde_json::from_value(json!({
-        "apiVersion": "authentication.open-cluster-management.io/v1beta1", "kind": "ManagedServiceAccount",
-        "metadata": {"name": "prompt", "namespace": "hub1"},
-        "spec": {"rotation": {"enabled": true, "validity": "1h"}}
-    }))
-    .unwrap();
-    msas.create(&PostParams::default(), &msa).await.unwrap();
+    let (fleet, msas) = fleet_with_msa(Duration::from_secs(3600), "prompt").await;
     // Well within the hour the periodic resync would take.
     let soon = Duration::from_secs(20);
     eventually(soon, "the token to be reported on the event", || {
