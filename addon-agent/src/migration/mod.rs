@@ -172,17 +172,22 @@ fn forget_removed_tasks(ctx: &Ctx, live: BTreeSet<String>) {
     else {
         return;
     };
+    forget_tasks(ctx, &removed);
+}
+
+/// Drops what this agent remembers of the tasks named in `removed` (each memory kept by task).
+fn forget_tasks(ctx: &Ctx, removed: &BTreeSet<String>) {
     if removed.is_empty() {
         return;
     }
     if let Ok(mut m) = ctx.written.lock() {
-        drop_removed(&mut m, &removed, String::as_str);
+        drop_removed(&mut m, removed, String::as_str);
     }
     if let Ok(mut m) = ctx.released.lock() {
-        drop_removed(&mut m, &removed, String::as_str);
+        drop_removed(&mut m, removed, String::as_str);
     }
     if let Ok(mut m) = ctx.configured.lock() {
-        drop_removed(&mut m, &removed, |(task, _)| task.as_str());
+        drop_removed(&mut m, removed, |(task, _)| task.as_str());
     }
     if let Ok(mut again) = ctx.again.lock() {
         again.retain(|t| !removed.contains(t));
@@ -494,15 +499,7 @@ async fn reconcile(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Er
 
 async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     if task.metadata.deletion_timestamp.is_some() {
-        if let Ok(mut written) = ctx.written.lock() {
-            written.remove(&task.name_any());
-        }
-        if let Ok(mut configured) = ctx.configured.lock() {
-            configured.retain(|(t, _), _| *t != task.name_any());
-        }
-        if let Ok(mut released) = ctx.released.lock() {
-            released.remove(&task.name_any());
-        }
+        forget_tasks(&ctx, &BTreeSet::from([task.name_any()]));
         return Ok(Action::await_change());
     }
     let mut names = cluster_list(&task, &ctx.caches.clusters);

@@ -90,24 +90,26 @@ struct Ctx {
 /// apply of its new spec. The simulator runs them in one reconcile per work, so a sync stops
 /// (writing nothing) as soon as the work's watch shows either is due.
 fn superseded(ctx: &Ctx, work: &ManifestWork) -> bool {
-    deleted_since(ctx, work)
-        || ctx
-            .works
-            .get(&ObjectRef::new(&work.name_any()).within(&ctx.cluster))
-            .is_some_and(|now| {
-                now.metadata.generation != work.metadata.generation || now.labels() != work.labels()
-            })
+    let now = current(ctx, work);
+    deleted_since(now.as_deref(), work)
+        || now.is_some_and(|now| {
+            now.metadata.generation != work.metadata.generation || now.labels() != work.labels()
+        })
 }
 
-/// Whether `work` has been deleted (or replaced) since this copy was read. An apply under way
-/// stops there too, as upstream's finalize controllers do not wait for the apply controller:
-/// what it applied carries the AppliedManifestWork as owner, so what the cleanup does not
-/// list goes with the AppliedManifestWork (the garbage collector), as upstream relies on.
-fn deleted_since(ctx: &Ctx, work: &ManifestWork) -> bool {
-    match ctx
-        .works
+/// The work as the controller's watch has it now.
+fn current(ctx: &Ctx, work: &ManifestWork) -> Option<Arc<ManifestWork>> {
+    ctx.works
         .get(&ObjectRef::new(&work.name_any()).within(&ctx.cluster))
-    {
+}
+
+/// Whether `work` has been deleted (or replaced) since this copy was read (`now`: the watch's
+/// copy, [`current`]). An apply under way stops there too, as upstream's finalize controllers
+/// do not wait for the apply controller: what it applied carries the AppliedManifestWork as
+/// owner, so what the cleanup does not list goes with the AppliedManifestWork (the garbage
+/// collector), as upstream relies on.
+fn deleted_since(now: Option<&ManifestWork>, work: &ManifestWork) -> bool {
+    match now {
         None => true,
         Some(now) => {
             now.uid() != work.uid()
@@ -556,7 +558,7 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
     let mut applied_resources = Vec::new();
     let (mut all_applied, mut all_available) = (true, true);
     for (ordinal, manifest) in manifests.iter().enumerate() {
-        if deleted_since(ctx, work) {
+        if deleted_since(current(ctx, work).as_deref(), work) {
             return Ok(Action::requeue(Duration::ZERO));
         }
         let name = manifest
