@@ -49,6 +49,49 @@ pub struct Event {
     pub prev: Option<Arc<Value>>,
     /// When the change was made (a lagging watch delivers it later: [`crate::faults`]).
     pub at: std::time::Instant,
+    /// The object as sent to watchers, encoded once per version watched (as the real
+    /// apiserver's watch cache shares one serialization among its watchers:
+    /// `k8s.io/apiserver/pkg/storage/cacher/caching_object.go`).
+    pub encoded: Encoded,
+}
+
+/// Encodings of an event's object, by the (group, version, kind) it is presented as.
+#[derive(Debug, Default)]
+pub struct Encoded(Mutex<Vec<(Gvk, bytes::Bytes)>>);
+
+/// Group, version and kind.
+type Gvk = (String, String, String);
+
+impl Encoded {
+    /// The encoding for `gvk`, made by `encode` the first time it is asked for.
+    pub fn get_or_encode(
+        &self,
+        gvk: (&str, &str, &str),
+        encode: impl FnOnce() -> bytes::Bytes,
+    ) -> bytes::Bytes {
+        let mut cache = lock(&self.0);
+        if let Some((_, b)) = cache
+            .iter()
+            .find(|((g, v, k), _)| (g.as_str(), v.as_str(), k.as_str()) == gvk)
+        {
+            return b.clone();
+        }
+        let b = encode();
+        cache.push((
+            (gvk.0.to_owned(), gvk.1.to_owned(), gvk.2.to_owned()),
+            b.clone(),
+        ));
+        b
+    }
+
+    /// How many encodings were made.
+    pub fn len(&self) -> usize {
+        lock(&self.0).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Key of an object within its storage.
@@ -176,7 +219,7 @@ impl Watchers {
     }
 }
 
-fn lock(w: &Mutex<Watchers>) -> std::sync::MutexGuard<'_, Watchers> {
+fn lock<T>(w: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     w.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -431,6 +474,7 @@ impl Store {
             object: obj.clone(),
             prev,
             at: std::time::Instant::now(),
+            encoded: Encoded::default(),
         });
         obj
     }
@@ -457,6 +501,7 @@ impl Store {
             object: last.clone(),
             prev,
             at: std::time::Instant::now(),
+            encoded: Encoded::default(),
         });
         last
     }

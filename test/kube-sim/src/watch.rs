@@ -36,26 +36,28 @@ impl Selection {
 
     /// Whether an object (as stored) is selected; returns it presented when so.
     pub fn select(&self, stored: &Value) -> Option<Value> {
+        self.matches(stored).then(|| present(&self.rt, stored))
+    }
+
+    /// Whether an object (as stored) is selected. Only field selectors other than a name
+    /// read the object as presented (an Event's fields differ between its two versions).
+    fn matches(&self, stored: &Value) -> bool {
         if let Some(ns) = &self.namespace
             && meta_str(stored, "namespace").unwrap_or_default() != ns
         {
-            return None;
+            return false;
         }
         if !self.labels.is_empty() && !self.labels.matches(&labels(stored)) {
-            return None;
+            return false;
         }
         // A watch pinned to one object by name (what kube-runtime's await_condition opens)
         // skips every other object before it is presented.
         if let Some(name) = self.fields.name()
             && meta_str(stored, "name").unwrap_or_default() != name
         {
-            return None;
+            return false;
         }
-        let obj = present(&self.rt, stored);
-        if !self.fields.0.is_empty() && !self.fields.matches(&obj) {
-            return None;
-        }
-        Some(obj)
+        self.fields.0.is_empty() || self.fields.matches(&present(&self.rt, stored))
     }
 }
 
@@ -178,35 +180,66 @@ fn gone(message: String) -> Value {
     json!({"type": "ERROR", "object": ApiError::expired(message).status()})
 }
 
-/// Translates a store event for this watch: (type, object) or nothing.
-fn translate(sel: &Selection, ev: &Event) -> Option<(&'static str, Value)> {
+/// What a store event is to this watch (its object is the event's, presented): the
+/// type it is sent as, or nothing.
+fn translate(sel: &Selection, ev: &Event) -> Option<&'static str> {
     if ev.storage != sel.rt.storage {
         return None;
     }
-    let now = sel.select(&ev.object);
+    let now = sel.matches(&ev.object);
+    let before = || ev.prev.as_ref().is_some_and(|p| sel.matches(p));
     match ev.type_ {
-        EventType::Added => now.map(|o| ("ADDED", o)),
-        EventType::Deleted => {
-            let before = ev.prev.as_ref().and_then(|p| sel.select(p));
-            before.map(|_| ("DELETED", present(&sel.rt, &ev.object)))
-        }
-        EventType::Modified => {
-            let before = ev.prev.as_ref().and_then(|p| sel.select(p)).is_some();
-            match (before, now) {
-                (true, Some(o)) => Some(("MODIFIED", o)),
-                (false, Some(o)) => Some(("ADDED", o)),
-                (true, None) => Some(("DELETED", present(&sel.rt, &ev.object))),
-                (false, None) => None,
-            }
-        }
+        EventType::Added => now.then_some("ADDED"),
+        EventType::Deleted => before().then_some("DELETED"),
+        EventType::Modified => match (before(), now) {
+            (true, true) => Some("MODIFIED"),
+            (false, true) => Some("ADDED"),
+            (true, false) => Some("DELETED"),
+            (false, false) => None,
+        },
     }
+}
+
+/// An event's line for this watch. Without a table, the object's encoding is made once
+/// per version and shared by every watcher (as the apiserver's watch cache does); the
+/// line is what `event_json` gives, written around it.
+fn event_line(kind: &str, ev: &Event, sel: &Selection, as_table: Option<IncludeObject>) -> Bytes {
+    if as_table.is_some() {
+        return line(&event_json(
+            kind,
+            present(&sel.rt, &ev.object),
+            sel,
+            as_table,
+        ));
+    }
+    let rt = &sel.rt;
+    let object = ev
+        .encoded
+        .get_or_encode((&rt.group, &rt.version, &rt.kind), || {
+            Bytes::from(serde_json::to_vec(&present(rt, &ev.object)).unwrap_or_default())
+        });
+    let mut out = Vec::with_capacity(object.len() + 32);
+    out.extend_from_slice(b"{\"object\":");
+    out.extend_from_slice(&object);
+    out.extend_from_slice(b",\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\"}\n");
+    Bytes::from(out)
+}
+
+/// What a watch starts with: changes replayed from its resourceVersion, or the objects
+/// listed.
+enum Initial {
+    Replayed(&'static str, Arc<Event>),
+    Listed(Value),
 }
 
 /// Starts a watch; events arrive on the returned channel, one JSON line each.
 pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<Bytes> {
     let (tx, rx) = mpsc::channel::<Bytes>(1024);
     let sim = sim.clone();
-    let mut initial: Vec<Value> = Vec::new();
+    // What the watch starts with, encoded once the store is unlocked.
+    let mut initial: Vec<Initial> = Vec::new();
     let mut initial_end: Option<u64> = None;
     let (mut sub, start_rv) = {
         let store: std::sync::MutexGuard<'_, Store> = sim.store();
@@ -223,8 +256,8 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
             Some(Ok(rv)) if !params.send_initial_events => match store.events_since(rv) {
                 Ok(events) => {
                     for ev in events {
-                        if let Some((kind, obj)) = translate(&sel, &ev) {
-                            initial.push(event_json(kind, obj, &sel, params.as_table));
+                        if let Some(kind) = translate(&sel, &ev) {
+                            initial.push(Initial::Replayed(kind, ev));
                         }
                     }
                     (
@@ -244,7 +277,12 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
                 // No resourceVersion, "0", or a streaming list: start with the current state.
                 for (_, obj) in store.list(&sel.rt.storage, sel.namespace.as_deref(), None) {
                     if let Some(o) = sel.select(obj) {
-                        initial.push(event_json("ADDED", o, &sel, params.as_table));
+                        initial.push(Initial::Listed(event_json(
+                            "ADDED",
+                            o,
+                            &sel,
+                            params.as_table,
+                        )));
                     }
                 }
                 if params.send_initial_events {
@@ -261,7 +299,11 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
     let mut drops = sim.inner.faults.watch_drops();
     tokio::spawn(async move {
         for ev in initial {
-            if tx.send(line(&ev)).await.is_err() {
+            let sent = match ev {
+                Initial::Replayed(kind, ev) => event_line(kind, &ev, &sel, params.as_table),
+                Initial::Listed(event) => line(&event),
+            };
+            if tx.send(sent).await.is_err() {
                 return;
             }
         }
@@ -307,8 +349,8 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
                         if !lag.is_zero() {
                             tokio::time::sleep_until((ev.at + lag).into()).await;
                         }
-                        if let Some((kind, obj)) = translate(&sel, &ev)
-                            && tx.send(line(&event_json(kind, obj, &sel, params.as_table))).await.is_err() {
+                        if let Some(kind) = translate(&sel, &ev)
+                            && tx.send(event_line(kind, &ev, &sel, params.as_table)).await.is_err() {
                                 return;
                             }
                     }
@@ -320,4 +362,94 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
         }
     });
     rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::Registry;
+    use crate::store::Store;
+
+    fn selection(registry: &Registry, group: &str, version: &str, plural: &str) -> Selection {
+        Selection {
+            rt: registry
+                .find(group, version, plural)
+                .expect("built-in type"),
+            namespace: None,
+            labels: LabelSelector::default(),
+            fields: FieldSelector::default(),
+        }
+    }
+
+    /// The line as built before encodings were shared: the event's object presented for
+    /// this watch and the whole event serialized.
+    fn unshared_line(kind: &str, ev: &Event, sel: &Selection) -> Bytes {
+        line(&event_json(kind, present(&sel.rt, &ev.object), sel, None))
+    }
+
+    #[test]
+    fn watchers_of_one_version_share_an_events_encoding_and_get_the_same_lines() {
+        let registry = Registry::with_builtins();
+        let mut store = Store::new(64, 64, Registry::default());
+        let core = selection(&registry, "", "v1", "events");
+        let events_api = selection(&registry, "events.k8s.io", "v1", "events");
+        let mut in_a = selection(&registry, "", "v1", "configmaps");
+        in_a.labels = LabelSelector::parse("team=a").expect("selector");
+        let rv = store.next_rv();
+        let first = rv;
+        store.put(
+            &core.rt.storage,
+            "ns",
+            "e1",
+            rv,
+            json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1", "namespace": "ns"},
+                   "involvedObject": {"kind": "Pod", "name": "p"}, "reason": "Started", "message": "hi"}),
+        );
+        for labels in [
+            json!({"team": "a"}),
+            json!({"team": "a", "x": "1"}),
+            json!({"team": "b"}),
+        ] {
+            let rv = store.next_rv();
+            store.put(
+                &in_a.rt.storage,
+                "ns",
+                "cm",
+                rv,
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns", "labels": labels}}),
+            );
+        }
+        let events = store.events_since(first - 1).expect("log");
+        let [event, added, modified, left] = &events[..] else {
+            panic!("four changes: {events:?}")
+        };
+        // Two watchers of core Events, one of events.k8s.io Events: two encodings, one per
+        // version, and each watcher's line is the one it had before.
+        for sel in [&core, &core, &events_api] {
+            let kind = translate(sel, event).expect("every event watcher sees it");
+            assert_eq!(kind, "ADDED");
+            assert_eq!(
+                event_line(kind, event, sel, None),
+                unshared_line(kind, event, sel)
+            );
+        }
+        assert_eq!(event.encoded.len(), 2, "one encoding per version watched");
+        let as_events_api: Value =
+            serde_json::from_slice(&event_line("ADDED", event, &events_api, None)).expect("json");
+        assert_eq!(as_events_api["object"]["apiVersion"], "events.k8s.io/v1");
+        assert_eq!(as_events_api["object"]["note"], "hi");
+        // A label selector still turns changes into what they are to the watch.
+        let seen: Vec<Option<&str>> = [added, modified, left]
+            .into_iter()
+            .map(|ev| translate(&in_a, ev))
+            .collect();
+        assert_eq!(seen, [Some("ADDED"), Some("MODIFIED"), Some("DELETED")]);
+        for ev in [added, modified, left] {
+            let kind = translate(&in_a, ev).expect("selected before or after");
+            assert_eq!(
+                event_line(kind, ev, &in_a, None),
+                unshared_line(kind, ev, &in_a)
+            );
+        }
+    }
 }
