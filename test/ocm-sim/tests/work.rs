@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use migration_api::common::condition_is_true;
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::work::{AppliedManifestWork, ManifestWork};
@@ -702,5 +702,77 @@ async fn a_deleted_work_is_cleaned_up_without_waiting_for_its_status_sync() {
             .then_some(())
         }
     })
+    .await;
+}
+
+/// A work deleted while its apply is under way: the apply stops, and what it created but
+/// had not yet recorded in the AppliedManifestWork's status goes with the
+/// AppliedManifestWork, whose ownerReference each applied object carries (upstream ocm
+/// `pkg/work/spoke/apply/` sets it; the cluster's garbage collector removes the owned
+/// objects once the finalize controller, `pkg/work/spoke/controllers/finalizercontroller/`,
+/// has deleted the AppliedManifestWork).
+#[tokio::test]
+async fn what_an_interrupted_apply_created_goes_with_the_deleted_work() {
+    let (hub, clusters) = joined_pair().await;
+    let works: Api<ManifestWork> = Api::namespaced(hub.cluster.admin.clone(), "cluster1");
+    let c1 = &clusters[0].0;
+    let cms: Api<ConfigMap> = Api::namespaced(c1.admin.clone(), "default");
+    let listed = ListParams::default().labels("test=interrupted");
+    let manifests: Vec<serde_json::Value> = (0..40)
+        .map(|i| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": format!("cm-{i}"), "namespace": "default",
+                                "labels": {"test": "interrupted"}},
+                   "data": {"i": i.to_string()}})
+        })
+        .collect();
+    let many: ManifestWork = serde_json::from_value(json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": "many", "namespace": "cluster1"},
+        "spec": {"workload": {"manifests": manifests}}
+    }))
+    .unwrap();
+    // Each request to cluster1 takes 100 ms: the apply of 40 objects takes seconds.
+    c1.api.faults().set_latency(Duration::from_millis(100));
+    works.create(&PostParams::default(), &many).await.unwrap();
+    let created = eventually(LIMIT, "the apply under way", || {
+        let cms = cms.clone();
+        let listed = listed.clone();
+        async move {
+            let n = cms.list(&listed).await.unwrap().items.len();
+            (n >= 3).then_some(n)
+        }
+    })
+    .await;
+    works
+        .delete("many", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(
+        created < 40,
+        "the apply was still under way: {created} of 40"
+    );
+    c1.api.faults().set_latency(Duration::ZERO);
+    let amws: Api<AppliedManifestWork> = Api::all(c1.admin.clone());
+    eventually(
+        LIMIT,
+        "the work, its AppliedManifestWork and every object gone",
+        || {
+            let (works, cms, amws, listed) =
+                (works.clone(), cms.clone(), amws.clone(), listed.clone());
+            async move {
+                (works.get_opt("many").await.unwrap().is_none()
+                    && !amws
+                        .list(&Default::default())
+                        .await
+                        .unwrap()
+                        .items
+                        .iter()
+                        .any(|a| a.name_any().ends_with("-many"))
+                    && cms.list(&listed).await.unwrap().items.is_empty())
+                .then_some(())
+            }
+        },
+    )
     .await;
 }
