@@ -635,6 +635,16 @@ async fn watched_feedback_is_reported_when_the_object_changes() {
     // watched one is sure to be reported without a sync.
 }
 
+/// Work `name` for cluster1 carrying `manifests`.
+fn work_of(name: &str, manifests: Vec<serde_json::Value>) -> ManifestWork {
+    serde_json::from_value(json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": name, "namespace": "cluster1"},
+        "spec": {"workload": {"manifests": manifests}}
+    }))
+    .unwrap()
+}
+
 /// Upstream runs the status sync and the finalize controllers apart (ocm
 /// pkg/work/spoke/spokeagent.go), so the deletion of a work is not held up by a status sync of
 /// its many manifests that is under way: its objects start to go at once.
@@ -650,12 +660,7 @@ async fn a_deleted_work_is_cleaned_up_without_waiting_for_its_status_sync() {
                "metadata": {"name": format!("cm-{i}"), "namespace": "many"}, "data": {"i": i.to_string()}})
     }))
     .collect();
-    let many: ManifestWork = serde_json::from_value(json!({
-        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
-        "metadata": {"name": "many", "namespace": "cluster1"},
-        "spec": {"workload": {"manifests": manifests}}
-    }))
-    .unwrap();
+    let many = work_of("many", manifests);
     works.create(&PostParams::default(), &many).await.unwrap();
     eventually(LIMIT, "the work Applied", || {
         let works = works.clone();
@@ -726,12 +731,7 @@ async fn what_an_interrupted_apply_created_goes_with_the_deleted_work() {
                    "data": {"i": i.to_string()}})
         })
         .collect();
-    let many: ManifestWork = serde_json::from_value(json!({
-        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
-        "metadata": {"name": "many", "namespace": "cluster1"},
-        "spec": {"workload": {"manifests": manifests}}
-    }))
-    .unwrap();
+    let many = work_of("many", manifests);
     // Each request to cluster1 takes 100 ms: the apply of 40 objects takes seconds.
     c1.api.faults().set_latency(Duration::from_millis(100));
     works.create(&PostParams::default(), &many).await.unwrap();
