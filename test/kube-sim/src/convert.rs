@@ -24,6 +24,53 @@ pub fn present(rt: &ResourceType, stored: &Value) -> Value {
     obj
 }
 
+/// The object as `rt`'s version shows it, encoded as JSON: the same bytes as encoding
+/// [`present`]'s answer, written from the stored object without copying it where only
+/// apiVersion and kind change (the object's keys are in order, so these two are written in
+/// their places).
+pub fn encode_presented(rt: &ResourceType, stored: &Value) -> Vec<u8> {
+    let converted = matches!(rt.builtin, Some(Builtin::CoreEvent | Builtin::Event));
+    let in_place = !converted
+        && stored
+            .as_object()
+            .is_some_and(|m| m.contains_key("apiVersion") && m.contains_key("kind"));
+    let encoded = if in_place {
+        serde_json::to_vec(&Presented {
+            api_version: &rt.api_version(),
+            kind: &rt.kind,
+            stored,
+        })
+    } else {
+        serde_json::to_vec(&present(rt, stored))
+    };
+    encoded.unwrap_or_default()
+}
+
+/// A stored object written with its apiVersion and kind replaced.
+struct Presented<'a> {
+    api_version: &'a str,
+    kind: &'a str,
+    stored: &'a Value,
+}
+
+impl serde::Serialize for Presented<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(fields) = self.stored.as_object() else {
+            return self.stored.serialize(s);
+        };
+        let mut map = s.serialize_map(Some(fields.len()))?;
+        for (k, v) in fields {
+            match k.as_str() {
+                "apiVersion" => map.serialize_entry(k, self.api_version)?,
+                "kind" => map.serialize_entry(k, self.kind)?,
+                _ => map.serialize_entry(k, v)?,
+            }
+        }
+        map.end()
+    }
+}
+
 fn copy(from: &Value, to: &mut Map<String, Value>, src: &str, dst: &str) {
     if let Some(v) = from.get(src) {
         to.insert(dst.into(), v.clone());
@@ -77,6 +124,37 @@ fn core_to_events(e: &Value) -> Value {
 mod tests {
     use super::*;
     use crate::resources::Registry;
+
+    #[test]
+    fn an_object_is_encoded_as_its_presented_copy_is() {
+        let reg = Registry::with_builtins();
+        let cm = reg.find("", "v1", "configmaps").unwrap();
+        let core = reg.find("", "v1", "events").unwrap();
+        let new = reg.find("events.k8s.io", "v1", "events").unwrap();
+        // Another version of one storage: only apiVersion differs.
+        let mut other_version = (*cm).clone();
+        other_version.version = "v2".into();
+        let event = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e"},
+                           "regarding": {"kind": "Pod", "name": "p"}, "note": "hello \"quoted\""});
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"},
+                   "data": {"b": "x", "a": "é\n"}, "zz": [1, 2.5, null, true]}),
+            json!({"kind": "ConfigMap", "metadata": {"name": "no-api-version"}}),
+            json!({"metadata": {"name": "bare"}}),
+            json!("not an object"),
+            event,
+        ];
+        for rt in [&*cm, &other_version, &*core, &*new] {
+            for o in &objects {
+                assert_eq!(
+                    String::from_utf8(encode_presented(rt, o)).unwrap(),
+                    serde_json::to_string(&present(rt, o)).unwrap(),
+                    "{} {o}",
+                    rt.api_version()
+                );
+            }
+        }
+    }
 
     #[test]
     fn events_convert_both_ways() {

@@ -36,7 +36,11 @@ fn full(bytes: impl Into<Bytes>) -> Body {
 }
 
 fn json_response(code: u16, v: &Value) -> Response<Body> {
-    let mut r = Response::new(full(v.to_string()));
+    json_bytes_response(code, v.to_string().into_bytes())
+}
+
+fn json_bytes_response(code: u16, body: Vec<u8>) -> Response<Body> {
+    let mut r = Response::new(full(body));
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -552,16 +556,22 @@ fn serve_resource(
         )));
     }
     match verb {
-        "get" => {
-            let obj = sim.get(rt, ns, &rr.name)?;
-            match table {
-                Some(include) => Ok(json_response(
+        "get" => match table {
+            Some(include) => {
+                let obj = sim.get(rt, ns, &rr.name)?;
+                Ok(json_response(
                     200,
                     &crate::table::table(rt, &[obj], include, json!({})),
-                )),
-                None => Ok(json_response(200, &obj)),
+                ))
             }
-        }
+            None => {
+                let stored = sim.get_stored(rt, ns, &rr.name)?;
+                Ok(json_bytes_response(
+                    200,
+                    crate::convert::encode_presented(rt, &stored),
+                ))
+            }
+        },
         "list" | "watch" => {
             let sel = selection(rt, ns, params)?;
             if verb == "list" {

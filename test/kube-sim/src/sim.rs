@@ -243,27 +243,42 @@ fn finalizers(obj: &Value) -> Vec<String> {
 }
 
 /// Everything but metadata (and status where it is a subresource): what bumps generation.
-fn spec_part(obj: &Value, has_status: bool) -> Value {
-    let mut v = obj.clone();
-    if let Some(m) = v.as_object_mut() {
-        m.remove("metadata");
-        m.remove("apiVersion");
-        m.remove("kind");
-        if has_status {
-            m.remove("status");
-        }
-    }
-    v
+/// Whether two objects have the same spec: equal but for metadata, apiVersion, kind and
+/// (where it is a subresource) status.
+fn same_spec(a: &Value, b: &Value, has_status: bool) -> bool {
+    let skip: &[&str] = if has_status {
+        &["metadata", "apiVersion", "kind", "status"]
+    } else {
+        &["metadata", "apiVersion", "kind"]
+    };
+    eq_except(a, b, skip)
 }
 
 /// The same object but for resourceVersion: an update that changes nothing is not written.
 fn same_content(a: &Value, b: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        remove_meta(&mut v, "resourceVersion");
-        v
+    match (a.get("metadata"), b.get("metadata")) {
+        (Some(ma), Some(mb)) => {
+            eq_except(a, b, &["metadata"]) && eq_except(ma, mb, &["resourceVersion"])
+        }
+        _ => a == b,
+    }
+}
+
+/// Whether two values are equal but for the keys `skip` of objects (compared without
+/// copying either: this runs on every write).
+fn eq_except(a: &Value, b: &Value, skip: &[&str]) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
     };
-    strip(a) == strip(b)
+    let kept = |k: &String| !skip.contains(&k.as_str());
+    let mut n = 0;
+    for (k, v) in a.iter().filter(|(k, _)| kept(k)) {
+        n += 1;
+        if b.get(k) != Some(v) {
+            return false;
+        }
+    }
+    n == b.keys().filter(|k| kept(k)).count()
 }
 
 impl Sim {
@@ -338,10 +353,14 @@ impl Sim {
 
     /// One object, as `rt` presents it.
     pub fn get(&self, rt: &ResourceType, ns: &str, name: &str) -> ApiResult<Value> {
+        self.get_stored(rt, ns, name).map(|o| present(rt, &o))
+    }
+
+    /// An object as stored (to be presented for `rt` by the caller).
+    pub fn get_stored(&self, rt: &ResourceType, ns: &str, name: &str) -> ApiResult<Arc<Value>> {
         let store = self.store();
         store
             .get(&rt.storage, ns, name)
-            .map(|o| present(rt, &o))
             .ok_or_else(|| ApiError::not_found(&rt.plural, &rt.group, name))
     }
 
@@ -888,9 +907,7 @@ impl Sim {
         if sub.is_empty() {
             self.webhooks(rt, &new)?;
         }
-        if rt.tracks_generation
-            && spec_part(&new, rt.has_status()) != spec_part(old, rt.has_status())
-        {
+        if rt.tracks_generation && !same_spec(&new, old, rt.has_status()) {
             let g = old
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
@@ -1492,4 +1509,55 @@ fn register_crd(store: &mut Store, crd: &mut Value) -> ApiResult<()> {
     });
     store.registry.set_crd(&name, types);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_are_compared_as_the_copies_that_strip_fields_compared_them() {
+        let base = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": "a", "resourceVersion": "1", "labels": {"x": "1"}},
+                          "data": {"k": "v"}, "status": {"s": 1}});
+        let with = |path: &str, v: Value| {
+            let mut o = base.clone();
+            *o.pointer_mut(path).expect("path") = v;
+            o
+        };
+        let other_rv = with("/metadata/resourceVersion", json!("2"));
+        let other_label = with("/metadata/labels", json!({"x": "2"}));
+        let other_data = with("/data", json!({"k": "w"}));
+        let other_status = with("/status", json!({"s": 2}));
+        let mut extra = base.clone();
+        extra["spec"] = json!({});
+        let mut no_rv = base.clone();
+        remove_meta(&mut no_rv, "resourceVersion");
+        let mut no_meta = base.clone();
+        no_meta.as_object_mut().expect("object").remove("metadata");
+        // (a, b, same content but for resourceVersion, same spec with a status subresource,
+        // same spec without one)
+        let table = [
+            (&base, &base, true, true, true),
+            (&base, &other_rv, true, true, true),
+            (&base, &no_rv, true, true, true),
+            (&base, &other_label, false, true, true),
+            (&base, &other_data, false, false, false),
+            (&base, &other_status, false, true, false),
+            (&base, &extra, false, false, false),
+            (&extra, &base, false, false, false),
+            (&base, &no_meta, false, true, true),
+            (&json!(1), &json!(1), true, true, true),
+            (&json!(1), &json!("1"), false, false, false),
+        ];
+        for (i, (a, b, content, spec_status, spec_plain)) in table.into_iter().enumerate() {
+            assert_eq!(same_content(a, b), content, "row {i}: content");
+            assert_eq!(
+                same_spec(a, b, true),
+                spec_status,
+                "row {i}: spec, status apart"
+            );
+            assert_eq!(same_spec(a, b, false), spec_plain, "row {i}: spec");
+        }
+    }
 }

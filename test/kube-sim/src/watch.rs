@@ -216,7 +216,7 @@ fn event_line(kind: &str, ev: &Event, sel: &Selection, as_table: Option<IncludeO
     let object = ev
         .encoded
         .get_or_encode((&rt.group, &rt.version, &rt.kind), || {
-            Bytes::from(serde_json::to_vec(&present(rt, &ev.object)).unwrap_or_default())
+            Bytes::from(crate::convert::encode_presented(rt, &ev.object))
         });
     let mut out = Vec::with_capacity(object.len() + 32);
     out.extend_from_slice(b"{\"object\":");
