@@ -12,9 +12,13 @@ pub(super) fn bootstrap_delivered(
     let Some(work) = get(works, Some(cluster), &format!("{cluster}-klusterlet")) else {
         return false;
     };
+    // Read for every cluster at each reconcile: the name first, field by field.
     let carries = work.manifests().iter().any(|m| {
-        m.get("kind").and_then(Value::as_str) == Some("Secret")
-            && m.pointer("/metadata/name").and_then(Value::as_str) == Some(secret)
+        m.get("metadata")
+            .and_then(|meta| meta.get("name"))
+            .and_then(Value::as_str)
+            == Some(secret)
+            && m.get("kind").and_then(Value::as_str) == Some("Secret")
     });
     carries && work.applied()
 }

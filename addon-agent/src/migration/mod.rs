@@ -54,7 +54,7 @@ use migration_api::ocm::agent::KlusterletAddonConfig;
 use migration_api::ocm::cluster::{ManagedCluster, ManagedClusterSet};
 use migration_api::ocm::work::ManifestWork;
 use migration_api::runtime::{
-    ApiError, StatusWrite, ctx_err, ignore_not_found, requested_identity, write_status_if_changed,
+    ApiError, StatusWrite, ctx_err, ignore_not_found, write_status_if_changed,
 };
 use migration_api::task_report::StageState;
 use migration_api::tenancy;
@@ -66,6 +66,7 @@ use crate::{admission, flight};
 
 mod carry;
 mod configs;
+mod csr_identities;
 mod effects;
 #[cfg(test)]
 mod effects_tests;
@@ -131,6 +132,8 @@ struct Ctx {
     configured: std::sync::Mutex<BTreeMap<(String, String), Option<jiff::Timestamp>>>,
     /// The CSRs this agent approved, by name, and when: approved, whatever the cache shows.
     approved: std::sync::Mutex<BTreeMap<String, jiff::Timestamp>>,
+    /// What each CSR in the cache requests, decoded once.
+    csr_identities: csr_identities::CsrIdentities,
     /// Per target task (by name): when this agent saw each cluster released, as last decided
     /// ([`target::release_times`]); the task's status holds them durably, this copy covers a
     /// reconcile that reads the task before its own status write came back.
@@ -351,6 +354,7 @@ pub async fn run(client: Client, opts: Options) {
         own_cluster_writes: std::sync::Mutex::default(),
         configured: std::sync::Mutex::default(),
         approved: std::sync::Mutex::default(),
+        csr_identities: csr_identities::CsrIdentities::default(),
         released: std::sync::Mutex::default(),
         tasks_seen: std::sync::Mutex::default(),
     });

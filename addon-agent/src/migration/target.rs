@@ -5,8 +5,10 @@ use super::*;
 /// Whether a CSR is a klusterlet of `cluster` registering with the migration's bootstrap
 /// identity: requested by that identity, labelled for the cluster, and asking for the
 /// cluster's agent identity only.
+/// `requested` is what its request asks for ([`csr_identities::CsrIdentities::of`]).
 pub(super) fn expected_csr(
     csr: &CertificateSigningRequest,
+    requested: Option<&(String, Vec<String>)>,
     bootstrap_user: &str,
     cluster: &str,
 ) -> bool {
@@ -16,7 +18,7 @@ pub(super) fn expected_csr(
     {
         return false;
     }
-    let Ok((user, groups)) = requested_identity(&csr.spec.request.0) else {
+    let Some((user, groups)) = requested else {
         return false;
     };
     user.starts_with(&format!("system:open-cluster-management:{cluster}:"))
@@ -399,7 +401,9 @@ fn count_refused(ctx: &Ctx, task: &MigrationTask, names: &[String]) {
             index
                 .get(cluster.as_str())
                 .and_then(|i| task.spec.bootstrap_user_at(*i))
-                .is_some_and(|user| expected_csr(&csr, &user, cluster))
+                .is_some_and(|user| {
+                    expected_csr(&csr, ctx.csr_identities.of(&csr).as_deref(), &user, cluster)
+                })
         });
         if !admitted {
             ctx.metrics.refused(&csr.name_any());
@@ -413,11 +417,14 @@ pub(super) type CsrsByCluster = BTreeMap<String, Vec<Arc<CertificateSigningReque
 /// [`CsrsByCluster`] of the cache now.
 pub(super) fn csrs_by_cluster(ctx: &Ctx) -> CsrsByCluster {
     let mut by: CsrsByCluster = BTreeMap::new();
+    let mut live = BTreeSet::new();
     for csr in ctx.caches.csrs.state() {
+        live.extend(csr.uid());
         if let Some(cluster) = csr.labels().get(CLUSTER_NAME) {
             by.entry(cluster.clone()).or_default().push(csr);
         }
     }
+    ctx.csr_identities.keep_only(&live);
     by
 }
 
@@ -439,7 +446,7 @@ fn own_csrs(
     csrs.get(cluster)
         .into_iter()
         .flatten()
-        .filter(|c| expected_csr(c, &user, cluster))
+        .filter(|c| expected_csr(c, ctx.csr_identities.of(c).as_deref(), &user, cluster))
         .map(|c| {
             let created = c
                 .metadata
