@@ -91,9 +91,11 @@ mod tests {
             "forgotten, decoded anew"
         );
         // A CSR without a uid is decoded each time and not remembered.
+        let remembered = ids.len();
         assert_eq!(
             ids.of(&csr("", REQUEST.as_bytes())).as_deref(),
             Some(&agent)
         );
+        assert_eq!(ids.len(), remembered);
     }
 }

@@ -242,9 +242,8 @@ fn finalizers(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Everything but metadata (and status where it is a subresource): what bumps generation.
 /// Whether two objects have the same spec: equal but for metadata, apiVersion, kind and
-/// (where it is a subresource) status.
+/// (where it is a subresource) status; a change of anything else bumps generation.
 fn same_spec(a: &Value, b: &Value, has_status: bool) -> bool {
     let skip: &[&str] = if has_status {
         &["metadata", "apiVersion", "kind", "status"]
