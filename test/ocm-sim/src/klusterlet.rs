@@ -18,7 +18,8 @@
 //!    not approved (`IsApproved` in `pkg/registration/register/csr/certificate.go`), and only
 //!    a CSR that disappears makes the agent ask again. Nothing here re-selects a hub.
 //! 3. **Connected**: the work and addon agents start now, with the hub kubeconfig
-//!    ([`Connection`]). The agent reports Joined, renews its lease, and (with MultipleHubs
+//!    ([`Connection`]). The agent reports Joined and Available once the hub accepted it (its
+//!    status controller, at every change of its ManagedCluster), renews its lease, and (with MultipleHubs
 //!    only) restarts when the hub stops accepting it (`hub_accept_controller.go`, which can
 //!    only see that while it may still read its ManagedCluster) or its lease on the hub is
 //!    older than `hubConnectionTimeoutSeconds` (`hub_timeout_controller.go`, checked at least
@@ -41,10 +42,10 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use migration_api::common::{Condition, set_condition};
+use migration_api::common::{Condition, condition_is_true, set_condition};
 use migration_api::names::BOOTSTRAP_HUB_KUBECONFIG;
-use migration_api::names::conditions::JOINED;
-use migration_api::ocm::cluster::{ClusterClaim, ManagedCluster};
+use migration_api::names::conditions::{CLUSTER_AVAILABLE, HUB_ACCEPTED, JOINED};
+use migration_api::ocm::cluster::{ClusterClaim, ManagedCluster, ManagedClusterClaim};
 use migration_api::ocm::operator::Klusterlet;
 use serde_json::json;
 use tokio::sync::watch;
@@ -520,18 +521,23 @@ async fn connected_life(
     // hub-timeout controllers): a request awaited here, while a watch below waits for its
     // connection, would stall both.
     let (restart_tx, mut restart) = tokio::sync::oneshot::channel::<()>();
-    let sync_status = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (seen_tx, seen) = watch::channel::<Option<ManagedCluster>>(None);
     let heartbeat = tokio::spawn(heartbeat(
-        managed.clone(),
         hub.clone(),
         opts.clone(),
         found
             .multiple_hubs
             .then(|| opts.hub_timeout.unwrap_or(found.hub_timeout)),
-        sync_status.clone(),
         restart_tx,
     ));
     let _stop_heartbeat = AbortOnDrop(heartbeat);
+    let status = tokio::spawn(status_controller(
+        managed.clone(),
+        hub.clone(),
+        name.clone(),
+        seen,
+    ));
+    let _stop_status = AbortOnDrop(status);
     let clusters: Api<ManagedCluster> = Api::all(hub.clone());
     let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut accept_watch = std::pin::pin!(watcher(clusters, cfg));
@@ -588,8 +594,8 @@ async fn connected_life(
                         tracing::info!(cluster = %name, "hub no longer accepts this cluster; the agent restarts");
                         return Ok(());
                     }
-                    // The status controller syncs on its ManagedCluster's changes too.
-                    sync_status.notify_one();
+                    // The status controller syncs on its ManagedCluster's changes.
+                    seen_tx.send_replace(Some(mc));
                 }
                 Some(Err(e)) => {
                     tracing::debug!(cluster = %name, error = %e, "watching its ManagedCluster");
@@ -611,16 +617,14 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// The lease controller, the status controller's Joined report and (with `hub_timeout`, i.e.
-/// MultipleHubs) the hub-timeout controller: `restart` fires when the cluster's lease on the
-/// hub has not been renewed for longer than the timeout (its first failed read counts as the
-/// last renewal; never in the first 10 s, `hub_timeout_controller.go`).
+/// The lease controller and (with `hub_timeout`, i.e. MultipleHubs) the hub-timeout
+/// controller: `restart` fires when the cluster's lease on the hub has not been renewed for
+/// longer than the timeout (its first failed read counts as the last renewal; never in the
+/// first 10 s, `hub_timeout_controller.go`).
 async fn heartbeat(
-    managed: Client,
     hub: Client,
     opts: KlusterletOptions,
     hub_timeout: Option<Duration>,
-    sync_status: std::sync::Arc<tokio::sync::Notify>,
     restart: tokio::sync::oneshot::Sender<()>,
 ) {
     let name = opts.cluster_name.clone();
@@ -633,16 +637,9 @@ async fn heartbeat(
     let mut timeout_check = tokio::time::interval(check_every);
     let started = Instant::now();
     let mut last_renew: Option<jiff::Timestamp> = None;
-    let mut joined = false;
     loop {
         tokio::select! {
-            () = sync_status.notified(), if !joined => {
-                joined = report_joined(&managed, &hub, &opts).await.is_ok();
-            }
             _ = tick.tick() => {
-                if !joined {
-                    joined = report_joined(&managed, &hub, &opts).await.is_ok();
-                }
                 let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
                 if let Err(e) = leases.patch(CLUSTER_LEASE, &PatchParams::default(), &Patch::Merge(json!({"spec": {"renewTime": now}}))).await {
                     tracing::debug!(cluster = %name, error = %e, "lease renewal failed");
@@ -671,20 +668,79 @@ async fn heartbeat(
     }
 }
 
-/// Reports Joined, the cluster's claims and its version in ManagedCluster status.
-async fn report_joined(
-    managed: &Client,
-    hub: &Client,
-    opts: &KlusterletOptions,
-) -> Result<(), Error> {
-    let claims: Vec<_> = Api::<ClusterClaim>::all(managed.clone())
+/// Upstream's `--cluster-healthcheck-period` (`pkg/registration/spoke/options.go`): the status
+/// controller's resync.
+const STATUS_RESYNC: Duration = Duration::from_secs(60);
+
+/// The status controller (ocm `pkg/registration/spoke/managedcluster/status_controller.go`):
+/// it syncs at every change of its ManagedCluster on the hub (`seen`, fed by the agent's watch
+/// of it) and every [`STATUS_RESYNC`]; a failed sync is retried with a growing back-off, as
+/// the controller's work queue retries it.
+async fn status_controller(
+    managed: Client,
+    hub: Client,
+    name: String,
+    mut seen: watch::Receiver<Option<ManagedCluster>>,
+) {
+    let mut resync = tokio::time::interval(STATUS_RESYNC);
+    let mut retry: Option<Duration> = None;
+    loop {
+        let backoff = retry;
+        tokio::select! {
+            changed = seen.changed() => if changed.is_err() { return },
+            _ = resync.tick() => {}
+            () = async {
+                match backoff {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+        let Some(mc) = seen.borrow_and_update().clone() else {
+            continue;
+        };
+        match sync_status(&managed, &hub, &mc).await {
+            Ok(()) => retry = None,
+            Err(e) => {
+                tracing::debug!(cluster = %name, error = %e, "status sync failed");
+                retry = Some(retry.map_or(Duration::from_millis(50), |d| {
+                    (d * 2).min(Duration::from_secs(10))
+                }));
+            }
+        }
+    }
+}
+
+/// One status sync, as upstream's reconcilers run in order: nothing before the hub accepted
+/// the cluster (`joining_reconcile.go` stops there); then Joined, and Available True while the
+/// cluster's own API server answers (`available_reconcile.go` asks `/livez`; here its version,
+/// a request to it all the same; one that fails leaves the status as it is, as upstream keeps
+/// the condition through a transient failure); then its version and claims
+/// (`resource_reconcile.go`, `claim_reconcile.go`). Written only when that changes what the
+/// hub has, as upstream's patcher compares before it patches (sdk-go `pkg/patcher`).
+async fn sync_status(managed: &Client, hub: &Client, mc: &ManagedCluster) -> Result<(), Error> {
+    if !condition_is_true(mc.conditions(), HUB_ACCEPTED) {
+        return Ok(());
+    }
+    let version = managed.apiserver_version().await?.git_version;
+    let claims: Vec<ManagedClusterClaim> = Api::<ClusterClaim>::all(managed.clone())
         .list(&ListParams::default())
         .await?
         .into_iter()
-        .map(|c| json!({"name": c.name_any(), "value": c.spec.value.unwrap_or_default()}))
+        .map(|c| ManagedClusterClaim {
+            name: Some(c.name_any()),
+            value: Some(c.spec.value.unwrap_or_default()),
+        })
         .collect();
-    let mut conditions: Vec<Condition> = Vec::new();
-    set_condition(
+    // The conditions this agent owns, as the hub has them: a transition time moves only on a
+    // transition.
+    let mut conditions: Vec<Condition> = mc
+        .conditions()
+        .iter()
+        .filter(|c| [JOINED, CLUSTER_AVAILABLE].contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    let mut changed = set_condition(
         &mut conditions,
         JOINED,
         "True",
@@ -692,12 +748,29 @@ async fn report_joined(
         "Managed cluster joined",
         None,
     );
-    let version = managed.apiserver_version().await?.git_version;
-    let clusters: Api<ManagedCluster> = Api::all(hub.clone());
-    clusters
-        .patch_status(&opts.cluster_name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(json!({
+    changed |= set_condition(
+        &mut conditions,
+        CLUSTER_AVAILABLE,
+        "True",
+        "ManagedClusterAvailable",
+        "Managed cluster is available",
+        None,
+    );
+    let status = mc.status.as_ref();
+    changed |=
+        status.and_then(|s| s.version.as_ref()?.kubernetes.as_deref()) != Some(version.as_str());
+    changed |= status
+        .and_then(|s| s.cluster_claims.as_deref())
+        .unwrap_or_default()
+        != claims;
+    if !changed {
+        return Ok(());
+    }
+    let name = mc.name_any();
+    Api::<ManagedCluster>::all(hub.clone())
+        .patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(json!({
             "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
-            "metadata": {"name": opts.cluster_name},
+            "metadata": {"name": name},
             "status": {"conditions": conditions, "clusterClaims": claims, "version": {"kubernetes": version},
                        "capacity": {"cpu": "8", "memory": "32Gi"}, "allocatable": {"cpu": "7", "memory": "30Gi"}}
         })))

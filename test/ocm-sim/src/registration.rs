@@ -3,8 +3,8 @@
 //! (cluster namespace, the agent's hub RBAC, the cluster lease, HubAcceptedManagedCluster),
 //! denial (RBAC revoked), deletion as upstream's managedcluster and GC controllers do it
 //! ([`reconcile`]: what is left in the cluster's namespace is deleted and waited for, the
-//! namespace itself stays), and the lease judge (Available, Unknown with the unreachable taint
-//! when the lease goes stale).
+//! namespace itself stays), and the lease judge (Unknown, with the unreachable taint, when the
+//! lease goes stale; Available True is the agent's own report).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +20,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
-use migration_api::common::{Condition, condition_is_true, find_condition, set_condition};
-use migration_api::names::conditions::{CLUSTER_AVAILABLE, HUB_ACCEPTED, JOINED};
+use migration_api::common::{Condition, find_condition, set_condition};
+use migration_api::names::conditions::{CLUSTER_AVAILABLE, HUB_ACCEPTED};
 use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::cluster::{ManagedCluster, Taint};
 use migration_api::ocm::operator::ClusterManager;
@@ -588,8 +588,8 @@ async fn apply_condition(
     Ok(())
 }
 
-/// Marks clusters Available while their lease is fresh, Unknown (with the unreachable taint)
-/// once it is older than five lease durations. Clusters and leases are read from watch caches,
+/// Marks clusters Unknown (with the unreachable taint) once their lease is older than five
+/// lease durations. Clusters and leases are read from watch caches,
 /// as upstream's lease controller reads them from informers
 /// (ocm pkg/registration/hub/lease/controller.go), never listed from the API server per round.
 async fn judge_leases(client: Client, every: Duration) {
@@ -672,8 +672,7 @@ enum LeaseVerdict {
 /// cluster never accepted (no HubAccepted condition) is skipped; one accepted now or before
 /// whose lease is missing gets one (renewed now), unless it is being deleted, which makes it
 /// Unknown at once; otherwise it is stale once its lease is older than five lease durations.
-/// Available True is the spoke's report upstream (its status controller); the simulator's
-/// judge writes it for accepted, joined clusters whose lease is fresh ([`judge_cluster`]).
+/// Available True is the agent's report (its status controller), not the judge's.
 fn lease_verdict(mc: &ManagedCluster, lease: SeenLease, now: i64, duration: i64) -> LeaseVerdict {
     if find_condition(mc.conditions(), HUB_ACCEPTED).is_none() {
         return LeaseVerdict::Skip;
@@ -693,34 +692,20 @@ async fn judge_cluster(
     mc: &ManagedCluster,
     fresh: bool,
 ) -> Result<(), ReconcileError> {
-    let reporting = mc.spec.hub_accepts_client && condition_is_true(mc.conditions(), JOINED);
-    if fresh && !reporting {
-        // Upstream's lease controller writes nothing for a fresh lease; the Available True
-        // the simulator writes stands for the report of an agent the hub lets in.
+    // Upstream's lease controller writes nothing for a fresh lease: Available True is the
+    // agent's own report (its status controller, `klusterlet.rs`), never the hub's.
+    if fresh {
         return Ok(());
     }
-    if fresh {
-        apply_condition(
-            client,
-            mc,
-            CLUSTER_AVAILABLE,
-            "True",
-            "ManagedClusterAvailable",
-            "Managed cluster is available",
-        )
-        .await?;
-    } else {
-        apply_condition(
-            client,
-            mc,
-            CLUSTER_AVAILABLE,
-            "Unknown",
-            "ManagedClusterLeaseUpdateStopped",
-            "Registration agent stopped updating its lease.",
-        )
-        .await?;
-    }
-    Ok(())
+    apply_condition(
+        client,
+        mc,
+        CLUSTER_AVAILABLE,
+        "Unknown",
+        "ManagedClusterLeaseUpdateStopped",
+        "Registration agent stopped updating its lease.",
+    )
+    .await
 }
 
 /// Upstream's taint controller (ocm `pkg/registration/hub/taint/controller.go`), run on

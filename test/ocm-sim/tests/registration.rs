@@ -1,5 +1,5 @@
-//! Clusters register with a hub as OCM's do: CSR, approval, acceptance, Joined, Available from
-//! the lease, Unknown and the unreachable taint when the lease stops, and RBAC revoked on
+//! Clusters register with a hub as OCM's do: CSR, approval, acceptance, Joined and Available
+//! (the agent's report), Unknown and the unreachable taint when the lease stops, and RBAC revoked on
 //! denial.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -127,6 +127,48 @@ async fn clusters_join_become_available_and_go_unknown_when_their_lease_stops() 
     }
 }
 
+/// Available True is the agent's own report, written as soon as the hub accepts the cluster
+/// (upstream's status controller, `pkg/registration/spoke/managedcluster/status_controller.go`,
+/// syncs at every change of its ManagedCluster): not the hub's lease judge, which here looks
+/// only once an hour, and only ever writes Unknown.
+#[tokio::test]
+async fn a_cluster_reports_itself_available_as_the_hub_accepts_it() {
+    let mut opts = common::fast_hub();
+    opts.registration.lease_check_interval = Duration::from_secs(3600);
+    let hub = Hub::start("hub1", opts).await.unwrap();
+    let c = SimCluster::start("cluster1", Role::Managed).await.unwrap();
+    let _agent = Agent::start(&c, &hub.bootstrap_kubeconfig, common::fast_agent())
+        .await
+        .unwrap();
+    let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
+    let list = wait_for(
+        &api,
+        Duration::from_secs(20),
+        "cluster1 Joined and Available",
+        |l| {
+            l.iter().any(|m| {
+                status_of(m, "ManagedClusterJoined") == "True"
+                    && status_of(m, "ManagedClusterConditionAvailable") == "True"
+            })
+        },
+    )
+    .await;
+    // Written by the agent (its field manager owns the condition), not by the hub.
+    let fields = serde_json::to_string(&list[0].metadata.managed_fields).unwrap();
+    let agent_owns_available = list[0]
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|f| f.manager.as_deref() == Some("registration-agent"))
+        .any(|f| {
+            serde_json::to_string(&f.fields_v1)
+                .unwrap()
+                .contains(r#"{\"type\":\"ManagedClusterConditionAvailable\"}"#)
+        });
+    assert!(agent_owns_available, "{fields}");
+}
+
 #[tokio::test]
 async fn without_auto_approval_a_cluster_waits_for_the_hub_admin() {
     let opts = HubOptions {
@@ -209,7 +251,7 @@ async fn without_auto_approval_a_cluster_waits_for_the_hub_admin() {
 /// otherwise see its new clusters go Unknown, and ACM's import controller force-delete the
 /// works of any of them deleted then.
 #[tokio::test]
-async fn a_joined_cluster_is_available_before_its_agent_first_renews_its_lease() {
+async fn a_joined_cluster_stays_available_before_its_agent_first_renews_its_lease() {
     let hub = Hub::start("hub1", common::fast_hub()).await.unwrap();
     let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
     let mc: ManagedCluster = serde_json::from_value(json!({
@@ -233,7 +275,7 @@ async fn a_joined_cluster_is_available_before_its_agent_first_renews_its_lease()
         lease.spec.and_then(|s| s.renew_time).is_some(),
         "created renewed"
     );
-    // Joined, as its agent reports it; no agent renews the lease.
+    // Joined and Available, as its agent reports them; no agent renews the lease.
     api.patch_status(
         "quiet",
         &PatchParams::default(),
@@ -241,17 +283,35 @@ async fn a_joined_cluster_is_available_before_its_agent_first_renews_its_lease()
             {"type": "HubAcceptedManagedCluster", "status": "True", "reason": "HubClusterAdminAccepted",
              "message": "Accepted by hub cluster admin", "lastTransitionTime": "2026-01-01T00:00:00Z"},
             {"type": "ManagedClusterJoined", "status": "True", "reason": "ManagedClusterJoined",
-             "message": "joined", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+             "message": "joined", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "ManagedClusterConditionAvailable", "status": "True", "reason": "ManagedClusterAvailable",
+             "message": "available", "lastTransitionTime": "2026-01-01T00:00:00Z"}
         ]}})),
     )
     .await
     .unwrap();
-    let list = wait_for(&api, Duration::from_secs(20), "quiet judged", |l| {
-        !status_of(&l[0], "ManagedClusterConditionAvailable").is_empty()
+    // The judge looks every 200 ms: over a second of its rounds the cluster stays Available.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1200) {
+        let mc = api.get("quiet").await.unwrap();
+        assert_eq!(
+            status_of(&mc, "ManagedClusterConditionAvailable"),
+            "True",
+            "judged unreachable before its agent's first renewal"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // And the judge does look: the same lease, renewed long ago, makes it Unknown.
+    leases
+        .patch(
+            "managed-cluster-lease",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"renewTime": "2026-01-01T00:00:00.000000Z"}})),
+        )
+        .await
+        .unwrap();
+    wait_for(&api, Duration::from_secs(20), "quiet judged Unknown", |l| {
+        status_of(&l[0], "ManagedClusterConditionAvailable") == "Unknown"
     })
     .await;
-    assert_eq!(
-        status_of(&list[0], "ManagedClusterConditionAvailable"),
-        "True"
-    );
 }
