@@ -2,8 +2,8 @@
 //! on, and each change was one write of the task's status: more than one a cluster. The manager
 //! reads the report through the work's status feedback, which the work agent syncs every few
 //! seconds, so a report that only moves clusters on is written at most every [`PACE`]; what
-//! the manager decides on (the stage's state, the revision answered, a refusal, the carry-over)
-//! goes at once. Nothing is lost by waiting: every reconcile computes the whole report again
+//! the manager decides on (the stage's state, the revision answered, a refusal, the carry-over,
+//! every cluster come to one state) goes at once. Nothing is lost by waiting: every reconcile computes the whole report again
 //! from what it observes, and the one deferred is requeued for when it is due.
 
 use std::collections::BTreeMap;
@@ -34,11 +34,22 @@ pub(super) fn due(
     if current == Some(new) {
         return Due::Unchanged;
     }
-    let progress_only = current.is_some_and(|c| decides_the_same(c, new));
+    let progress_only =
+        current.is_some_and(|c| decides_the_same(c, new) && !newly_unanimous(c, new));
     match since_last {
         Some(since) if progress_only && since < PACE => Due::After(PACE - since),
         _ => Due::Now,
     }
+}
+
+/// Whether every cluster of `new` is in one state, and was not so in `current`: the report a
+/// stage's end waits for (every cluster registered, say) goes at once, not a pace later.
+fn newly_unanimous(current: &MigrationTaskStatus, new: &MigrationTaskStatus) -> bool {
+    let unanimous = new.cluster_states.as_deref().is_some_and(|states| {
+        let mut each = states.chars();
+        each.next().is_some_and(|first| each.all(|s| s == first))
+    });
+    unanimous && current.cluster_states != new.cluster_states
 }
 
 /// Records that task `name`'s status was written at `now`, and forgets every write older than
@@ -145,6 +156,31 @@ mod tests {
                 Due::Now,
             ),
             ("refusal", Some(&running), &refused, Some(ms(10)), Due::Now),
+            (
+                "every cluster in one state now",
+                Some(&moved),
+                &status(StageState::Running, "sss", "r1"),
+                Some(ms(10)),
+                Due::Now,
+            ),
+            (
+                "every cluster in one state, the summary alone changed",
+                Some(&status(StageState::Running, "sss", "r1")),
+                &{
+                    let mut s = status(StageState::Running, "sss", "r1");
+                    s.message = Some("all moved".into());
+                    s
+                },
+                Some(ms(10)),
+                Due::After(ms(990)),
+            ),
+            (
+                "no cluster at all",
+                Some(&moved),
+                &status(StageState::Running, "", "r1"),
+                Some(ms(10)),
+                Due::After(ms(990)),
+            ),
         ];
         for (what, current, new, since, want) in cases {
             assert_eq!(due(current, new, since), want, "{what}");
