@@ -77,6 +77,9 @@ struct Ctx {
     /// The last apply of each work, complete or failed: what it applied and when it applies
     /// again.
     works_applied: std::sync::Mutex<std::collections::HashMap<String, LastApply>>,
+    /// Per deleted work, how many looks in a row found its resources still going
+    /// ([`finalize_backoff`]).
+    finalize_looks: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// The works as the controller's watch has them: a status sync under way yields to the
     /// apply or the cleanup of a work that changed meanwhile ([`superseded`]).
     works: Store<ManifestWork>,
@@ -213,6 +216,27 @@ pub enum WorkError {
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Other(String),
+    /// A deleted work's resources are still going: looked at again after `retry`.
+    #[error("{message}")]
+    Pending { message: String, retry: Duration },
+}
+
+/// The AppliedManifestWork finalize controller's wait for a deleted work's resources to go
+/// (ocm pkg/work/spoke/controllers/finalizercontroller/appliedmanifestwork_finalize_controller.go):
+/// its own per-work exponential backoff, 50 ms doubled at each look that still finds some, up
+/// to 60 s (`NewTypedItemExponentialFailureRateLimiter(50ms, 60s)`), forgotten once all went.
+fn finalize_backoff(looks: u32) -> Duration {
+    Duration::from_millis(50)
+        .saturating_mul(2u32.saturating_pow(looks.saturating_sub(1)))
+        .min(Duration::from_secs(60))
+}
+
+/// How long the work controller waits before it runs a failed reconcile again.
+fn retry_after(e: &kube::runtime::finalizer::Error<WorkError>) -> Duration {
+    match e {
+        kube::runtime::finalizer::Error::CleanupFailed(WorkError::Pending { retry, .. }) => *retry,
+        _ => Duration::from_millis(500),
+    }
 }
 
 fn hub_hash(url: &str) -> String {
@@ -269,6 +293,7 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             amws,
             feedback,
             works_applied: Default::default(),
+            finalize_looks: Default::default(),
             works: controller.store(),
         });
         // When the process restarts (a pod replaced), reconciles under way finish first, as in
@@ -299,7 +324,7 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
                 reconcile,
                 |_, e: &kube::runtime::finalizer::Error<WorkError>, _| {
                     tracing::debug!(error = %e, "work reconcile failed");
-                    Action::requeue(Duration::from_millis(500))
+                    Action::requeue(retry_after(e))
                 },
                 ctx,
             )
@@ -1401,6 +1426,7 @@ async fn cleanup_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkErro
     let amws: Api<AppliedManifestWork> = Api::all(ctx.managed.clone());
     let amw_name = applied_name(ctx, work);
     let Some(amw) = amws.get_opt(&amw_name).await? else {
+        lock(&ctx.finalize_looks).remove(&work.name_any());
         return Ok(Action::await_change());
     };
     let owner_uid = amw.uid().unwrap_or_default();
@@ -1441,12 +1467,22 @@ async fn cleanup_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkErro
     let remaining = delete_applied(&ctx.managed, &owned, &owner_uid).await?;
     if remaining > 0 {
         // Not done: an error keeps the work's finalizer (the finalizer helper removes it on any
-        // Ok), and the error policy retries shortly.
-        return Err(WorkError::Other(format!(
-            "waiting for {remaining} applied resource(s) of work {} to be deleted",
-            work.name_any()
-        )));
+        // Ok), and the error policy looks again after the finalize controller's backoff.
+        let looks = {
+            let mut looks = lock(&ctx.finalize_looks);
+            let n = looks.entry(work.name_any()).or_default();
+            *n = n.saturating_add(1);
+            *n
+        };
+        return Err(WorkError::Pending {
+            message: format!(
+                "waiting for {remaining} applied resource(s) of work {} to be deleted",
+                work.name_any()
+            ),
+            retry: finalize_backoff(looks),
+        });
     }
+    lock(&ctx.finalize_looks).remove(&work.name_any());
     match amws.delete(&amw_name, &DeleteParams::default()).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -1615,8 +1651,47 @@ mod tests {
         assert_eq!(uids, ["other"]);
     }
 
-    /// Upstream `rules/rule.go`: Deployments report ready, total and available replicas
-    /// (no observedGeneration); kinds without well-known statuses are an error.
+    /// A deleted work whose resources are still going is looked at again after the finalize
+    /// controller's backoff (50 ms, doubling, at most 60 s), not the half second any other
+    /// failure waits.
+    #[test]
+    fn a_deleted_works_resources_are_looked_at_again_with_upstreams_backoff() {
+        for (looks, want) in [
+            (1, Duration::from_millis(50)),
+            (2, Duration::from_millis(100)),
+            (5, Duration::from_millis(800)),
+            (11, Duration::from_millis(51_200)),
+            (12, Duration::from_secs(60)),
+            (u32::MAX, Duration::from_secs(60)),
+        ] {
+            assert_eq!(finalize_backoff(looks), want, "{looks} looks");
+        }
+        use kube::runtime::finalizer::Error as F;
+        let pending = || WorkError::Pending {
+            message: "waiting".into(),
+            retry: Duration::from_millis(100),
+        };
+        for (what, e, want) in [
+            (
+                "pending cleanup",
+                F::CleanupFailed(pending()),
+                Duration::from_millis(100),
+            ),
+            (
+                "failed cleanup",
+                F::CleanupFailed(WorkError::Other("no".into())),
+                Duration::from_millis(500),
+            ),
+            (
+                "failed apply",
+                F::ApplyFailed(pending()),
+                Duration::from_millis(500),
+            ),
+        ] {
+            assert_eq!(retry_after(&e), want, "{what}");
+        }
+    }
+
     #[test]
     fn a_failed_apply_is_retried_with_upstreams_backoff() {
         for (failures, want) in [
