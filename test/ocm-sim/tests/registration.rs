@@ -45,6 +45,17 @@ async fn wait_for<F: Fn(&[ManagedCluster]) -> bool>(
     }
 }
 
+/// A hub started with `opts`, and cluster1, whose klusterlet bootstraps with it.
+async fn hub_with_one_cluster(opts: HubOptions) -> (Hub, SimCluster, Agent, Api<ManagedCluster>) {
+    let hub = Hub::start("hub1", opts).await.unwrap();
+    let c = SimCluster::start("cluster1", Role::Managed).await.unwrap();
+    let agent = Agent::start(&c, &hub.bootstrap_kubeconfig, common::fast_agent())
+        .await
+        .unwrap();
+    let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
+    (hub, c, agent, api)
+}
+
 #[tokio::test]
 async fn clusters_join_become_available_and_go_unknown_when_their_lease_stops() {
     let hub = Hub::start("hub1", common::fast_hub()).await.unwrap();
@@ -135,12 +146,7 @@ async fn clusters_join_become_available_and_go_unknown_when_their_lease_stops() 
 async fn a_cluster_reports_itself_available_as_the_hub_accepts_it() {
     let mut opts = common::fast_hub();
     opts.registration.lease_check_interval = Duration::from_secs(3600);
-    let hub = Hub::start("hub1", opts).await.unwrap();
-    let c = SimCluster::start("cluster1", Role::Managed).await.unwrap();
-    let _agent = Agent::start(&c, &hub.bootstrap_kubeconfig, common::fast_agent())
-        .await
-        .unwrap();
-    let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
+    let (_hub, _cluster, _agent, api) = hub_with_one_cluster(opts).await;
     let list = wait_for(
         &api,
         Duration::from_secs(20),
@@ -175,12 +181,7 @@ async fn without_auto_approval_a_cluster_waits_for_the_hub_admin() {
         auto_approve: false,
         ..common::fast_hub()
     };
-    let hub = Hub::start("hub1", opts).await.unwrap();
-    let c = SimCluster::start("cluster1", Role::Managed).await.unwrap();
-    let _agent = Agent::start(&c, &hub.bootstrap_kubeconfig, common::fast_agent())
-        .await
-        .unwrap();
-    let api: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
+    let (hub, _cluster, _agent, api) = hub_with_one_cluster(opts).await;
     wait_for(&api, Duration::from_secs(20), "the pending cluster", |l| {
         l.len() == 1 && !l[0].spec.hub_accepts_client
     })
