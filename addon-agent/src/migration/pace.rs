@@ -3,8 +3,9 @@
 //! reads the report through the work's status feedback, which the work agent syncs every few
 //! seconds, so a report that only moves clusters on is written at most every [`PACE`]; what
 //! the manager decides on (the stage's state, the revision answered, a refusal, the carry-over,
-//! every cluster come to one state) goes at once. Nothing is lost by waiting: every reconcile computes the whole report again
-//! from what it observes, and the one deferred is requeued for when it is due.
+//! every cluster come to one state) goes at once. Nothing is lost by waiting: every reconcile
+//! computes the whole report again from what it observes, and the one deferred is requeued for
+//! when it is due.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -19,11 +19,11 @@
 //!    a CSR that disappears makes the agent ask again. Nothing here re-selects a hub.
 //! 3. **Connected**: the work and addon agents start now, with the hub kubeconfig
 //!    ([`Connection`]). The agent reports Joined and Available once the hub accepted it (its
-//!    status controller, at every change of its ManagedCluster), renews its lease, and (with MultipleHubs
-//!    only) restarts when the hub stops accepting it (`hub_accept_controller.go`, which can
-//!    only see that while it may still read its ManagedCluster) or its lease on the hub is
-//!    older than `hubConnectionTimeoutSeconds` (`hub_timeout_controller.go`, checked at least
-//!    every minute, not in the first 10 s). A deleted ManagedCluster restarts it only through
+//!    status controller, at every change of its ManagedCluster), renews its lease, and (with
+//!    MultipleHubs only) restarts when the hub stops accepting it (`hub_accept_controller.go`,
+//!    which can only see that while it may still read its ManagedCluster) or its lease on the
+//!    hub is older than `hubConnectionTimeoutSeconds` (`hub_timeout_controller.go`, checked at
+//!    least every minute, not in the first 10 s). A deleted ManagedCluster restarts it only through
 //!    that timeout. It also restarts when `bootstrap-hub-kubeconfig` changes
 //!    (`event_handler.go`) and when the Klusterlet's registration settings change (the
 //!    operator redeploys it).

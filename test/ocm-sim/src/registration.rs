@@ -589,9 +589,9 @@ async fn apply_condition(
 }
 
 /// Marks clusters Unknown (with the unreachable taint) once their lease is older than five
-/// lease durations. Clusters and leases are read from watch caches,
-/// as upstream's lease controller reads them from informers
-/// (ocm pkg/registration/hub/lease/controller.go), never listed from the API server per round.
+/// lease durations. Clusters and leases are read from watch caches, as upstream's lease
+/// controller reads them from informers (ocm pkg/registration/hub/lease/controller.go), never
+/// listed from the API server per round.
 async fn judge_leases(client: Client, every: Duration) {
     let (clusters, cluster_events) = migration_api::runtime::cached_watch(
         Api::<ManagedCluster>::all(client.clone()),

@@ -1,6 +1,6 @@
 //! Clusters register with a hub as OCM's do: CSR, approval, acceptance, Joined and Available
-//! (the agent's report), Unknown and the unreachable taint when the lease stops, and RBAC revoked on
-//! denial.
+//! (the agent's report), Unknown and the unreachable taint when the lease stops, and RBAC
+//! revoked on denial.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
