@@ -672,10 +672,17 @@ async fn heartbeat(
 /// controller's resync.
 const STATUS_RESYNC: Duration = Duration::from_secs(60);
 
+/// How long failed health checks must last before Available goes False, and how soon a failed
+/// one is checked again (`failureThreshold`, `healthCheckRetryInterval` in upstream's
+/// `pkg/registration/spoke/managedcluster/available_reconcile.go`).
+const HEALTH_FAILURE_THRESHOLD: Duration = Duration::from_secs(20);
+const HEALTH_RETRY: Duration = Duration::from_secs(5);
+
 /// The status controller (ocm `pkg/registration/spoke/managedcluster/status_controller.go`):
 /// it syncs at every change of its ManagedCluster on the hub (`seen`, fed by the agent's watch
-/// of it) and every [`STATUS_RESYNC`]; a failed sync is retried with a growing back-off, as
-/// the controller's work queue retries it.
+/// of it) and every [`STATUS_RESYNC`]; a failed sync is retried with its work queue's backoff
+/// (sdk-go `pkg/basecontroller/factory/controller_context.go`: client-go's default controller
+/// rate limiter), a failed health check after [`HEALTH_RETRY`].
 async fn status_controller(
     managed: Client,
     hub: Client,
@@ -683,14 +690,16 @@ async fn status_controller(
     mut seen: watch::Receiver<Option<ManagedCluster>>,
 ) {
     let mut resync = tokio::time::interval(STATUS_RESYNC);
-    let mut retry: Option<Duration> = None;
+    let mut again: Option<Duration> = None;
+    let mut failures = 0u32;
+    let mut failing_since: Option<Instant> = None;
     loop {
-        let backoff = retry;
+        let after = again;
         tokio::select! {
             changed = seen.changed() => if changed.is_err() { return },
             _ = resync.tick() => {}
             () = async {
-                match backoff {
+                match after {
                     Some(d) => tokio::time::sleep(d).await,
                     None => std::future::pending().await,
                 }
@@ -699,39 +708,64 @@ async fn status_controller(
         let Some(mc) = seen.borrow_and_update().clone() else {
             continue;
         };
-        match sync_status(&managed, &hub, &mc).await {
-            Ok(()) => retry = None,
+        match sync_status(&managed, &hub, &mc, &mut failing_since).await {
+            Ok(recheck) => {
+                failures = 0;
+                again = recheck;
+            }
             Err(e) => {
                 tracing::debug!(cluster = %name, error = %e, "status sync failed");
-                retry = Some(retry.map_or(Duration::from_millis(50), |d| {
-                    (d * 2).min(Duration::from_secs(10))
-                }));
+                failures = failures.saturating_add(1);
+                again = Some(crate::backoff::controller(failures));
             }
         }
     }
 }
 
-/// One status sync, as upstream's reconcilers run in order: nothing before the hub accepted
-/// the cluster (`joining_reconcile.go` stops there); then Joined, and Available True while the
-/// cluster's own API server answers (`available_reconcile.go` asks `/livez`; here its version,
-/// a request to it all the same; one that fails leaves the status as it is, as upstream keeps
-/// the condition through a transient failure); then its version and claims
-/// (`resource_reconcile.go`, `claim_reconcile.go`). Written only when that changes what the
-/// hub has, as upstream's patcher compares before it patches (sdk-go `pkg/patcher`).
-async fn sync_status(managed: &Client, hub: &Client, mc: &ManagedCluster) -> Result<(), Error> {
-    if !condition_is_true(mc.conditions(), HUB_ACCEPTED) {
-        return Ok(());
+/// What a health check of the cluster's own API server makes of Available
+/// (`available_reconcile.go`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Health {
+    /// It answered: Available True.
+    Up,
+    /// It has not answered for less than [`HEALTH_FAILURE_THRESHOLD`]: Available stays as it
+    /// is, and it is checked again after [`HEALTH_RETRY`].
+    Failing,
+    /// It has not answered for [`HEALTH_FAILURE_THRESHOLD`] or longer: Available False.
+    Down,
+}
+
+/// The health check's verdict, `answered` or not at `now`; `failing_since` is when the failures
+/// in a row began (reset by an answer).
+fn health(answered: bool, failing_since: &mut Option<Instant>, now: Instant) -> Health {
+    if answered {
+        *failing_since = None;
+        return Health::Up;
     }
-    let version = managed.apiserver_version().await?.git_version;
-    let claims: Vec<ManagedClusterClaim> = Api::<ClusterClaim>::all(managed.clone())
-        .list(&ListParams::default())
-        .await?
-        .into_iter()
-        .map(|c| ManagedClusterClaim {
-            name: Some(c.name_any()),
-            value: Some(c.spec.value.unwrap_or_default()),
-        })
-        .collect();
+    let since = *failing_since.get_or_insert(now);
+    if now.saturating_duration_since(since) >= HEALTH_FAILURE_THRESHOLD {
+        Health::Down
+    } else {
+        Health::Failing
+    }
+}
+
+/// One status sync, as upstream's reconcilers run in order: nothing before the hub accepted
+/// the cluster (`joining_reconcile.go` stops there); then Joined; then the health check
+/// (`available_reconcile.go` asks `/livez`, here the version, a request to the cluster's API
+/// server all the same: [`health`]), which stops the sync unless it answered; then its version
+/// and claims (`resource_reconcile.go`, `claim_reconcile.go`). Written only when that changes
+/// what the hub has, as upstream's patcher compares before it patches (sdk-go `pkg/patcher`).
+/// Returns when to sync again whatever happens (a failing health check).
+async fn sync_status(
+    managed: &Client,
+    hub: &Client,
+    mc: &ManagedCluster,
+    failing_since: &mut Option<Instant>,
+) -> Result<Option<Duration>, Error> {
+    if !condition_is_true(mc.conditions(), HUB_ACCEPTED) {
+        return Ok(None);
+    }
     // The conditions this agent owns, as the hub has them: a transition time moves only on a
     // transition.
     let mut conditions: Vec<Condition> = mc
@@ -748,24 +782,56 @@ async fn sync_status(managed: &Client, hub: &Client, mc: &ManagedCluster) -> Res
         "Managed cluster joined",
         None,
     );
-    changed |= set_condition(
-        &mut conditions,
-        CLUSTER_AVAILABLE,
-        "True",
-        "ManagedClusterAvailable",
-        "Managed cluster is available",
-        None,
-    );
     let status = mc.status.as_ref();
-    changed |=
-        status.and_then(|s| s.version.as_ref()?.kubernetes.as_deref()) != Some(version.as_str());
-    changed |= status
-        .and_then(|s| s.cluster_claims.as_deref())
-        .unwrap_or_default()
-        != claims;
-    if !changed {
-        return Ok(());
+    let mut version = status
+        .and_then(|s| s.version.as_ref()?.kubernetes.clone())
+        .unwrap_or_default();
+    let mut claims = status
+        .and_then(|s| s.cluster_claims.clone())
+        .unwrap_or_default();
+    let answer = managed.apiserver_version().await;
+    let verdict = health(answer.is_ok(), failing_since, Instant::now());
+    match (answer, verdict) {
+        (Ok(info), _) => {
+            changed |= set_condition(
+                &mut conditions,
+                CLUSTER_AVAILABLE,
+                "True",
+                "ManagedClusterAvailable",
+                "Managed cluster is available",
+                None,
+            );
+            let now_claims: Vec<ManagedClusterClaim> = Api::<ClusterClaim>::all(managed.clone())
+                .list(&ListParams::default())
+                .await?
+                .into_iter()
+                .map(|c| ManagedClusterClaim {
+                    name: Some(c.name_any()),
+                    value: Some(c.spec.value.unwrap_or_default()),
+                })
+                .collect();
+            changed |= version != info.git_version || claims != now_claims;
+            version = info.git_version;
+            claims = now_claims;
+        }
+        (Err(e), Health::Down) => {
+            changed |= set_condition(
+                &mut conditions,
+                CLUSTER_AVAILABLE,
+                "False",
+                "ManagedClusterKubeAPIServerUnavailable",
+                &format!("The kube-apiserver is not ok: {e}"),
+                None,
+            );
+        }
+        (Err(_), _) => {}
     }
+    let recheck = (verdict == Health::Failing).then_some(HEALTH_RETRY);
+    if !changed {
+        return Ok(recheck);
+    }
+    // Version and claims go as the hub has them when they were not read again: an apply that
+    // left them out would remove them.
     let name = mc.name_any();
     Api::<ManagedCluster>::all(hub.clone())
         .patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(json!({
@@ -775,5 +841,76 @@ async fn sync_status(managed: &Client, hub: &Client, mc: &ManagedCluster) -> Res
                        "capacity": {"cpu": "8", "memory": "32Gi"}, "allocatable": {"cpu": "7", "memory": "30Gi"}}
         })))
         .await?;
-    Ok(())
+    Ok(recheck)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Upstream's `available_reconcile.go`: an answer makes the cluster Available at once and
+    /// forgets earlier failures; failures make it unavailable only once they have lasted 20 s.
+    #[test]
+    fn available_goes_false_only_after_twenty_seconds_of_failed_health_checks() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut since = None;
+        for (what, answered, at, want, failing_from) in [
+            ("answered", true, t0, Health::Up, None),
+            (
+                "first failure",
+                false,
+                t0 + s(1),
+                Health::Failing,
+                Some(t0 + s(1)),
+            ),
+            (
+                "19 s of failures",
+                false,
+                t0 + s(20),
+                Health::Failing,
+                Some(t0 + s(1)),
+            ),
+            (
+                "20 s of failures",
+                false,
+                t0 + s(21),
+                Health::Down,
+                Some(t0 + s(1)),
+            ),
+            (
+                "still failing",
+                false,
+                t0 + s(40),
+                Health::Down,
+                Some(t0 + s(1)),
+            ),
+            ("answered again", true, t0 + s(41), Health::Up, None),
+            (
+                "a new failure counts anew",
+                false,
+                t0 + s(42),
+                Health::Failing,
+                Some(t0 + s(42)),
+            ),
+        ] {
+            assert_eq!(health(answered, &mut since, at), want, "{what}");
+            assert_eq!(since, failing_from, "{what}");
+        }
+    }
+
+    /// Every OCM factory controller's queue retries with client-go's default controller rate
+    /// limiter: 5 ms, doubling, at most 1 000 s.
+    #[test]
+    fn a_failed_status_sync_is_retried_with_the_controller_queues_backoff() {
+        for (failures, want) in [
+            (1, Duration::from_millis(5)),
+            (2, Duration::from_millis(10)),
+            (18, Duration::from_millis(5 << 17)),
+            (19, Duration::from_secs(1000)),
+            (u32::MAX, Duration::from_secs(1000)),
+        ] {
+            assert_eq!(crate::backoff::controller(failures), want, "{failures}");
+        }
+    }
 }

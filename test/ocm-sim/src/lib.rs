@@ -2,6 +2,7 @@
 //! instances, with the identities the real components have, and the fleet launcher.
 
 pub mod addon_agent;
+mod backoff;
 pub mod cluster;
 pub mod clustersets;
 pub mod demo;

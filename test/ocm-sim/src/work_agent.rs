@@ -133,21 +133,10 @@ fn deleted_since(now: Option<&ManifestWork>, work: &ManifestWork) -> bool {
 /// cluster is put back at the next spec change or resync, not at the next event.
 const APPLY_RESYNC: Duration = Duration::from_secs(4 * 60);
 
-/// A work queue's per-item exponential backoff (`NewTypedItemExponentialFailureRateLimiter(base,
-/// max)`): `base` doubled at each failure in a row, at most `max`.
-fn item_backoff(base: Duration, max: Duration, failures: u32) -> Duration {
-    base.saturating_mul(2u32.saturating_pow(failures.saturating_sub(1)))
-        .min(max)
-}
-
 /// The apply controller's retry of a failed sync: its queue's backoff, 5 ms doubled at each
 /// failure up to 1 000 s.
 fn apply_backoff(failures: u32) -> Duration {
-    item_backoff(
-        Duration::from_millis(5),
-        Duration::from_secs(1000),
-        failures,
-    )
+    crate::backoff::controller(failures)
 }
 
 /// A work as it was last applied.
@@ -235,7 +224,7 @@ pub enum WorkError {
 /// its own per-work exponential backoff, 50 ms doubled at each look that still finds some, up
 /// to 60 s (`NewTypedItemExponentialFailureRateLimiter(50ms, 60s)`), forgotten once all went.
 fn finalize_backoff(looks: u32) -> Duration {
-    item_backoff(Duration::from_millis(50), Duration::from_secs(60), looks)
+    crate::backoff::item(Duration::from_millis(50), Duration::from_secs(60), looks)
 }
 
 /// How long the work controller waits before it runs a failed reconcile again.
@@ -1737,6 +1726,8 @@ mod tests {
         assert!(done.again >= std::time::Instant::now() + Duration::from_secs(239));
     }
 
+    /// Upstream `rules/rule.go`: Deployments report ready, total and available replicas
+    /// (no observedGeneration); kinds without well-known statuses are an error.
     #[test]
     fn well_known_status_by_kind() {
         let cfg: ManifestConfigOption = serde_json::from_value(json!({
