@@ -14,8 +14,9 @@ use tokio::task::JoinHandle;
 
 use crate::Error;
 use crate::addon_agent::{self, AddonAgentOptions};
+use crate::backoff::CrashLoop;
 use crate::cluster::{Role, SimCluster, all_rules};
-use crate::klusterlet::{self, KlusterletOptions};
+use crate::klusterlet::{self, KlusterletOptions, Life};
 use crate::names::{
     AGENT_NAMESPACE, BOOTSTRAP_NAMESPACE, BOOTSTRAP_SA, HUB_NAMESPACE, bootstrap_user,
 };
@@ -395,7 +396,8 @@ impl Agent {
             eviction_grace: agent.eviction_grace,
         };
         let work = restarting(name.clone(), "work agent", move || {
-            work_agent::run(managed.clone(), work_opts.clone())
+            let run = work_agent::run(managed.clone(), work_opts.clone());
+            async move { run.await.map(|()| Life::Exited) }
         });
         let managed = cluster.admin.clone();
         let addon_opts = AddonAgentOptions {
@@ -406,7 +408,8 @@ impl Agent {
             connection: connection.subscribe(),
         };
         let addons = restarting(name, "addon agent", move || {
-            addon_agent::run(managed.clone(), addon_opts.clone())
+            let run = addon_agent::run(managed.clone(), addon_opts.clone());
+            async move { run.await.map(|()| Life::Exited) }
         });
         Ok(Self {
             tasks: vec![registration, work, addons],
@@ -434,30 +437,44 @@ impl Agent {
     }
 }
 
-/// Runs an agent the way a Deployment's pod runs: when it stops on an error (its cluster's
-/// API was down, say) it is started again after a restart back-off, doubling from 1 s up to
-/// 10 s (the kubelet's CrashLoopBackOff, shortened for tests).
+/// Runs an agent the way a Deployment's pod runs: when its process exits (on an error, or
+/// when it restarts itself) the kubelet starts it again after its restart back-off
+/// ([`CrashLoop`]: at once the first time, then after 10 s doubling to 5 min), and no sooner
+/// than its next relist sees the exit (`plegRelistPeriod`, 1 s, kubernetes
+/// `pkg/kubelet/kubelet.go`). A life that ends with [`Life::Replaced`] is a new pod: it
+/// starts after that relist too, with no back-off yet.
 fn restarting<F, Fut, E>(cluster: String, what: &'static str, run: F) -> tokio::task::JoinHandle<()>
 where
     F: Fn() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    Fut: std::future::Future<Output = Result<Life, E>> + Send + 'static,
     E: std::fmt::Display,
 {
     tokio::spawn(async move {
-        let mut backoff = Duration::from_secs(1);
+        let mut crash = CrashLoop::default();
         loop {
-            let started = std::time::Instant::now();
-            if let Err(e) = run().await {
-                tracing::warn!(%cluster, error = %e, "{what} stopped; restarting it");
+            let life = match run().await {
+                Ok(life) => life,
+                Err(e) => {
+                    tracing::warn!(%cluster, error = %e, "{what} stopped; restarting it");
+                    Life::Exited
+                }
+            };
+            if life == Life::Replaced {
+                // A new pod: its container's first start is no restart.
+                crash = CrashLoop::default();
+                tokio::time::sleep(PLEG_RELIST).await;
+                continue;
             }
-            if started.elapsed() > Duration::from_secs(60) {
-                backoff = Duration::from_secs(1);
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(10));
+            let exited = std::time::Instant::now();
+            let start = crash.ends(exited).max(exited + PLEG_RELIST);
+            tokio::time::sleep_until(start.into()).await;
+            crash.restarted(exited, std::time::Instant::now());
         }
     })
 }
+
+/// How often the kubelet's generic PLEG relists its containers (`plegRelistPeriod`).
+const PLEG_RELIST: Duration = Duration::from_secs(1);
 
 impl Drop for Agent {
     fn drop(&mut self) {

@@ -288,21 +288,32 @@ impl Drop for Disconnect<'_> {
     }
 }
 
+/// How one life of the agent process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Life {
+    /// The process exited: the kubelet starts it again in the same pod, after the container's
+    /// restart back-off.
+    Exited,
+    /// The pod was replaced: deleted, or redeployed by the klusterlet operator for new
+    /// settings (the Deployment's template changed); the new pod's container has no back-off.
+    Replaced,
+}
+
 /// One life of the agent process: returns when the process would exit (the caller starts the
 /// next one after a restart back-off), or when it is killed ([`KlusterletOptions::kill`]); an
 /// error when no bootstrap kubeconfig is valid.
-pub async fn run(managed: Client, opts: KlusterletOptions) -> Result<(), Error> {
+pub async fn run(managed: Client, opts: KlusterletOptions) -> Result<Life, Error> {
     let kill = opts.kill.clone();
     tokio::select! {
         r = life(managed, &opts) => r,
         () = kill.notified() => {
             tracing::info!(cluster = %opts.cluster_name, "the agent process was killed");
-            Ok(())
+            Ok(Life::Replaced)
         }
     }
 }
 
-async fn life(managed: Client, opts: &KlusterletOptions) -> Result<(), Error> {
+async fn life(managed: Client, opts: &KlusterletOptions) -> Result<Life, Error> {
     let opts = opts.clone();
     let _disconnect = Disconnect(&opts.connection);
     opts.connection.send_replace(None);
@@ -506,7 +517,7 @@ async fn connected_life(
     hub_text: &str,
     opts: &KlusterletOptions,
     found: &Candidates,
-) -> Result<(), Error> {
+) -> Result<Life, Error> {
     let life = opts
         .lives
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -552,14 +563,14 @@ async fn connected_life(
         tokio::select! {
             _ = &mut restart => {
                 tracing::info!(cluster = %name, "its lease on the hub is older than the hub connection timeout; the agent restarts");
-                return Ok(());
+                return Ok(Life::Exited);
             }
             ev = config_watch.next() => match ev {
                 Some(Ok(watcher::Event::Apply(k) | watcher::Event::InitApply(k)))
                     if registration_settings(Some(&k)) != found.settings =>
                 {
-                    tracing::info!(cluster = %name, "Klusterlet registration settings changed; the agent restarts");
-                    return Ok(());
+                    tracing::info!(cluster = %name, "Klusterlet registration settings changed; the operator redeploys the agent");
+                    return Ok(Life::Replaced);
                 }
                 Some(Err(e)) => {
                     tracing::debug!(cluster = %name, error = %e, "watching its Klusterlet");
@@ -573,14 +584,14 @@ async fn connected_life(
                     match &boot_data {
                         Some(seen) if *seen != data => {
                             tracing::info!(cluster = %name, "the bootstrap kubeconfig changed; the agent restarts");
-                            return Ok(());
+                            return Ok(Life::Exited);
                         }
                         _ => boot_data = Some(data),
                     }
                 }
                 Some(Ok(watcher::Event::Delete(_))) => {
                     tracing::info!(cluster = %name, "the bootstrap kubeconfig was deleted; the agent restarts");
-                    return Ok(());
+                    return Ok(Life::Exited);
                 }
                 Some(Err(e)) => {
                     tracing::debug!(cluster = %name, error = %e, "watching the bootstrap kubeconfig");
@@ -592,7 +603,7 @@ async fn connected_life(
                 Some(Ok(watcher::Event::Apply(mc) | watcher::Event::InitApply(mc))) => {
                     if found.multiple_hubs && !mc.spec.hub_accepts_client {
                         tracing::info!(cluster = %name, "hub no longer accepts this cluster; the agent restarts");
-                        return Ok(());
+                        return Ok(Life::Exited);
                     }
                     // The status controller syncs on its ManagedCluster's changes.
                     seen_tx.send_replace(Some(mc));

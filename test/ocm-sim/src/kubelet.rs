@@ -6,9 +6,12 @@
 //! once the agent's `/readyz` answers, unavailable while it is not. The image tag is the version:
 //! a tag the kubelet does not know never starts (an image pull failure). A Deployment gets
 //! `replicas` processes (pod directories `<ns>-<name>`, `<ns>-<name>-1`, ...). A changed pod
-//! template restarts them, and so does a process exiting (restartPolicy Always); each pid is
-//! in its pod directory's `pid` file. A deleted Deployment stops them. Jobs with the agent's image (the
-//! addon's pre-delete hook) run the binary to completion and report succeeded or failed.
+//! template restarts them (new pods), and so does a process exiting (restartPolicy Always:
+//! at once the first time, then after the kubelet's CrashLoopBackOff, 10 s doubling to 5 min,
+//! as `doBackOff` in kubernetes `pkg/kubelet/kuberuntime/kuberuntime_manager.go` keeps it);
+//! each pid is in its pod directory's `pid` file. A deleted Deployment stops them. Jobs with
+//! the agent's image (the addon's pre-delete hook) run the binary to completion and report
+//! succeeded or failed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -26,6 +29,8 @@ use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
+
+use crate::backoff::CrashLoop;
 
 /// Settings of a kubelet.
 #[derive(Clone, Debug)]
@@ -52,6 +57,9 @@ struct Pod {
     health_port: u16,
     /// The pod's `terminationGracePeriodSeconds` (Kubernetes' default: 30 s).
     grace: Duration,
+    /// Its container's restart back-off, and when the kubelet saw it exit.
+    crash: CrashLoop,
+    exited: Option<std::time::Instant>,
 }
 
 /// Stops a container as the kubelet does (kubernetes `pkg/kubelet/kuberuntime/
@@ -311,12 +319,20 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Er
         .and_then(|s| s.template.spec.clone())
         .unwrap_or_default();
     for i in 0..want {
-        let alive = match pods.get_mut(i) {
-            Some(p) if p.template_hash == hash => p.child.try_wait().ok().flatten().is_none(),
-            _ => false,
-        };
-        if alive {
-            continue;
+        // A container that exited starts again in its pod once its restart back-off allows
+        // (seen at this kubelet's next look, every 500 ms); a new pod starts at once.
+        let now = std::time::Instant::now();
+        let mut crash = CrashLoop::default();
+        if let Some(p) = pods.get_mut(i).filter(|p| p.template_hash == hash) {
+            if p.child.try_wait().ok().flatten().is_none() {
+                continue;
+            }
+            let exited = *p.exited.get_or_insert(now);
+            if p.crash.ends(exited) > now {
+                continue;
+            }
+            crash = p.crash;
+            crash.restarted(exited, now);
         }
         // Replica 0 keeps the Deployment's name for its directory; others get a suffix.
         let pod = if i == 0 {
@@ -336,6 +352,8 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Er
                             .and_then(|s| u64::try_from(s).ok())
                             .unwrap_or(30),
                     ),
+                    crash,
+                    exited: None,
                 };
                 if i < pods.len() {
                     // The replaced container stops in the background.

@@ -38,8 +38,16 @@ fn progressing_reason(d: &Deployment) -> String {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn runs_the_agent_for_its_deployment() {
+/// A hub whose kubelet runs the agent's Deployment (just created).
+struct Running {
+    _global: SimCluster,
+    _hub1: SimCluster,
+    work: tempfile::TempDir,
+    kubelet: tokio::task::JoinHandle<()>,
+    deployments: Api<Deployment>,
+}
+
+async fn agent_deployed() -> Running {
     let agent = find_agent_binary().expect(
         "target/<profile>/addon-agent: build the workspace (cargo test --workspace builds it)",
     );
@@ -93,6 +101,24 @@ async fn runs_the_agent_for_its_deployment() {
         .create(&PostParams::default(), &deployment)
         .await
         .unwrap();
+    Running {
+        _global: global,
+        _hub1: hub1,
+        work,
+        kubelet,
+        deployments,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_the_agent_for_its_deployment() {
+    let running = agent_deployed().await;
+    let Running {
+        work,
+        kubelet,
+        deployments,
+        ..
+    } = &running;
     let ready = |want: i32| {
         let deployments = deployments.clone();
         move || {
@@ -141,5 +167,66 @@ async fn runs_the_agent_for_its_deployment() {
         .await
         .unwrap();
     eventually(LIMIT, "recovery", ready(1)).await;
+    kubelet.abort();
+}
+
+/// The agent's process id, as the kubelet wrote it.
+fn pid(work: &tempfile::TempDir) -> Option<u32> {
+    std::fs::read_to_string(
+        work.path()
+            .join(format!("{NS}-cluster-migration-agent/pid")),
+    )
+    .ok()?
+    .trim()
+    .parse()
+    .ok()
+}
+
+/// Kills the agent's process and returns how long the kubelet took to start another.
+async fn kill_and_time_restart(work: &tempfile::TempDir) -> Duration {
+    let old = pid(work).expect("a running agent");
+    let status = std::process::Command::new("kill")
+        .args(["-9", &old.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -9 {old}");
+    let killed = std::time::Instant::now();
+    eventually(LIMIT, "a new agent process", || async {
+        pid(work).filter(|p| *p != old)
+    })
+    .await;
+    killed.elapsed()
+}
+
+/// The kubelet's CrashLoopBackOff (kubernetes `pkg/kubelet/kuberuntime/kuberuntime_manager.go`,
+/// `doBackOff`): a container that exits is started again at once the first time, and the
+/// next time only 10 s after it exited.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_that_exits_twice_is_restarted_the_second_time_after_ten_seconds() {
+    let running = agent_deployed().await;
+    let Running {
+        work,
+        kubelet,
+        deployments,
+        ..
+    } = &running;
+    eventually(LIMIT, "the agent to be available", || async {
+        deployments
+            .get("cluster-migration-agent")
+            .await
+            .ok()
+            .filter(|d| available(d) == 1)
+    })
+    .await;
+    let first = kill_and_time_restart(work).await;
+    assert!(
+        first < Duration::from_secs(5),
+        "first restart after {first:?}"
+    );
+    let second = kill_and_time_restart(work).await;
+    assert!(
+        second >= Duration::from_millis(9500),
+        "second restart after {second:?}: the kubelet holds it 10 s"
+    );
     kubelet.abort();
 }

@@ -316,3 +316,70 @@ async fn a_joined_cluster_stays_available_before_its_agent_first_renews_its_leas
     })
     .await;
 }
+
+/// The klusterlet's agent process exits when its bootstrap kubeconfig changes
+/// (`event_handler.go`), and the kubelet starts it again as it starts any container that
+/// exits (CrashLoopBackOff, kubernetes `pkg/kubelet/kuberuntime/kuberuntime_manager.go`): at
+/// once the first time, only 10 s after the second exit; a new pod (the old one deleted, or
+/// redeployed by the operator) starts with no back-off.
+#[tokio::test]
+async fn a_klusterlet_that_restarts_itself_twice_waits_out_the_kubelets_back_off() {
+    // Plain OCM: no import controller rewrites the Klusterlet or the bootstrap kubeconfig.
+    let opts = HubOptions {
+        kind: ocm_sim::hub::HubKind::Plain,
+        ..common::fast_hub()
+    };
+    let (_hub, c, agent, _api) = hub_with_one_cluster(opts).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(c.admin.clone(), ocm_sim::names::AGENT_NAMESPACE);
+    let agent = &agent;
+    // The process's next life, connected: how long after `at` it came.
+    let next_life = |life: u64, at: Instant| async move {
+        common::eventually(Duration::from_secs(30), &format!("life {life}"), || async {
+            agent.connected().filter(|c| c.life >= life).map(|_| ())
+        })
+        .await;
+        at.elapsed()
+    };
+    next_life(0, Instant::now()).await;
+    let touch = |n: u32| {
+        let secrets = secrets.clone();
+        async move {
+            let at = Instant::now();
+            secrets
+                .patch(
+                    migration_api::names::BOOTSTRAP_HUB_KUBECONFIG,
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"metadata": {"annotations": {"touched": n.to_string()}},
+                        "stringData": {"touched": n.to_string()}}),
+                    ),
+                )
+                .await
+                .unwrap();
+            at
+        }
+    };
+    let first = next_life(1, touch(1).await).await;
+    assert!(
+        first < Duration::from_secs(5),
+        "first restart after {first:?}"
+    );
+    let second = next_life(2, touch(2).await).await;
+    assert!(
+        second >= Duration::from_millis(9500),
+        "second restart after {second:?}: the kubelet holds it 10 s"
+    );
+    // A deleted pod's replacement, then its first exit: neither is held.
+    agent.kill();
+    let replaced = next_life(3, Instant::now()).await;
+    assert!(
+        replaced < Duration::from_secs(5),
+        "new pod after {replaced:?}"
+    );
+    let again = next_life(4, touch(3).await).await;
+    assert!(
+        again < Duration::from_secs(5),
+        "new pod's first restart after {again:?}"
+    );
+}
