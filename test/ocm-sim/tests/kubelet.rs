@@ -38,7 +38,19 @@ fn progressing_reason(d: &Deployment) -> String {
         .unwrap_or_default()
 }
 
-/// A hub whose kubelet runs the agent's Deployment (just created).
+/// Waits for the agent's Deployment to have `want` available replicas.
+async fn available_replicas(deployments: &Api<Deployment>, want: i32, what: &str) -> Deployment {
+    eventually(LIMIT, what, || async {
+        deployments
+            .get("cluster-migration-agent")
+            .await
+            .ok()
+            .filter(|d| available(d) == want)
+    })
+    .await
+}
+
+/// A hub whose kubelet runs the agent's Deployment, available.
 struct Running {
     _global: SimCluster,
     _hub1: SimCluster,
@@ -47,7 +59,7 @@ struct Running {
     deployments: Api<Deployment>,
 }
 
-async fn agent_deployed() -> Running {
+async fn agent_running() -> Running {
     let agent = find_agent_binary().expect(
         "target/<profile>/addon-agent: build the workspace (cargo test --workspace builds it)",
     );
@@ -101,6 +113,7 @@ async fn agent_deployed() -> Running {
         .create(&PostParams::default(), &deployment)
         .await
         .unwrap();
+    available_replicas(&deployments, 1, "the agent to be available").await;
     Running {
         _global: global,
         _hub1: hub1,
@@ -112,27 +125,12 @@ async fn agent_deployed() -> Running {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn runs_the_agent_for_its_deployment() {
-    let running = agent_deployed().await;
     let Running {
         work,
         kubelet,
         deployments,
         ..
-    } = &running;
-    let ready = |want: i32| {
-        let deployments = deployments.clone();
-        move || {
-            let deployments = deployments.clone();
-            async move {
-                deployments
-                    .get("cluster-migration-agent")
-                    .await
-                    .ok()
-                    .filter(|d| available(d) == want)
-            }
-        }
-    };
-    eventually(LIMIT, "the agent to be available", ready(1)).await;
+    } = &agent_running().await;
     let log = std::fs::read_to_string(
         work.path()
             .join(format!("{NS}-cluster-migration-agent/agent.log")),
@@ -156,7 +154,7 @@ async fn runs_the_agent_for_its_deployment() {
         )
         .await
         .unwrap();
-    let d = eventually(LIMIT, "the bad tag to be unavailable", ready(0)).await;
+    let d = available_replicas(deployments, 0, "the bad tag to be unavailable").await;
     assert_eq!(progressing_reason(&d), "ImagePullBackOff");
     deployments
         .patch(
@@ -166,7 +164,7 @@ async fn runs_the_agent_for_its_deployment() {
         )
         .await
         .unwrap();
-    eventually(LIMIT, "recovery", ready(1)).await;
+    available_replicas(deployments, 1, "recovery").await;
     kubelet.abort();
 }
 
@@ -203,30 +201,16 @@ async fn kill_and_time_restart(work: &tempfile::TempDir) -> Duration {
 /// next time only 10 s after it exited.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_that_exits_twice_is_restarted_the_second_time_after_ten_seconds() {
-    let running = agent_deployed().await;
-    let Running {
-        work,
-        kubelet,
-        deployments,
-        ..
-    } = &running;
-    eventually(LIMIT, "the agent to be available", || async {
-        deployments
-            .get("cluster-migration-agent")
-            .await
-            .ok()
-            .filter(|d| available(d) == 1)
-    })
-    .await;
-    let first = kill_and_time_restart(work).await;
+    let running = agent_running().await;
+    let first = kill_and_time_restart(&running.work).await;
     assert!(
         first < Duration::from_secs(5),
         "first restart after {first:?}"
     );
-    let second = kill_and_time_restart(work).await;
+    let second = kill_and_time_restart(&running.work).await;
     assert!(
         second >= Duration::from_millis(9500),
         "second restart after {second:?}: the kubelet holds it 10 s"
     );
-    kubelet.abort();
+    running.kubelet.abort();
 }
