@@ -38,7 +38,7 @@ use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -691,15 +691,26 @@ const HEALTH_RETRY: Duration = Duration::from_secs(5);
 
 /// The status controller (ocm `pkg/registration/spoke/managedcluster/status_controller.go`):
 /// it syncs at every change of its ManagedCluster on the hub (`seen`, fed by the agent's watch
-/// of it) and every [`STATUS_RESYNC`]; a failed sync is retried with its work queue's backoff
-/// (sdk-go `pkg/basecontroller/factory/controller_context.go`: client-go's default controller
-/// rate limiter), a failed health check after [`HEALTH_RETRY`].
+/// of it), of the cluster's ClusterClaims (its claim informer, the ClusterClaim feature gate
+/// being on by default; the claims are read from that informer's cache, `claimLister`) and
+/// every [`STATUS_RESYNC`]; a failed sync is retried with its work queue's backoff (sdk-go
+/// `pkg/basecontroller/factory/controller_context.go`: client-go's default controller rate
+/// limiter), a failed health check after [`HEALTH_RETRY`]. Nothing syncs before the claims'
+/// cache has listed them once (an OCM controller starts once its informers have synced).
 async fn status_controller(
     managed: Client,
     hub: Client,
     name: String,
     mut seen: watch::Receiver<Option<ManagedCluster>>,
 ) {
+    let (claims, writer) = kube::runtime::reflector::store::<ClusterClaim>();
+    let mut claim_events = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(
+        kube::runtime::reflector(
+            writer,
+            watcher(Api::all(managed.clone()), watcher::Config::default()),
+        )
+    ));
+    let mut claims_synced = false;
     let mut resync = tokio::time::interval(STATUS_RESYNC);
     let mut again: Option<Duration> = None;
     let mut failures = 0u32;
@@ -708,6 +719,16 @@ async fn status_controller(
         let after = again;
         tokio::select! {
             changed = seen.changed() => if changed.is_err() { return },
+            ev = claim_events.next() => match ev {
+                Some(Ok(watcher::Event::InitDone)) => claims_synced = true,
+                Some(Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))) => {}
+                Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) => continue,
+                Some(Err(e)) => {
+                    tracing::debug!(cluster = %name, error = %e, "watching its ClusterClaims");
+                    continue;
+                }
+                None => return,
+            },
             _ = resync.tick() => {}
             () = async {
                 match after {
@@ -716,10 +737,13 @@ async fn status_controller(
                 }
             } => {}
         }
+        if !claims_synced {
+            continue;
+        }
         let Some(mc) = seen.borrow_and_update().clone() else {
             continue;
         };
-        match sync_status(&managed, &hub, &mc, &mut failing_since).await {
+        match sync_status(&managed, &hub, &mc, &claims, &mut failing_since).await {
             Ok(recheck) => {
                 failures = 0;
                 again = recheck;
@@ -772,6 +796,7 @@ async fn sync_status(
     managed: &Client,
     hub: &Client,
     mc: &ManagedCluster,
+    cached_claims: &kube::runtime::reflector::Store<ClusterClaim>,
     failing_since: &mut Option<Instant>,
 ) -> Result<Option<Duration>, Error> {
     if !condition_is_true(mc.conditions(), HUB_ACCEPTED) {
@@ -812,15 +837,17 @@ async fn sync_status(
                 "Managed cluster is available",
                 None,
             );
-            let now_claims: Vec<ManagedClusterClaim> = Api::<ClusterClaim>::all(managed.clone())
-                .list(&ListParams::default())
-                .await?
-                .into_iter()
+            let mut now_claims: Vec<ManagedClusterClaim> = cached_claims
+                .state()
+                .iter()
                 .map(|c| ManagedClusterClaim {
                     name: Some(c.name_any()),
-                    value: Some(c.spec.value.unwrap_or_default()),
+                    value: Some(c.spec.value.clone().unwrap_or_default()),
                 })
                 .collect();
+            // By name, as `claim_reconcile.go` sorts them (it puts the reserved ones first and
+            // keeps at most 20 others: not simulated).
+            now_claims.sort_by(|a, b| a.name.cmp(&b.name));
             changed |= version != info.git_version || claims != now_claims;
             version = info.git_version;
             claims = now_claims;

@@ -383,3 +383,46 @@ async fn a_klusterlet_that_restarts_itself_twice_waits_out_the_kubelets_back_off
         "new pod's first restart after {again:?}"
     );
 }
+
+/// The status controller syncs when a ClusterClaim changes (its claim informer,
+/// `status_controller.go`), not only at its ManagedCluster's changes and its minutely resync.
+#[tokio::test]
+async fn a_new_cluster_claim_reaches_the_hub_without_waiting_for_a_resync() {
+    // Plain OCM, and a lease judge looking once an hour: nothing else writes the ManagedCluster.
+    let mut opts = HubOptions {
+        kind: ocm_sim::hub::HubKind::Plain,
+        ..common::fast_hub()
+    };
+    opts.registration.lease_check_interval = Duration::from_secs(3600);
+    let (_hub, c, _agent, api) = hub_with_one_cluster(opts).await;
+    wait_for(&api, Duration::from_secs(20), "cluster1 Available", |l| {
+        l.iter()
+            .any(|m| status_of(m, "ManagedClusterConditionAvailable") == "True")
+    })
+    .await;
+    Api::<migration_api::ocm::cluster::ClusterClaim>::all(c.admin.clone())
+        .patch(
+            "region.example.com",
+            &PatchParams::apply("test"),
+            &Patch::Apply(json!({
+                "apiVersion": "cluster.open-cluster-management.io/v1alpha1", "kind": "ClusterClaim",
+                "metadata": {"name": "region.example.com"}, "spec": {"value": "eu-west"}
+            })),
+        )
+        .await
+        .unwrap();
+    wait_for(&api, Duration::from_secs(10), "the claim on the hub", |l| {
+        l.iter().any(|m| {
+            m.status
+                .as_ref()
+                .and_then(|s| s.cluster_claims.as_ref())
+                .is_some_and(|claims| {
+                    claims.iter().any(|c| {
+                        c.name.as_deref() == Some("region.example.com")
+                            && c.value.as_deref() == Some("eu-west")
+                    })
+                })
+        })
+    })
+    .await;
+}
