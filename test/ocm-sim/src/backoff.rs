@@ -85,6 +85,22 @@ mod tests {
             .collect()
     }
 
+    /// Every OCM factory controller's queue (the klusterlet's status controller, the work
+    /// agent's apply controller) retries with client-go's default controller rate limiter.
+    #[test]
+    fn a_controller_queue_retries_from_5_ms_doubling_to_1000_s() {
+        for (failures, want) in [
+            (1, Duration::from_millis(5)),
+            (2, Duration::from_millis(10)),
+            (11, Duration::from_millis(5120)),
+            (18, Duration::from_millis(5 << 17)),
+            (19, Duration::from_secs(1000)),
+            (u32::MAX, Duration::from_secs(1000)),
+        ] {
+            assert_eq!(controller(failures), want, "{failures} failures");
+        }
+    }
+
     #[test]
     fn a_container_is_restarted_at_once_then_after_ten_seconds_doubling_to_five_minutes() {
         // Crashing at once, every time.

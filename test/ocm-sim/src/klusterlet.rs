@@ -936,19 +936,4 @@ mod tests {
             assert_eq!(since, failing_from, "{what}");
         }
     }
-
-    /// Every OCM factory controller's queue retries with client-go's default controller rate
-    /// limiter: 5 ms, doubling, at most 1 000 s.
-    #[test]
-    fn a_failed_status_sync_is_retried_with_the_controller_queues_backoff() {
-        for (failures, want) in [
-            (1, Duration::from_millis(5)),
-            (2, Duration::from_millis(10)),
-            (18, Duration::from_millis(5 << 17)),
-            (19, Duration::from_secs(1000)),
-            (u32::MAX, Duration::from_secs(1000)),
-        ] {
-            assert_eq!(crate::backoff::controller(failures), want, "{failures}");
-        }
-    }
 }
