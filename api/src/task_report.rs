@@ -69,11 +69,14 @@ pub enum Field {
     CarryDigest,
     /// Why the stage was refused as a whole (a reason name).
     Refusal,
+    /// Target, while clusters register: which clusters it has recorded as released (the
+    /// offsets of `releaseTimes`, one entry per cluster, empty for one not released).
+    Released,
 }
 
 impl Field {
     /// Every field, in the order the feedback rule lists them.
-    pub const ALL: [Field; 10] = [
+    pub const ALL: [Field; 11] = [
         Field::Revision,
         Field::State,
         Field::Message,
@@ -84,6 +87,7 @@ impl Field {
         Field::CarryParts,
         Field::CarryDigest,
         Field::Refusal,
+        Field::Released,
     ];
 
     /// The feedback value's name.
@@ -99,6 +103,7 @@ impl Field {
             Field::CarryParts => "carryParts",
             Field::CarryDigest => "carryDigest",
             Field::Refusal => "refusal",
+            Field::Released => "released",
         }
     }
 
@@ -115,6 +120,7 @@ impl Field {
             Field::CarryParts => ".status.carryOverParts.count",
             Field::CarryDigest => ".status.carryOverParts.digest",
             Field::Refusal => ".status.refusal",
+            Field::Released => ".status.releaseTimes.offsets",
         }
     }
 }
@@ -144,6 +150,8 @@ pub struct TaskReport {
     pub carry_parts: Option<crate::migration::CarryOverParts>,
     /// Why the stage was refused as a whole (a reason name), if it was.
     pub refusal: Option<String>,
+    /// Target: the offsets of its `releaseTimes` ([`Field::Released`]).
+    pub released: Option<String>,
 }
 
 impl TaskReport {
@@ -164,12 +172,29 @@ impl TaskReport {
                 .zip(text(Field::CarryDigest))
                 .map(|(count, digest)| crate::migration::CarryOverParts { count, digest }),
             refusal: text(Field::Refusal),
+            released: text(Field::Released),
         }
     }
 
     /// The states of `n` clusters (`Pending` for any not reported).
     pub fn states(&self, n: usize) -> Vec<ClusterState> {
         ClusterState::decode(self.clusters.as_deref().unwrap_or(""), n)
+    }
+
+    /// Target: for each of `n` clusters, whether it has recorded when it learnt of the
+    /// cluster's release (as [`crate::migration::ReleaseTimes::decode`] reads an entry: one
+    /// that does not parse is no record). All false when it reports none.
+    pub fn recorded_releases(&self, n: usize) -> Vec<bool> {
+        let mut recorded: Vec<bool> = self
+            .released
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .take(n)
+            .map(|o| o.parse::<i64>().is_ok())
+            .collect();
+        recorded.resize(n, false);
+        recorded
     }
 
     pub fn succeeded(&self) -> bool {
@@ -231,6 +256,10 @@ mod tests {
                 digest: "d1".into(),
             }),
             refusal: Some("PlacementNotFound".into()),
+            release_times: Some(crate::migration::ReleaseTimes {
+                since: "2026-01-01T00:00:00Z".into(),
+                offsets: "3,".into(),
+            }),
             ..Default::default()
         };
         let task = json!({"status": status});
@@ -258,8 +287,10 @@ mod tests {
                     digest: "d1".into(),
                 }),
                 refusal: Some("PlacementNotFound".into()),
+                released: Some("3,".into()),
             }
         );
+        assert_eq!(report.recorded_releases(3), vec![true, false, false]);
         assert!(report.failed() && !report.succeeded());
         assert_eq!(
             report.states(3),
@@ -269,6 +300,26 @@ mod tests {
                 ClusterState::Pending
             ]
         );
+    }
+
+    #[test]
+    fn a_release_is_recorded_where_its_offset_parses() {
+        let report = |released: Option<&str>| TaskReport {
+            released: released.map(str::to_owned),
+            ..Default::default()
+        };
+        // (the offsets reported, what they say of 3 clusters)
+        let table = [
+            (None, [false, false, false]),
+            (Some("0,,12"), [true, false, true]),
+            // Fewer entries than clusters, more, and one that does not parse.
+            (Some("0"), [true, false, false]),
+            (Some("0,1,2,3"), [true, true, true]),
+            (Some("x,1,"), [false, true, false]),
+        ];
+        for (i, (released, recorded)) in table.into_iter().enumerate() {
+            assert_eq!(report(released).recorded_releases(3), recorded, "row {i}");
+        }
     }
 
     #[test]

@@ -319,6 +319,80 @@ fn a_silent_target_gets_no_more_clusters_released_than_the_source_was_told() {
 }
 
 #[test]
+fn a_target_behind_the_latest_revision_still_lets_go_the_clusters_it_recorded_as_released() {
+    // c1 and c2 are released (status), c3 is ready; the source was told of c1 only.
+    let mcm = in_phase(MigrationPhase::Registering, &[Switching, Switching, Ready]);
+    let told = MigrationTaskSpec {
+        stage: TaskStage::Registering,
+        released: owned(&["c1"]),
+        ..Default::default()
+    };
+    let (step, _) = decide_at(
+        register,
+        &World {
+            source_task_now: Some(Some(told.clone())),
+            ..world()
+        },
+        &mcm,
+        10,
+    );
+    // The target's report on a revision since replaced (each new release revises its task),
+    // with the releases it recorded.
+    let behind = |offsets: Option<&str>| {
+        let more: Vec<(Field, String)> = offsets
+            .map(|o| (Field::Released, o.to_owned()))
+            .into_iter()
+            .collect();
+        let work = answered_with(
+            &step.effects,
+            &work_name(MigrationRole::Target),
+            StageState::Running,
+            &[Created; 3],
+            &more,
+        )?;
+        let mut work = ManifestWork::clone(&work);
+        let values = work
+            .status
+            .as_mut()?
+            .resource_status
+            .as_mut()?
+            .manifests
+            .as_mut()?
+            .first_mut()?
+            .status_feedback
+            .as_mut()?
+            .values
+            .as_mut()?;
+        for v in values.iter_mut().filter(|v| v.name == "revision") {
+            v.field_value.string = Some("an-older-revision".into());
+        }
+        Some(Arc::new(work))
+    };
+    // (the offsets of the target's releaseTimes, what the source is told is released)
+    let table = [
+        (None, owned(&["c1"])),
+        (Some("0,,"), owned(&["c1"])),
+        (Some("0,2,"), owned(&["c1", "c2"])),
+        // A record of a cluster status does not count as released lets nothing go.
+        (Some("0,2,5"), owned(&["c1", "c2"])),
+    ];
+    for (i, (offsets, released)) in table.into_iter().enumerate() {
+        let world = World {
+            target_work: behind(offsets),
+            source_task_now: Some(Some(told.clone())),
+            ..world()
+        };
+        let (step, result) = decide_at(register, &world, &mcm, 10);
+        assert!(matches!(result, Decided::Wake(_)), "row {i}");
+        assert_eq!(
+            delivered(&step, MigrationRole::Source).released,
+            released,
+            "row {i}"
+        );
+    }
+}
+
+#[test]
 fn registering_merges_the_reports_releases_the_next_and_ends_when_all_arrived() {
     let mcm = in_phase(MigrationPhase::Registering, &[Switching, Switching, Ready]);
     let (step, _) = decide_at(

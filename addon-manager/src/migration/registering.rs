@@ -150,7 +150,7 @@ pub(super) fn register(
         let Some(task_now) = &world.source_task_now else {
             return Ok(Decided::Need(Need::SourceTaskNow));
         };
-        task_now
+        let had = task_now
             .as_ref()
             .filter(|t| t.stage == stage)
             .map(|t| {
@@ -167,7 +167,21 @@ pub(super) fn register(
                     .filter(|(_, s)| s.in_flight())
                     .map(|(n, _)| n.clone())
                     .collect()
-            })
+            });
+        // And what the target already recorded as released, whichever revision it last
+        // answered: that record (when it learnt of the release, which no earlier bootstrap CSR
+        // gets past) is what the wait for its answer stands for. Each wave of releases
+        // revises its task, so waiting for an answer on the latest could hold a wave back
+        // for as long as new ones keep coming.
+        let recorded = world.recorded_releases(names.len());
+        let now_released: BTreeSet<String> = released(&names, &states).into_iter().collect();
+        let had: BTreeSet<String> = had.into_iter().collect();
+        names
+            .iter()
+            .zip(&recorded)
+            .filter(|(n, r)| had.contains(*n) || (**r && now_released.contains(*n)))
+            .map(|(n, _)| n.clone())
+            .collect()
     };
     let part = SourcePart {
         released: release,

@@ -80,6 +80,15 @@ impl World {
         (feedback, error.or_else(grants_error))
     }
 
+    /// For each of `n` clusters, whether the target's last report (on whichever revision)
+    /// records when it learnt of the cluster's release.
+    pub(super) fn recorded_releases(&self, n: usize) -> Vec<bool> {
+        self.work(MigrationRole::Target).map_or_else(
+            || vec![false; n],
+            |w| Feedback::of(w).report.recorded_releases(n),
+        )
+    }
+
     /// Whether `work` (as rendered) is on its hub as the watch shows it: applied with this
     /// content ([`names::annotations::APPLIED_HASH`]) at its latest generation.
     pub(super) fn in_place(&self, work: &Value) -> bool {

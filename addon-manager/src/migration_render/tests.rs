@@ -405,9 +405,10 @@ fn works_and_feedback() {
     assert_eq!(w["metadata"]["name"], "migration-move-0a1b2c3d-target");
     assert_eq!(w["metadata"]["namespace"], "hub2");
     let paths = &w["spec"]["manifestConfigs"][0]["feedbackRules"][0]["jsonPaths"];
-    assert_eq!(paths.as_array().unwrap().len(), 10);
+    assert_eq!(paths.as_array().unwrap().len(), 11);
     assert_eq!(paths[6]["path"], ".status.carryOverJson");
     assert_eq!(paths[7]["path"], ".status.carryOverParts.count");
+    assert_eq!(paths[10]["path"], ".status.releaseTimes.offsets");
     // Each status write of the task comes back when it happens, not at the next poll.
     assert_eq!(
         w["spec"]["manifestConfigs"][0]["feedbackScrapeType"],
