@@ -967,19 +967,26 @@ impl ReleaseTimes {
     /// parse: as if not yet seen released).
     pub fn decode(&self, n: usize) -> Vec<Option<jiff::Timestamp>> {
         let since = self.since.parse::<jiff::Timestamp>().ok();
-        let mut times: Vec<Option<jiff::Timestamp>> = self
-            .offsets
-            .split(',')
-            .take(n)
-            .map(|o| {
-                let offset = o.parse::<i64>().ok()?;
+        Self::offsets(&self.offsets, n)
+            .into_iter()
+            .map(|offset| {
                 since?
-                    .checked_add(jiff::SignedDuration::from_secs(offset))
+                    .checked_add(jiff::SignedDuration::from_secs(offset?))
                     .ok()
             })
+            .collect()
+    }
+
+    /// The offsets of `n` clusters as `offsets` lists them (`None` where an entry is empty,
+    /// missing or does not parse).
+    pub fn offsets(offsets: &str, n: usize) -> Vec<Option<i64>> {
+        let mut parsed: Vec<Option<i64>> = offsets
+            .split(',')
+            .take(n)
+            .map(|o| o.parse::<i64>().ok())
             .collect();
-        times.resize(n, None);
-        times
+        parsed.resize(n, None);
+        parsed
     }
 }
 

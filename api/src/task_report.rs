@@ -182,19 +182,14 @@ impl TaskReport {
     }
 
     /// Target: for each of `n` clusters, whether it has recorded when it learnt of the
-    /// cluster's release (as [`crate::migration::ReleaseTimes::decode`] reads an entry: one
-    /// that does not parse is no record). All false when it reports none.
+    /// cluster's release ([`crate::migration::ReleaseTimes::offsets`]: an entry that does not
+    /// parse is no record). All false when it reports none.
     pub fn recorded_releases(&self, n: usize) -> Vec<bool> {
-        let mut recorded: Vec<bool> = self
-            .released
-            .as_deref()
-            .unwrap_or_default()
-            .split(',')
-            .take(n)
-            .map(|o| o.parse::<i64>().is_ok())
-            .collect();
-        recorded.resize(n, false);
-        recorded
+        let offsets = self.released.as_deref().unwrap_or_default();
+        crate::migration::ReleaseTimes::offsets(offsets, n)
+            .iter()
+            .map(Option::is_some)
+            .collect()
     }
 
     pub fn succeeded(&self) -> bool {

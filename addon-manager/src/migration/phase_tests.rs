@@ -373,7 +373,8 @@ fn a_target_behind_the_latest_revision_still_lets_go_the_clusters_it_recorded_as
         (None, owned(&["c1"])),
         (Some("0,,"), owned(&["c1"])),
         (Some("0,2,"), owned(&["c1", "c2"])),
-        // A record of a cluster status does not count as released lets nothing go.
+        // The target's record of a cluster the status does not count as released lets it
+        // go no sooner.
         (Some("0,2,5"), owned(&["c1", "c2"])),
     ];
     for (i, (offsets, released)) in table.into_iter().enumerate() {
