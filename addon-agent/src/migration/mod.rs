@@ -506,6 +506,16 @@ async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Actio
         forget_tasks(&ctx, &BTreeSet::from([task.name_any()]));
         return Ok(Action::await_change());
     }
+    // Validation answers a revision once. Its verdict is final (the manager fails a migration
+    // it refuses, and moves the task on from one it passes, a new revision), so running it
+    // again at every event here (the clusters' status, their leases) while the manager asks
+    // the other hub would list this hub's addons, KlusterletAddonConfigs and carried kinds
+    // again for nothing.
+    if task.spec.stage == TaskStage::Validating
+        && validated_already(&task, own_status(&ctx, &task, std::time::Instant::now()))
+    {
+        return Ok(Action::requeue(Duration::from_secs(60)));
+    }
     let mut names = cluster_list(&task, &ctx.caches.clusters);
     // A Placement's decisions are read while validating (and recorded by the manager).
     if let (Some(placement), MigrationRole::Source, TaskStage::Validating) = (
@@ -730,6 +740,21 @@ fn own_status(
     let mut own = ctx.own_statuses.lock().ok()?;
     own.ahead_of(&task.name_any(), task.uid().as_deref(), &rv, now)
         .cloned()
+}
+
+/// Whether the task's status (`own`: this agent's last write of it, if the cache is behind it)
+/// reports on this revision's `stage` with one of `states`.
+pub(super) fn reported(
+    task: &MigrationTask,
+    own: Option<MigrationTaskStatus>,
+    stage: TaskStage,
+    states: &[StageState],
+) -> bool {
+    own.as_ref().or(task.status.as_ref()).is_some_and(|s| {
+        s.observed_stage == Some(stage)
+            && s.observed_revision == task.spec.revision
+            && s.stage_state.is_some_and(|st| states.contains(&st))
+    })
 }
 
 /// Writes the task's report as its status when it is due ([`pace::due`]); returns when to

@@ -288,9 +288,5 @@ pub(super) async fn source_clean(
 /// reports this revision's Cleaning done: the derived KlusterletConfigs went before that report
 /// was written.
 pub(super) fn cleaned_already(task: &MigrationTask, own: Option<MigrationTaskStatus>) -> bool {
-    own.as_ref().or(task.status.as_ref()).is_some_and(|s| {
-        s.observed_stage == Some(TaskStage::Cleaning)
-            && s.observed_revision == task.spec.revision
-            && s.stage_state == Some(StageState::Succeeded)
-    })
+    reported(task, own, TaskStage::Cleaning, &[StageState::Succeeded])
 }

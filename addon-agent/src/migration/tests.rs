@@ -877,6 +877,65 @@ fn derived_configs_are_listed_again_until_this_revisions_cleaning_is_reported_do
 }
 
 #[test]
+fn a_revisions_verdict_is_given_once() {
+    let mut task = source_task(BootstrapDelivery::KlusterletConfig);
+    task.spec.stage = TaskStage::Validating;
+    task.spec.revision = Some("r2".into());
+    let status = |stage, state, revision: &str| MigrationTaskStatus {
+        observed_stage: Some(stage),
+        stage_state: Some(state),
+        observed_revision: Some(revision.into()),
+        ..Default::default()
+    };
+    use StageState::{Failed, Running, Succeeded};
+    use TaskStage::{Registering, Validating};
+    // (case, the cached status, this agent's own last write while the cache is behind, given)
+    let table = [
+        ("no status yet", None, None, false),
+        (
+            "still validating",
+            Some(status(Validating, Running, "r2")),
+            None,
+            false,
+        ),
+        (
+            "passed",
+            Some(status(Validating, Succeeded, "r2")),
+            None,
+            true,
+        ),
+        (
+            "refused",
+            Some(status(Validating, Failed, "r2")),
+            None,
+            true,
+        ),
+        (
+            "an earlier revision's verdict",
+            Some(status(Validating, Succeeded, "r1")),
+            None,
+            false,
+        ),
+        (
+            "another stage's report",
+            Some(status(Registering, Succeeded, "r2")),
+            None,
+            false,
+        ),
+        (
+            "given as written, the cache not there yet",
+            Some(status(Validating, Running, "r2")),
+            Some(status(Validating, Failed, "r2")),
+            true,
+        ),
+    ];
+    for (case, cached, own, given) in table {
+        task.status = cached;
+        assert_eq!(validated_already(&task, own), given, "{case}");
+    }
+}
+
+#[test]
 fn what_is_remembered_of_a_task_goes_with_the_task() {
     let set =
         |names: &[&str]| -> BTreeSet<String> { names.iter().map(|n| (*n).to_owned()).collect() };

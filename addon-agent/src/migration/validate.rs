@@ -62,6 +62,17 @@ pub(super) async fn placement_decisions(
     Ok(Ok(cluster::decided_clusters(listed)))
 }
 
+/// Whether the task's status (`own`: this agent's last write of it, if the cache is behind it)
+/// holds this revision's verdict: validation passed or refused.
+pub(super) fn validated_already(task: &MigrationTask, own: Option<MigrationTaskStatus>) -> bool {
+    reported(
+        task,
+        own,
+        TaskStage::Validating,
+        &[StageState::Succeeded, StageState::Failed],
+    )
+}
+
 pub(super) async fn source_validate(
     ctx: &Ctx,
     task: &MigrationTask,

@@ -21,6 +21,7 @@ use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::msa::ManagedServiceAccount;
 use migration_api::ocm::operator::Klusterlet;
 use migration_api::ocm::work::{AppliedManifestWork, ManifestWork};
+use migration_api::task_report::StageState;
 
 /// One fleet at a time: each runs a whole fleet on two cores.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -839,6 +840,13 @@ async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
                 .copied()
                 .unwrap_or(0)
         };
+        let answered_on = |verb: &str, resource: &str| -> u64 {
+            answers
+                .iter()
+                .filter(|((v, r, _), _)| v == verb && r == resource)
+                .map(|(_, c)| *c)
+                .sum()
+        };
         let refused = answered("patch", 422);
         // A pre-creation again, of a cluster the cache did not show yet: 409 AlreadyExists.
         let created_again = answered("create", 409);
@@ -853,11 +861,7 @@ async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
         let changed = heard[i].lock().unwrap().0;
         // Each moved cluster detached from the source once (not again on a copy from before
         // the deletion); the target deletes none.
-        let deletes: u64 = answers
-            .iter()
-            .filter(|((verb, resource, _), _)| verb == "delete" && resource == "managedclusters")
-            .map(|(_, c)| *c)
-            .sum();
+        let deletes = answered_on("delete", "managedclusters");
         eprintln!(
             "hub{}: {refused} cluster patches refused (422), {created_again} created again (409), {deletes} deletions, {status_writes} status writes, {changed} changes",
             i + 1
@@ -878,4 +882,88 @@ async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
     for t in hearing_tasks {
         t.abort();
     }
+}
+
+/// A hub's agent gives the verdict on the revision it was asked once: while the manager waits
+/// for the other hub (here the target cannot write its answer), events on the source's
+/// clusters do not make the source validate again, that is, list the hub's addons,
+/// KlusterletAddonConfigs (which validation alone reads) and carried kinds each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hub_validates_a_revision_once_however_many_events_follow() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 3).await;
+    let agent = "system:serviceaccount:open-cluster-management-agent-addon:cluster-migration-agent";
+    let target_faults = s.fleet.hubs[1].cluster.api.faults();
+    target_faults.add_error(kube_sim::ErrorRule {
+        verb: Some("patch".into()),
+        // The rule matches the resource, not the subresource: the status write.
+        resource: Some("migrationtasks".into()),
+        rate: 1.0,
+        code: 500,
+        user: Some(agent.into()),
+    });
+    let moving = ["cluster1", "cluster2", "cluster3"];
+    s.apply(
+        "once",
+        &format!(
+            r#"{{"from": "hub1", "to": "hub2", "includedManagedClusters": {}}}"#,
+            serde_json::to_string(&moving).unwrap()
+        ),
+    );
+    let source_tasks = Api::<MigrationTask>::all(s.hub(1));
+    eventually(LONG, "the source's verdict", || async {
+        source_tasks
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .iter()
+            .any(|t| {
+                t.status.as_ref().is_some_and(|st| {
+                    st.observed_stage == Some(TaskStage::Validating)
+                        && st.observed_revision == t.spec.revision
+                        && st.stage_state == Some(StageState::Succeeded)
+                })
+            })
+            .then_some(())
+    })
+    .await;
+    // The target has tried to answer and could not: the manager waits for it.
+    let hub2 = s.fleet.hubs[1].cluster.api.metrics();
+    eventually(LONG, "the target's answer refused", || async {
+        hub2.answers_to(agent)
+            .get(&("patch".into(), "migrationtasks".into(), 500))
+            .is_some_and(|n| *n > 0)
+            .then_some(())
+    })
+    .await;
+    // Events on the source's clusters meanwhile: each a change of a ManagedCluster there.
+    let hub1 = kubeconfig(s.dir.path(), "hub1");
+    for round in 1..=3 {
+        for c in moving {
+            kubectl_ok(
+                &hub1,
+                &[
+                    "label",
+                    "--overwrite",
+                    "managedcluster",
+                    c,
+                    &format!("touched={round}"),
+                ],
+                None,
+            );
+        }
+    }
+    target_faults.clear();
+    s.phase("once", MigrationPhase::Completed, LONG).await;
+    let kac_lists: u64 = s.fleet.hubs[0]
+        .cluster
+        .api
+        .metrics()
+        .answers_to(agent)
+        .iter()
+        .filter(|((verb, resource, _), _)| verb == "list" && resource == "klusterletaddonconfigs")
+        .map(|(_, n)| *n)
+        .sum();
+    assert_eq!(kac_lists, 1, "hub1: KlusterletAddonConfigs listed");
 }
