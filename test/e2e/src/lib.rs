@@ -49,6 +49,7 @@ pub fn fleet_options(
     FleetOptions {
         hubs,
         clusters_per_hub,
+        clusters_on: Vec::new(),
         join_delay: Duration::ZERO,
         lease_duration_secs: 5,
         lease_check_interval: Duration::from_millis(500),

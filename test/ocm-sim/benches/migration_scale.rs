@@ -6,7 +6,8 @@
 //! switch (released on hub1 to Available on hub2, seen by watches) and the time beyond it, the
 //! API requests per migrated cluster on each hub (the addon's own identities, and everything
 //! the hub served meanwhile), and the manager's peak memory. Asserts nothing but success.
-//! Run: `cargo bench -p ocm-sim --bench migration_scale [-- 300 [0 10 ...]]`.
+//! Run: `cargo bench -p ocm-sim --bench migration_scale [-- 300 [0 10 ...]]`;
+//! `BENCH_TARGET_CLUSTERS=<n>` gives hub2 n clusters of its own (default: as many as move).
 //! For comparison, the Global Hub's published figure: 300 clusters in 4 min 40 s on real
 //! hubs, with fixed waits of 45 s and polls every 5 s.
 
@@ -74,6 +75,16 @@ fn available(mc: &ManagedCluster) -> bool {
             .is_some_and(|c| condition_is_true(c, "ManagedClusterConditionAvailable"))
 }
 
+/// The clusters hub2 holds of its own: `BENCH_TARGET_CLUSTERS`, or as many as move (two hubs
+/// of the migration's size). Fewer let a migration larger than this machine carries twice over
+/// run on a smaller fleet.
+fn target_clusters(moving: usize) -> usize {
+    std::env::var("BENCH_TARGET_CLUSTERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(moving)
+}
+
 /// The work agents' status sync: `BENCH_STATUS_SYNC_SECS`, or the fleet's default.
 fn status_sync() -> Duration {
     std::env::var("BENCH_STATUS_SYNC_SECS")
@@ -106,6 +117,7 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     let opts = DemoOptions {
         hubs: 2,
         clusters_per_hub: clusters,
+        clusters_on: vec![clusters, target_clusters(clusters)],
         migrate: clusters,
         max_concurrency: None,
         join_delay,
@@ -366,7 +378,8 @@ async fn main() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let bin_dir = demo::ensure_binaries(&profile_dir, &workspace).unwrap();
     println!(
-        "migration of {clusters} clusters hub1 -> hub2 (maxConcurrency: all, {} cores, work status synced every {:?})",
+        "migration of {clusters} clusters hub1 -> hub2 (holding {} of its own; maxConcurrency: all, {} cores, work status synced every {:?})",
+        target_clusters(clusters),
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),

@@ -33,6 +33,8 @@ const MIGRATION_NS: &str = "default";
 pub struct DemoOptions {
     pub hubs: usize,
     pub clusters_per_hub: usize,
+    /// Hubs (by index) holding another number of clusters (see [`FleetOptions::clusters_on`]).
+    pub clusters_on: Vec<usize>,
     /// How many of hub1's clusters move to hub2.
     pub migrate: usize,
     pub max_concurrency: Option<i32>,
@@ -58,6 +60,18 @@ pub struct DemoOptions {
     /// AddOnDeploymentConfig): the demo's 1 s shows health at once; the agent's own default is
     /// 60 s.
     pub addon_lease_secs: u32,
+}
+
+/// How many managed clusters the fleet of `opts` holds.
+fn fleet_size(opts: &DemoOptions) -> usize {
+    (0..opts.hubs)
+        .map(|h| {
+            opts.clusters_on
+                .get(h)
+                .copied()
+                .unwrap_or(opts.clusters_per_hub)
+        })
+        .sum()
 }
 
 /// The Placement that chooses the target with `--to-placement`.
@@ -307,11 +321,12 @@ pub async fn start(opts: &DemoOptions, out: &mut impl Write) -> Result<Running, 
         out,
         "starting a fleet: global hub, {} hubs, {} managed clusters ...",
         opts.hubs,
-        opts.hubs * opts.clusters_per_hub
+        fleet_size(opts)
     );
     let fleet_opts = FleetOptions {
         hubs: opts.hubs,
         clusters_per_hub: opts.clusters_per_hub,
+        clusters_on: opts.clusters_on.clone(),
         join_delay: opts.join_delay,
         lease_duration_secs: opts.lease_duration_secs,
         lease_check_interval: opts.lease_check_interval,

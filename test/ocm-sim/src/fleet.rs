@@ -28,6 +28,10 @@ pub const GLOBAL_HUB: &str = "global-hub";
 pub struct FleetOptions {
     pub hubs: usize,
     pub clusters_per_hub: usize,
+    /// Hubs (by index) holding another number of clusters than `clusters_per_hub`; a hub past
+    /// the list's end holds `clusters_per_hub`. Cluster numbers stay as if each hub held
+    /// `clusters_per_hub` (hub 2's first cluster is the `clusters_per_hub + 1`th).
+    pub clusters_on: Vec<usize>,
     /// Simulated time each klusterlet takes to join.
     pub join_delay: Duration,
     /// Lease duration of every klusterlet (the hub judges availability from it).
@@ -78,6 +82,7 @@ impl Default for FleetOptions {
         Self {
             hubs: 2,
             clusters_per_hub: 5,
+            clusters_on: Vec::new(),
             join_delay: Duration::from_secs(2),
             lease_duration_secs: 60,
             lease_check_interval: Duration::from_secs(2),
@@ -96,6 +101,14 @@ impl Default for FleetOptions {
 }
 
 impl FleetOptions {
+    /// How many clusters hub `h` (0-based) holds.
+    pub fn clusters_of(&self, h: usize) -> usize {
+        self.clusters_on
+            .get(h)
+            .copied()
+            .unwrap_or(self.clusters_per_hub)
+    }
+
     /// Name of the `k`th managed cluster of this fleet (1-based).
     pub fn cluster_name(&self, k: usize) -> String {
         format!("{}{k}", self.cluster_prefix)
@@ -240,7 +253,7 @@ impl Fleet {
             .iter()
             .enumerate()
             .flat_map(|(h, hub)| {
-                (1..=opts.clusters_per_hub).map(move |j| {
+                (1..=opts.clusters_of(h)).map(move |j| {
                     (
                         h,
                         opts.cluster_name(h * opts.clusters_per_hub + j),

@@ -149,6 +149,7 @@ async fn demo(
     let opts = ocm_sim::demo::DemoOptions {
         hubs,
         clusters_per_hub,
+        clusters_on: Vec::new(),
         migrate,
         max_concurrency,
         join_delay: Duration::from_secs_f64(join_delay),
