@@ -817,69 +817,12 @@ fn a_release_is_timed_when_first_seen_and_keeps_its_earliest_time() {
     );
 }
 
+/// What the agent does not do again once its status says it did: list the derived
+/// KlusterletConfigs once this revision's Cleaning is reported done, validate once this
+/// revision's verdict is given.
 #[test]
-fn derived_configs_are_listed_again_until_this_revisions_cleaning_is_reported_done() {
+fn a_revisions_report_says_what_is_done_already() {
     let mut task = source_task(BootstrapDelivery::KlusterletConfig);
-    task.spec.stage = TaskStage::Cleaning;
-    task.spec.revision = Some("r2".into());
-    let status = |stage, state, revision: &str| MigrationTaskStatus {
-        observed_stage: Some(stage),
-        stage_state: Some(state),
-        observed_revision: Some(revision.into()),
-        ..Default::default()
-    };
-    use StageState::{Running, Succeeded};
-    use TaskStage::{Cleaning, Registering};
-    // (case, the cached status, this agent's own last write while the cache is behind, skip)
-    let table = [
-        ("no status yet", None, None, false),
-        (
-            "cleaning under way",
-            Some(status(Cleaning, Running, "r2")),
-            None,
-            false,
-        ),
-        (
-            "cleaning done",
-            Some(status(Cleaning, Succeeded, "r2")),
-            None,
-            true,
-        ),
-        (
-            "done in an earlier revision",
-            Some(status(Cleaning, Succeeded, "r1")),
-            None,
-            false,
-        ),
-        (
-            "another stage done",
-            Some(status(Registering, Succeeded, "r2")),
-            None,
-            false,
-        ),
-        (
-            "done as written, the cache not there yet",
-            Some(status(Cleaning, Running, "r2")),
-            Some(status(Cleaning, Succeeded, "r2")),
-            true,
-        ),
-        (
-            "the write stands over the cache",
-            Some(status(Cleaning, Succeeded, "r2")),
-            Some(status(Cleaning, Running, "r2")),
-            false,
-        ),
-    ];
-    for (case, cached, own, skip) in table {
-        task.status = cached;
-        assert_eq!(cleaned_already(&task, own), skip, "{case}");
-    }
-}
-
-#[test]
-fn a_revisions_verdict_is_given_once() {
-    let mut task = source_task(BootstrapDelivery::KlusterletConfig);
-    task.spec.stage = TaskStage::Validating;
     task.spec.revision = Some("r2".into());
     let status = |stage, state, revision: &str| MigrationTaskStatus {
         observed_stage: Some(stage),
@@ -888,26 +831,72 @@ fn a_revisions_verdict_is_given_once() {
         ..Default::default()
     };
     use StageState::{Failed, Running, Succeeded};
-    use TaskStage::{Registering, Validating};
-    // (case, the cached status, this agent's own last write while the cache is behind, given)
+    use TaskStage::{Cleaning, Registering, Validating};
+    // (case, the cached status, this agent's own last write while the cache is behind,
+    // cleaned already, validated already)
     let table = [
-        ("no status yet", None, None, false),
+        ("no status yet", None, None, false, false),
+        (
+            "cleaning under way",
+            Some(status(Cleaning, Running, "r2")),
+            None,
+            false,
+            false,
+        ),
+        (
+            "cleaning done",
+            Some(status(Cleaning, Succeeded, "r2")),
+            None,
+            true,
+            false,
+        ),
+        (
+            "done in an earlier revision",
+            Some(status(Cleaning, Succeeded, "r1")),
+            None,
+            false,
+            false,
+        ),
+        (
+            "another stage done",
+            Some(status(Registering, Succeeded, "r2")),
+            None,
+            false,
+            false,
+        ),
+        (
+            "done as written, the cache not there yet",
+            Some(status(Cleaning, Running, "r2")),
+            Some(status(Cleaning, Succeeded, "r2")),
+            true,
+            false,
+        ),
+        (
+            "the write stands over the cache",
+            Some(status(Cleaning, Succeeded, "r2")),
+            Some(status(Cleaning, Running, "r2")),
+            false,
+            false,
+        ),
         (
             "still validating",
             Some(status(Validating, Running, "r2")),
             None,
             false,
+            false,
         ),
         (
-            "passed",
+            "validation passed",
             Some(status(Validating, Succeeded, "r2")),
             None,
+            false,
             true,
         ),
         (
-            "refused",
+            "validation refused",
             Some(status(Validating, Failed, "r2")),
             None,
+            false,
             true,
         ),
         (
@@ -915,23 +904,26 @@ fn a_revisions_verdict_is_given_once() {
             Some(status(Validating, Succeeded, "r1")),
             None,
             false,
-        ),
-        (
-            "another stage's report",
-            Some(status(Registering, Succeeded, "r2")),
-            None,
             false,
         ),
         (
-            "given as written, the cache not there yet",
+            "a verdict as written, the cache not there yet",
             Some(status(Validating, Running, "r2")),
             Some(status(Validating, Failed, "r2")),
+            false,
             true,
         ),
     ];
-    for (case, cached, own, given) in table {
+    for (case, cached, own, cleaned, validated) in table {
         task.status = cached;
-        assert_eq!(validated_already(&task, own), given, "{case}");
+        assert_eq!(
+            (
+                cleaned_already(&task, own.clone()),
+                validated_already(&task, own)
+            ),
+            (cleaned, validated),
+            "{case}"
+        );
     }
 }
 
