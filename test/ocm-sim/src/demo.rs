@@ -62,18 +62,6 @@ pub struct DemoOptions {
     pub addon_lease_secs: u32,
 }
 
-/// How many managed clusters the fleet of `opts` holds.
-fn fleet_size(opts: &DemoOptions) -> usize {
-    (0..opts.hubs)
-        .map(|h| {
-            opts.clusters_on
-                .get(h)
-                .copied()
-                .unwrap_or(opts.clusters_per_hub)
-        })
-        .sum()
-}
-
 /// The Placement that chooses the target with `--to-placement`.
 pub const TARGET_PLACEMENT: &str = "most-room";
 
@@ -317,12 +305,6 @@ pub async fn start(opts: &DemoOptions, out: &mut impl Write) -> Result<Running, 
             )));
         }
     }
-    let _ = writeln!(
-        out,
-        "starting a fleet: global hub, {} hubs, {} managed clusters ...",
-        opts.hubs,
-        fleet_size(opts)
-    );
     let fleet_opts = FleetOptions {
         hubs: opts.hubs,
         clusters_per_hub: opts.clusters_per_hub,
@@ -351,6 +333,12 @@ pub async fn start(opts: &DemoOptions, out: &mut impl Write) -> Result<Running, 
         eviction_grace: Duration::from_secs(60 * 60),
         cluster_prefix: crate::fleet::CLUSTER_PREFIX.to_owned(),
     };
+    let _ = writeln!(
+        out,
+        "starting a fleet: global hub, {} hubs, {} managed clusters ...",
+        opts.hubs,
+        fleet_opts.size()
+    );
     let fleet = Fleet::up(&fleet_opts).await?;
     fleet.write_kubeconfigs(&opts.dir)?;
     fleet.wait_ready(opts.timeout).await?;

@@ -109,6 +109,11 @@ impl FleetOptions {
             .unwrap_or(self.clusters_per_hub)
     }
 
+    /// How many managed clusters the fleet holds.
+    pub fn size(&self) -> usize {
+        (0..self.hubs).map(|h| self.clusters_of(h)).sum()
+    }
+
     /// Name of the `k`th managed cluster of this fleet (1-based).
     pub fn cluster_name(&self, k: usize) -> String {
         format!("{}{k}", self.cluster_prefix)
@@ -362,5 +367,26 @@ impl Fleet {
                 .map_err(|e| Error::Setup(format!("{}: {e}", path.display())))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hub_holds_its_own_count_of_clusters_or_the_common_one() {
+        let opts = FleetOptions {
+            hubs: 3,
+            clusters_per_hub: 4,
+            clusters_on: vec![4, 0],
+            ..Default::default()
+        };
+        assert_eq!(
+            (0..3).map(|h| opts.clusters_of(h)).collect::<Vec<_>>(),
+            [4, 0, 4]
+        );
+        assert_eq!(opts.size(), 8);
+        assert_eq!(FleetOptions::default().size(), 10);
     }
 }
