@@ -70,6 +70,8 @@ pub fn fleet_options(
         // AppliedManifestWorks of a hub a cluster left are evicted after 20 s, not 60 min.
         eviction_grace: Duration::from_secs(20),
         cluster_prefix: ocm_sim::fleet::CLUSTER_PREFIX.to_owned(),
+        // Over TCP, as the e2e tests were written and their faults (outages) tested.
+        in_process_connections: false,
     }
 }
 

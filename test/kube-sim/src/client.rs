@@ -15,14 +15,14 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::legacy::{Client as HttpClient, Error as HttpError, ResponseFuture};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use kube::client::{Body, ConfigExt};
 use sha2::{Digest, Sha256};
 use tower::{BoxError, ServiceBuilder};
 
-type Transport = HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Body>;
+type Transport = HttpClient<hyper_rustls::HttpsConnector<Connector>, Body>;
 
 /// client-go's HTTP/2 health check: a ping after this long, failed after [`HTTP2_PING_TIMEOUT`].
 const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(30);
@@ -103,7 +103,7 @@ fn transport(config: &kube::Config) -> Result<Transport, kube::Error> {
         .with_tls_config(config.rustls_client_config()?)
         .https_or_http()
         .enable_http2()
-        .wrap_connector(http);
+        .wrap_connector(Connector { tcp: http });
     Ok(HttpClient::builder(TokioExecutor::new())
         .http2_only(true)
         .pool_timer(TokioTimer::new())
@@ -147,5 +147,126 @@ impl tower::Service<Request<Body>> for Shared {
                 ))),
             }
         })
+    }
+}
+
+/// Connects to a server of this process through memory where it accepts that
+/// ([`crate::in_process`]), else over TCP.
+#[derive(Clone)]
+struct Connector {
+    tcp: HttpConnector,
+}
+
+/// The address a URI names, where its host is an IP address or `localhost`.
+fn address_of(uri: &http::Uri) -> Option<std::net::SocketAddr> {
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let ip: std::net::IpAddr = if host == "localhost" {
+        std::net::Ipv4Addr::LOCALHOST.into()
+    } else {
+        host.parse().ok()?
+    };
+    let port = uri.port_u16().or(match uri.scheme_str() {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    })?;
+    Some((ip, port).into())
+}
+
+impl tower::Service<http::Uri> for Connector {
+    type Response = Stream;
+    type Error = BoxError;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<Stream, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.tcp.poll_ready(cx).map_err(BoxError::from)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        if let Some(memory) = address_of(&uri).and_then(crate::in_process::connect) {
+            return Box::pin(std::future::ready(Ok(Stream::Memory(TokioIo::new(memory)))));
+        }
+        let tcp = self.tcp.call(uri);
+        Box::pin(async move { Ok(Stream::Tcp(tcp.await?)) })
+    }
+}
+
+/// A connection over TCP or through memory.
+enum Stream {
+    Tcp(TokioIo<tokio::net::TcpStream>),
+    Memory(TokioIo<tokio::io::DuplexStream>),
+}
+
+impl Connection for Stream {
+    fn connected(&self) -> Connected {
+        match self {
+            Self::Tcp(s) => s.connected(),
+            Self::Memory(_) => Connected::new(),
+        }
+    }
+}
+
+impl hyper::rt::Read for Stream {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Self::Memory(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl hyper::rt::Write for Stream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Self::Memory(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Self::Memory(s) => std::pin::Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            Self::Memory(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Tcp(s) => s.is_write_vectored(),
+            Self::Memory(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Self::Tcp(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+            Self::Memory(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+        }
     }
 }

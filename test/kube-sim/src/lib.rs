@@ -22,6 +22,7 @@ pub mod convert;
 pub mod discovery;
 pub mod error;
 pub mod faults;
+mod in_process;
 pub mod jsonpath;
 pub mod meta;
 pub mod metrics;

@@ -23,6 +23,7 @@ use tokio::sync::watch as signal;
 use crate::auth::{Attributes, Authn, UserInfo, authenticate_token, forbidden_message};
 use crate::discovery;
 use crate::error::{ApiError, ApiResult};
+use crate::in_process;
 use crate::meta::{FieldSelector, LabelSelector};
 use crate::resources::{Builtin, ResourceType};
 use crate::sim::{DeleteOpts, FieldValidation, Sim, WriteOpts};
@@ -810,8 +811,15 @@ pub async fn serve(
     };
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let mut outage = sim.inner.faults.outage_changes();
+    let opens_door = sim.inner.opts.in_process_connections;
+    let mut door = opens_door.then(|| in_process::Door::open(addr));
     let mut listener = Some(listener);
-    let shutdown_template = shutdown.clone();
+    let serving = Serving {
+        sim: sim.clone(),
+        acceptor,
+        shutdown: shutdown.clone(),
+        addr,
+    };
     loop {
         let Some(l) = listener.as_ref() else {
             // In an outage: wait for it to end (or for shutdown), then take the port again.
@@ -826,7 +834,14 @@ pub async fn serve(
                     return;
                 }
             }
+            door = opens_door.then(|| in_process::Door::open(addr));
             continue;
+        };
+        let from_memory = async {
+            match door.as_mut() {
+                Some(d) => d.accept().await,
+                None => std::future::pending().await,
+            }
         };
         tokio::select! {
             _ = shutdown.wait_for(|s| *s) => return,
@@ -834,48 +849,75 @@ pub async fn serve(
                 if r.is_err() { return }
                 if *outage.borrow() {
                     listener = None;
+                    door = None;
                 }
             }
             accepted = l.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let _ = stream.set_nodelay(true);
-                let sim = sim.clone();
-                let acceptor = acceptor.clone();
-                let mut conn_outage = sim.inner.faults.outage_changes();
-                let mut conn_shutdown = shutdown_template.clone();
-                let server_addr = addr.to_string();
-                tokio::spawn(async move {
-                    let work = async {
-                        match acceptor {
-                            Some(acceptor) => {
-                                let Ok(tls) = acceptor.accept(stream).await else { return };
-                                let protocol = match tls.get_ref().1.alpn_protocol() {
-                                    Some(p) => String::from_utf8_lossy(p).into_owned(),
-                                    None => "none".to_owned(),
-                                };
-                                sim.inner.metrics.record_connection(&protocol);
-                                let peer = tls
-                                    .get_ref()
-                                    .1
-                                    .peer_certificates()
-                                    .and_then(|c| c.first())
-                                    .and_then(|c| crate::pki::identity_of(c));
-                                serve_conn(sim, server_addr, peer, TokioIo::new(tls)).await;
-                            }
-                            None => {
-                                sim.inner.metrics.record_connection("plain");
-                                serve_conn(sim, server_addr, None, TokioIo::new(stream)).await
-                            }
-                        }
-                    };
-                    tokio::select! {
-                        _ = work => {}
-                        _ = conn_outage.wait_for(|o| *o) => {}
-                        _ = conn_shutdown.wait_for(|s| *s) => {}
-                    }
-                });
+                serving.spawn(stream, "");
             }
+            Some(stream) = from_memory => serving.spawn(stream, " in process"),
         }
+    }
+}
+
+/// What serves each connection a server accepts.
+struct Serving {
+    sim: Sim,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: signal::Receiver<bool>,
+    addr: SocketAddr,
+}
+
+impl Serving {
+    /// Serves one connection (TCP or [`in_process`]) until it ends, an outage or shutdown;
+    /// counted by protocol, `carrier` appended.
+    fn spawn<I>(&self, stream: I, carrier: &'static str)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let sim = self.sim.clone();
+        let acceptor = self.acceptor.clone();
+        let mut conn_outage = sim.inner.faults.outage_changes();
+        let mut conn_shutdown = self.shutdown.clone();
+        let server_addr = self.addr.to_string();
+        tokio::spawn(async move {
+            let work = async {
+                match acceptor {
+                    Some(acceptor) => {
+                        let Ok(tls) = acceptor.accept(stream).await else {
+                            return;
+                        };
+                        let protocol = match tls.get_ref().1.alpn_protocol() {
+                            Some(p) => String::from_utf8_lossy(p).into_owned(),
+                            None => "none".to_owned(),
+                        };
+                        sim.inner
+                            .metrics
+                            .record_connection(&format!("{protocol}{carrier}"));
+                        let peer = tls
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .and_then(|c| crate::pki::identity_of(c));
+                        serve_conn(sim, server_addr, peer, TokioIo::new(tls)).await;
+                    }
+                    None => {
+                        sim.inner
+                            .metrics
+                            .record_connection(&format!("plain{carrier}"));
+                        serve_conn(sim, server_addr, None, TokioIo::new(stream)).await
+                    }
+                }
+            };
+            tokio::select! {
+                _ = work => {}
+                _ = conn_outage.wait_for(|o| *o) => {}
+                _ = conn_shutdown.wait_for(|s| *s) => {}
+            }
+        });
     }
 }
 

@@ -118,6 +118,10 @@ pub struct Options {
     /// Mutating admission of the server's webhooks, run before validation on create (no old
     /// object) and on update of an object (not of its status).
     pub mutators: Vec<Mutator>,
+    /// Also accept connections from this process through memory ([`crate::in_process`]), so
+    /// that a fleet of many servers and their clients in one process needs no open file per
+    /// connection. Other processes connect over TCP as always.
+    pub in_process_connections: bool,
 }
 
 /// A validating admission webhook of one kind: `check` returns why an object is refused, and
@@ -186,6 +190,7 @@ impl Default for Options {
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             validators: Vec::new(),
             mutators: Vec::new(),
+            in_process_connections: false,
         }
     }
 }

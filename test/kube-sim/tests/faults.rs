@@ -265,3 +265,71 @@ async fn a_validating_webhook_refuses_its_kind_on_create_and_update() {
             .is_err()
     );
 }
+
+#[tokio::test]
+async fn clients_of_the_servers_process_connect_through_memory_and_faults_hold_there_too() {
+    let sim = common::start_with(kube_sim::Options {
+        in_process_connections: true,
+        ..Default::default()
+    })
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(sim.client().await.unwrap(), "default");
+    let stream = cms
+        .watch(&WatchParams::default().timeout(60), "0")
+        .await
+        .unwrap();
+    let mut stream = std::pin::pin!(stream);
+    cms.create(&PostParams::default(), &cm("m")).await.unwrap();
+    match tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap()
+    {
+        Some(Ok(WatchEvent::Added(c))) => assert_eq!(c.metadata.name.as_deref(), Some("m")),
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+    // HTTP/2 connections through memory (this client's, and the set-up's), none over TCP.
+    let in_memory = || {
+        let connections = sim.metrics().connections();
+        assert_eq!(
+            connections.keys().collect::<Vec<_>>(),
+            ["h2 in process"],
+            "{connections:?}"
+        );
+        connections["h2 in process"]
+    };
+    let before = in_memory();
+    // Other processes still reach the TCP port.
+    let addr = sim.addr();
+    assert!(tokio::net::TcpStream::connect(addr).await.is_ok());
+
+    // An outage cuts the connection and refuses new ones, in memory as over TCP.
+    sim.faults().set_outage(true);
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap();
+    assert!(
+        end.is_none() || matches!(end, Some(Err(_))),
+        "the watch should end: {end:?}"
+    );
+    assert!(cms.list(&ListParams::default()).await.is_err());
+    sim.faults().set_outage(false);
+    common::eventually(Duration::from_secs(10), "the API to answer again", || {
+        let cms = cms.clone();
+        async move { cms.list(&ListParams::default()).await.ok().map(|_| ()) }
+    })
+    .await;
+    assert_eq!(in_memory(), before + 1, "connected again, through memory");
+
+    // A stopped server takes no connection from its process either.
+    sim.shutdown();
+    common::eventually(Duration::from_secs(5), "requests to fail", || {
+        let cms = cms.clone();
+        async move {
+            cms.list(&ListParams::default())
+                .await
+                .is_err()
+                .then_some(())
+        }
+    })
+    .await;
+}

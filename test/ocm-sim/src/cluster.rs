@@ -167,6 +167,16 @@ const ACM_KINDS: &[&str] = &["KlusterletConfig", "KlusterletAddonConfig"];
 impl SimCluster {
     /// Starts a cluster on 127.0.0.1 with the CRDs its role needs.
     pub async fn start(name: &str, role: Role) -> Result<Self, Error> {
+        Self::start_with(name, role, false).await
+    }
+
+    /// [`Self::start`], its API server also taking this process's connections through memory
+    /// if `in_process_connections` (kube-sim's `Options::in_process_connections`).
+    pub async fn start_with(
+        name: &str,
+        role: Role,
+        in_process_connections: bool,
+    ) -> Result<Self, Error> {
         let (validators, mutators) = match role {
             Role::Managed => (Vec::new(), Vec::new()),
             _ => (
@@ -178,6 +188,7 @@ impl SimCluster {
             name: name.to_owned(),
             validators,
             mutators,
+            in_process_connections,
             ..Default::default()
         })
         .await?;

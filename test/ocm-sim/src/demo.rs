@@ -35,6 +35,8 @@ pub struct DemoOptions {
     pub clusters_per_hub: usize,
     /// Hubs (by index) holding another number of clusters (see [`FleetOptions::clusters_on`]).
     pub clusters_on: Vec<usize>,
+    /// See [`FleetOptions::in_process_connections`].
+    pub in_process_connections: bool,
     /// How many of hub1's clusters move to hub2.
     pub migrate: usize,
     pub max_concurrency: Option<i32>,
@@ -332,6 +334,7 @@ pub async fn start(opts: &DemoOptions, out: &mut impl Write) -> Result<Running, 
         hub_timeout: None,
         eviction_grace: Duration::from_secs(60 * 60),
         cluster_prefix: crate::fleet::CLUSTER_PREFIX.to_owned(),
+        in_process_connections: opts.in_process_connections,
     };
     let _ = writeln!(
         out,

@@ -65,6 +65,12 @@ pub struct FleetOptions {
     /// What every managed cluster's name starts with (then its number, from 1): `cluster`
     /// by default; a long one makes names as long as Kubernetes allows (63 characters).
     pub cluster_prefix: String,
+    /// The fleet's API servers also take connections from this process through memory
+    /// (kube-sim's `Options::in_process_connections`): the simulated klusterlets and work
+    /// agents then hold no open file per connection, so a fleet of thousands of clusters fits
+    /// in one process's open-file limit. Not OCM behaviour: the addon's binaries, in their own
+    /// processes, connect over TCP either way.
+    pub in_process_connections: bool,
 }
 
 /// The kubelet every hub runs (see [`crate::kubelet`]).
@@ -96,6 +102,7 @@ impl Default for FleetOptions {
             hub_timeout: None,
             eviction_grace: Duration::from_secs(60 * 60),
             cluster_prefix: CLUSTER_PREFIX.to_owned(),
+            in_process_connections: false,
         }
     }
 }
@@ -180,6 +187,7 @@ impl Fleet {
                 lease_check_interval: opts.lease_check_interval,
             },
             kind: HubKind::Acm,
+            in_process_connections: opts.in_process_connections,
         };
         let agent = AgentOptions {
             join_delay: opts.join_delay,
@@ -270,7 +278,9 @@ impl Fleet {
         let mut started: Vec<Result<(usize, SimCluster, Agent), Error>> =
             futures::stream::iter(specs)
                 .map(|(h, name, bootstrap)| async move {
-                    let c = SimCluster::start(&name, Role::Managed).await?;
+                    let c =
+                        SimCluster::start_with(&name, Role::Managed, opts.in_process_connections)
+                            .await?;
                     let klusterlet = Agent::start(&c, &bootstrap, agent).await?;
                     Ok((h, c, klusterlet))
                 })

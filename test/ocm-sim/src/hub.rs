@@ -34,6 +34,9 @@ pub struct HubOptions {
     pub registration: RegistrationOptions,
     /// What runs the hub: ACM/MCE (current or older) or plain OCM.
     pub kind: HubKind,
+    /// Its API server also takes this process's connections through memory (kube-sim's
+    /// `Options::in_process_connections`): not OCM behaviour, the harness's open files.
+    pub in_process_connections: bool,
 }
 
 /// What a hub runs, as far as migrations see it.
@@ -90,7 +93,7 @@ impl Hub {
             HubKind::OlderAcm(_) => Role::LegacyHub,
             HubKind::Acm => Role::Hub,
         };
-        let cluster = SimCluster::start(name, role).await?;
+        let cluster = SimCluster::start_with(name, role, opts.in_process_connections).await?;
         let gates = if opts.auto_approve {
             json!([{"feature": "ManagedClusterAutoApproval", "mode": "Enable"}])
         } else {

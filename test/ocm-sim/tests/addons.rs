@@ -40,6 +40,7 @@ async fn addon_gets_its_hub_identity_and_its_health_follows_its_lease() {
                 lease_check_interval: Duration::from_millis(200),
             },
             kind: HubKind::Acm,
+            ..Default::default()
         },
     )
     .await

@@ -100,3 +100,61 @@ async fn fleet_up_two_hubs_five_clusters_each() {
         .unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// A fleet whose own clients reach its API servers through memory (what lets thousands of
+/// clusters fit one process's open files) registers every cluster as over TCP, takes none of
+/// its own connections over TCP, and still serves other processes (kubectl) on its ports.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_connected_through_memory_comes_up_and_still_serves_kubectl() {
+    use ocm_sim::fleet::{Fleet, FleetOptions};
+    let opts = FleetOptions {
+        hubs: 2,
+        clusters_per_hub: 2,
+        join_delay: Duration::ZERO,
+        lease_duration_secs: 1,
+        lease_check_interval: Duration::from_millis(200),
+        in_process_connections: true,
+        ..Default::default()
+    };
+    let fleet = Fleet::up(&opts).await.unwrap();
+    fleet.wait_ready(Duration::from_secs(30)).await.unwrap();
+    for server in std::iter::once(&fleet.global)
+        .chain(&fleet.hubs)
+        .map(|h| &h.cluster.api)
+        .chain(fleet.clusters.iter().map(|(_, c, _)| &c.api))
+    {
+        let connections = server.metrics().connections();
+        assert!(
+            !connections.is_empty() && connections.keys().all(|k| k.ends_with(" in process")),
+            "{connections:?}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("hub1.yaml");
+    std::fs::write(&kubeconfig, fleet.hubs[0].cluster.api.kubeconfig()).unwrap();
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["get", "managedclusters", "-o", "name"])
+        .output()
+        .expect("kubectl must be installed (.ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        2,
+        "hub1's two clusters"
+    );
+    assert!(
+        fleet.hubs[0]
+            .cluster
+            .api
+            .metrics()
+            .connections()
+            .contains_key("h2"),
+        "kubectl connected over TCP"
+    );
+}

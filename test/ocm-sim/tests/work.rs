@@ -39,6 +39,7 @@ async fn joined_pair_syncing(status_sync: Duration) -> (Hub, Vec<(SimCluster, Ag
                 lease_check_interval: Duration::from_millis(200),
             },
             kind: HubKind::Acm,
+            ..Default::default()
         },
     )
     .await

@@ -150,6 +150,7 @@ async fn demo(
         hubs,
         clusters_per_hub,
         clusters_on: Vec::new(),
+        in_process_connections: false,
         migrate,
         max_concurrency,
         join_delay: Duration::from_secs_f64(join_delay),

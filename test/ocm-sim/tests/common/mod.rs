@@ -17,6 +17,7 @@ pub fn fast_hub() -> HubOptions {
             lease_check_interval: Duration::from_millis(200),
         },
         kind: HubKind::Acm,
+        ..Default::default()
     }
 }
 
