@@ -867,7 +867,24 @@ async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
             i + 1
         );
         assert_eq!(refused, 0, "hub{}: cluster patches refused", i + 1);
-        assert_eq!(created_again, 0, "hub{}: clusters created again", i + 1);
+        // (Seen once in CI, not reproduced: what the hub's agents logged of their starts and
+        // pre-creations tells two overlapping agents from one that forgot its write.)
+        assert_eq!(
+            created_again,
+            0,
+            "hub{}: clusters created again; its agents logged:\n{}",
+            i + 1,
+            agent_lines(
+                &s,
+                i + 1,
+                &[
+                    "addon-agent started",
+                    "addon-agent stopped",
+                    "pre-created",
+                    "failed"
+                ]
+            )
+        );
         let detached = if i == 0 { moving.len() as u64 } else { 0 };
         assert_eq!(deletes, detached, "hub{}: clusters deleted", i + 1);
         // One write the same as the last is allowed for: a status write that crosses a change
@@ -882,6 +899,26 @@ async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
     for t in hearing_tasks {
         t.abort();
     }
+}
+
+/// The lines of hub `hub`'s agent logs (every pod of it, current and previous container) that
+/// hold any of `needles`, each after its pod and file.
+fn agent_lines(s: &Setup, hub: usize, needles: &[&str]) -> String {
+    let pods = s.dir.path().join("pods").join(format!("hub{hub}"));
+    let mut lines = Vec::new();
+    for pod in std::fs::read_dir(&pods).into_iter().flatten().flatten() {
+        // The previous container's log too (the kubelet keeps it beside the current one).
+        for file in ["agent.previous.log", "agent.log"] {
+            let log = std::fs::read_to_string(pod.path().join(file)).unwrap_or_default();
+            let name = pod.file_name().to_string_lossy().into_owned();
+            lines.extend(
+                log.lines()
+                    .filter(|l| needles.iter().any(|n| l.contains(n)))
+                    .map(|l| format!("{name}/{file}: {l}")),
+            );
+        }
+    }
+    lines.join("\n")
 }
 
 /// A hub's agent gives the verdict on the revision it was asked once: while the manager waits
