@@ -17,6 +17,49 @@ fn cm(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}})).unwrap()
 }
 
+type Events =
+    std::pin::Pin<Box<dyn futures::Stream<Item = kube::Result<WatchEvent<ConfigMap>>> + Send>>;
+
+/// A watch of `cms` from the start, once it heard of ConfigMap `name`, created after it began.
+async fn watch_hearing(cms: &Api<ConfigMap>, name: &str) -> Events {
+    let mut stream = cms
+        .watch(&WatchParams::default().timeout(60), "0")
+        .await
+        .unwrap()
+        .boxed();
+    cms.create(&PostParams::default(), &cm(name)).await.unwrap();
+    match tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap()
+    {
+        Some(Ok(WatchEvent::Added(c))) => assert_eq!(c.metadata.name.as_deref(), Some(name)),
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+    stream
+}
+
+/// During an outage `cms` fails; once `sim`'s outage ends, it answers again.
+async fn outage_ends(sim: &kube_sim::KubeSim, cms: &Api<ConfigMap>) {
+    assert!(cms.list(&ListParams::default()).await.is_err());
+    sim.faults().set_outage(false);
+    common::eventually(Duration::from_secs(10), "the API to answer again", || {
+        let cms = cms.clone();
+        async move { cms.list(&ListParams::default()).await.ok().map(|_| ()) }
+    })
+    .await;
+}
+
+/// Asserts that `stream` ends (or fails) within 5 s.
+async fn ends(stream: &mut Events) {
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap();
+    assert!(
+        end.is_none() || matches!(end, Some(Err(_))),
+        "the watch should end: {end:?}"
+    );
+}
+
 #[tokio::test]
 async fn injected_errors_hit_only_their_verb_and_resource() {
     let sim = start().await;
@@ -68,27 +111,9 @@ async fn latency_outage_and_dropped_watches() {
     sim.faults().clear();
 
     // A watch is cut when watches are dropped.
-    let stream = cms
-        .watch(&WatchParams::default().timeout(60), "0")
-        .await
-        .unwrap();
-    let mut stream = std::pin::pin!(stream);
-    cms.create(&PostParams::default(), &cm("w")).await.unwrap();
-    match tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .unwrap()
-    {
-        Some(Ok(WatchEvent::Added(c))) => assert_eq!(c.metadata.name.as_deref(), Some("w")),
-        other => panic!("expected ADDED, got {other:?}"),
-    }
+    let mut stream = watch_hearing(&cms, "w").await;
     sim.faults().drop_watches();
-    let end = tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .unwrap();
-    assert!(
-        end.is_none() || matches!(end, Some(Err(_))),
-        "stream should end: {end:?}"
-    );
+    ends(&mut stream).await;
 
     // An outage refuses connections until it ends.
     sim.faults().set_outage(true);
@@ -104,13 +129,7 @@ async fn latency_outage_and_dropped_watches() {
         },
     )
     .await;
-    assert!(cms.list(&ListParams::default()).await.is_err());
-    sim.faults().set_outage(false);
-    common::eventually(Duration::from_secs(10), "the API to answer again", || {
-        let cms = cms.clone();
-        async move { cms.list(&ListParams::default()).await.ok().map(|_| ()) }
-    })
-    .await;
+    outage_ends(&sim, &cms).await;
 }
 
 #[tokio::test]
@@ -274,19 +293,7 @@ async fn clients_of_the_servers_process_connect_through_memory_and_faults_hold_t
     })
     .await;
     let cms: Api<ConfigMap> = Api::namespaced(sim.client().await.unwrap(), "default");
-    let stream = cms
-        .watch(&WatchParams::default().timeout(60), "0")
-        .await
-        .unwrap();
-    let mut stream = std::pin::pin!(stream);
-    cms.create(&PostParams::default(), &cm("m")).await.unwrap();
-    match tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .unwrap()
-    {
-        Some(Ok(WatchEvent::Added(c))) => assert_eq!(c.metadata.name.as_deref(), Some("m")),
-        other => panic!("expected ADDED, got {other:?}"),
-    }
+    let mut stream = watch_hearing(&cms, "m").await;
     // HTTP/2 connections through memory (this client's, and the set-up's), none over TCP.
     let in_memory = || {
         let connections = sim.metrics().connections();
@@ -304,20 +311,8 @@ async fn clients_of_the_servers_process_connect_through_memory_and_faults_hold_t
 
     // An outage cuts the connection and refuses new ones, in memory as over TCP.
     sim.faults().set_outage(true);
-    let end = tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .unwrap();
-    assert!(
-        end.is_none() || matches!(end, Some(Err(_))),
-        "the watch should end: {end:?}"
-    );
-    assert!(cms.list(&ListParams::default()).await.is_err());
-    sim.faults().set_outage(false);
-    common::eventually(Duration::from_secs(10), "the API to answer again", || {
-        let cms = cms.clone();
-        async move { cms.list(&ListParams::default()).await.ok().map(|_| ()) }
-    })
-    .await;
+    ends(&mut stream).await;
+    outage_ends(&sim, &cms).await;
     assert_eq!(in_memory(), before + 1, "connected again, through memory");
 
     // A stopped server takes no connection from its process either.

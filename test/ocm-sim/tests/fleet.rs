@@ -4,6 +4,22 @@
 
 use std::time::{Duration, Instant};
 
+/// kubectl's output with `kubeconfig` and `args`; it must succeed.
+fn kubectl_ok(kubeconfig: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl must be installed (.ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn fleet_up_two_hubs_five_clusters_each() {
     let dir = tempfile::tempdir().unwrap();
@@ -26,18 +42,10 @@ async fn fleet_up_two_hubs_five_clusters_each() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let kubectl = |name: &str, args: &[&str]| {
-        let out = std::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(dir.path().join("kubeconfig").join(format!("{name}.yaml")))
-            .args(args)
-            .output()
-            .expect("kubectl must be installed (.ci/run installs it)");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        kubectl_ok(
+            &dir.path().join("kubeconfig").join(format!("{name}.yaml")),
+            args,
+        )
     };
     let table = kubectl("hub1", &["get", "managedclusters"]);
     let lines: Vec<&str> = table.lines().collect();
@@ -132,22 +140,8 @@ async fn a_fleet_connected_through_memory_comes_up_and_still_serves_kubectl() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("hub1.yaml");
     std::fs::write(&kubeconfig, fleet.hubs[0].cluster.api.kubeconfig()).unwrap();
-    let out = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["get", "managedclusters", "-o", "name"])
-        .output()
-        .expect("kubectl must be installed (.ci/run installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).lines().count(),
-        2,
-        "hub1's two clusters"
-    );
+    let names = kubectl_ok(&kubeconfig, &["get", "managedclusters", "-o", "name"]);
+    assert_eq!(names.lines().count(), 2, "hub1's two clusters: {names}");
     assert!(
         fleet.hubs[0]
             .cluster
