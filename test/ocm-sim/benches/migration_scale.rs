@@ -316,6 +316,31 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
                 "      {who}: {}",
                 breakdown(m, &|u: &str| u.starts_with(who.as_str()))
             );
+            // And what of it the hub answered with an error (409: a conflict retried).
+            let users: std::collections::BTreeSet<String> = m
+                .access_log()
+                .into_keys()
+                .map(|a| a.user)
+                .filter(|u| u.starts_with(who.as_str()))
+                .collect();
+            let mut failed: BTreeMap<(String, String, u16), u64> = BTreeMap::new();
+            for u in &users {
+                for ((v, r, code), c) in m.answers_to(u) {
+                    if code >= 400 {
+                        *failed.entry((v, r, code)).or_default() += c;
+                    }
+                }
+            }
+            if !failed.is_empty() {
+                let mut failed: Vec<_> = failed.into_iter().collect();
+                failed.sort_by_key(|f| std::cmp::Reverse(f.1));
+                let shown: Vec<String> = failed
+                    .iter()
+                    .take(6)
+                    .map(|((v, r, code), c)| format!("{v} {r} {code} {:.2}", *c as f64 / n))
+                    .collect();
+                println!("        answered with an error: {}", shown.join(", "));
+            }
         }
     }
     // Time in each phase, from the manager's log of its phase changes.

@@ -430,6 +430,9 @@ struct Ctx {
     secrets: Store<Secret>,
     auto_import: Store<Secret>,
     works: Store<ManifestWork>,
+    /// The hub's namespaces: a cluster's works go in its own, which the registration
+    /// controller makes.
+    namespaces: Store<Namespace>,
     /// The hub's own bootstrap kubeconfig, which the klusterlet work keeps on every cluster
     /// (so a cluster that moved here restarts against this hub, not the one it left).
     bootstrap_kubeconfig: String,
@@ -493,6 +496,10 @@ pub async fn run(client: Client, bootstrap_kubeconfig: String, older: Option<Old
         Api::<ManifestWork>::all(client.clone()),
         watcher::Config::default(),
     );
+    let (namespaces, namespace_events) = migration_api::runtime::cached_watch(
+        Api::<Namespace>::all(client.clone()),
+        watcher::Config::default(),
+    );
     let controller = Controller::new(clusters, watcher::Config::default());
     let store = controller.store();
     let by_config = store.clone();
@@ -507,10 +514,15 @@ pub async fn run(client: Client, bootstrap_kubeconfig: String, older: Option<Old
         secrets,
         auto_import,
         works,
+        namespaces,
         bootstrap_kubeconfig,
         older,
     });
     controller
+        // A cluster's namespace made wakes it (see `reconcile`).
+        .watches_stream(namespace_events, |ns: Namespace| {
+            Some(ObjectRef::<ManagedCluster>::new(&ns.name_any()))
+        })
         .watches_stream(work_events, move |w: ManifestWork| {
             let r = ObjectRef::<ManagedCluster>::new(&w.namespace()?);
             by_work
@@ -624,8 +636,17 @@ async fn reconcile(mc: Arc<ManagedCluster>, ctx: Arc<Ctx>) -> Result<Action, Ren
     {
         auto_import(&ctx.client, &cluster, &secret, &manifests).await?;
     }
-    // Klusterlet works only for clusters the hub accepts.
-    if !mc.spec.hub_accepts_client {
+    // Klusterlet works only for clusters the hub accepts, and only once the cluster's
+    // namespace is there: upstream's `pkg/controller/manifestwork/manifestwork_controller.go`
+    // applies them only once the cluster's import secret, in that namespace, is in its cache
+    // (none yet: done, woken by the secret's creation), not again and again into a namespace
+    // that does not exist yet (404 each time).
+    if !mc.spec.hub_accepts_client
+        || ctx
+            .namespaces
+            .get(&ObjectRef::new(&cluster))
+            .is_none_or(|ns| ns.metadata.deletion_timestamp.is_some())
+    {
         return Ok(Action::await_change());
     }
     apply_klusterlet_work(&works, current_spec, &cluster, manifests, Vec::new()).await?;

@@ -657,3 +657,70 @@ async fn lifting_disable_auto_import_makes_the_klusterlet_work_apply_again() {
     )
     .await;
 }
+
+/// A cluster created accepted (as a migration's target pre-creates one) gets its klusterlet
+/// work only once its namespace is there: the import controller waits for it, as upstream's
+/// waits for the cluster's import secret in it, instead of writing into a namespace that does
+/// not exist yet, over and over.
+#[tokio::test]
+async fn the_import_controller_waits_for_a_clusters_namespace() {
+    common::logs();
+    let hub = Hub::start("hub1", common::fast_hub()).await.unwrap();
+    let admin = hub.cluster.admin.clone();
+    let api = &hub.cluster.api;
+    let registration = "system:serviceaccount:open-cluster-management-hub:registration-controller";
+    let import =
+        "system:serviceaccount:open-cluster-management-hub:managedcluster-import-controller";
+    // The registration controller cannot make namespaces for now (it applies them).
+    api.faults().add_error(kube_sim::ErrorRule {
+        verb: Some("patch".into()),
+        resource: Some("namespaces".into()),
+        rate: 1.0,
+        code: 500,
+        user: Some(registration.into()),
+    });
+    let mcs: Api<ManagedCluster> = Api::all(admin.clone());
+    mcs.create(
+        &Default::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "precreated"},
+            "spec": {"hubAcceptsClient": true, "leaseDurationSeconds": 60}
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let refused = |user: &str, verb: &str, resource: &str| -> u64 {
+        api.metrics()
+            .answers_to(user)
+            .iter()
+            .filter(|((v, r, code), _)| v == verb && r == resource && *code >= 400)
+            .map(|(_, n)| *n)
+            .sum()
+    };
+    eventually(LIMIT, "the namespace refused twice", || async {
+        (refused(registration, "patch", "namespaces") >= 2).then_some(())
+    })
+    .await;
+    let works: Api<ManifestWork> = Api::namespaced(admin.clone(), "precreated");
+    assert_eq!(
+        refused(import, "patch", "manifestworks"),
+        0,
+        "klusterlet work written before the cluster's namespace was there"
+    );
+    api.faults().clear();
+    eventually(
+        LIMIT,
+        "the klusterlet work once the namespace is made",
+        || async {
+            works
+                .get_opt("precreated-klusterlet")
+                .await
+                .ok()
+                .flatten()
+                .map(|_| ())
+        },
+    )
+    .await;
+    assert_eq!(refused(import, "patch", "manifestworks"), 0);
+}
