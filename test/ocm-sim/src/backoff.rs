@@ -22,6 +22,77 @@ pub(crate) fn controller(failures: u32) -> Duration {
     )
 }
 
+/// Retries per second client-go's default controller rate limiter allows across a queue
+/// (`rate.NewLimiter(rate.Limit(10), 100)` in `DefaultTypedControllerRateLimiter`), and its burst.
+const QUEUE_RETRIES_PER_SECOND: f64 = 10.0;
+const QUEUE_RETRY_BURST: f64 = 100.0;
+
+/// A work queue's retries of failed items, as client-go's `DefaultTypedControllerRateLimiter`
+/// spaces them (`util/workqueue/default_rate_limiters.go`): the later of the item's own
+/// backoff ([`controller`], counted per item until the item is forgotten) and the queue's
+/// share of a bucket of 10 retries per second with bursts of 100 (golang.org/x/time/rate's
+/// `Reserve`: a retry past the burst waits until its token is due). OCM's factory controllers
+/// (sdk-go `pkg/basecontroller/factory`) and controller-runtime controllers without a
+/// `RateLimiter` option (the import controller's) all take it; an item retried because of an
+/// event comes at once, only the retries of failures wait.
+#[derive(Debug)]
+pub(crate) struct Retries {
+    state: std::sync::Mutex<RetryState>,
+}
+
+#[derive(Debug)]
+struct RetryState {
+    /// Failures in a row, per item.
+    failures: std::collections::HashMap<String, u32>,
+    /// The bucket: its tokens when it was last drawn from (negative: retries queued past it).
+    tokens: f64,
+    drawn: Instant,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Self {
+            state: std::sync::Mutex::new(RetryState {
+                failures: Default::default(),
+                tokens: QUEUE_RETRY_BURST,
+                drawn: Instant::now(),
+            }),
+        }
+    }
+}
+
+impl Retries {
+    /// How long after `now` the item `key`, which just failed, is retried (`When`).
+    pub(crate) fn when(&self, key: &str, now: Instant) -> Duration {
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let failures = s.failures.entry(key.to_owned()).or_default();
+        *failures = failures.saturating_add(1);
+        let own = controller(*failures);
+        let refilled =
+            now.saturating_duration_since(s.drawn).as_secs_f64() * QUEUE_RETRIES_PER_SECOND;
+        s.tokens = (s.tokens + refilled).min(QUEUE_RETRY_BURST) - 1.0;
+        s.drawn = s.drawn.max(now);
+        let queued = if s.tokens < 0.0 {
+            Duration::from_secs_f64(-s.tokens / QUEUE_RETRIES_PER_SECOND)
+        } else {
+            Duration::ZERO
+        };
+        own.max(queued)
+    }
+
+    /// The item `key` was handled: its own backoff starts again (`Forget`).
+    pub(crate) fn forget(&self, key: &str) {
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.failures.remove(key);
+    }
+}
+
 /// `backOffPeriod` (kubernetes `pkg/kubelet/kubelet.go`): a container's first restart back-off.
 const CONTAINER_BACKOFF: Duration = Duration::from_secs(10);
 /// `MaxContainerBackOff` (the same file): the longest.
@@ -99,6 +170,33 @@ mod tests {
         ] {
             assert_eq!(controller(failures), want, "{failures} failures");
         }
+    }
+
+    /// One item failing again and again backs off on its own; a hundred items failing at once
+    /// are retried at once, and the rest ten per second, whatever their own backoff; an item
+    /// handled since starts again from 5 ms.
+    #[test]
+    fn a_queue_retries_each_item_with_its_backoff_and_all_of_them_ten_per_second_past_a_burst_of_100()
+     {
+        let t0 = Instant::now();
+        let one = Retries::default();
+        let own: Vec<_> = (0..4).map(|_| one.when("a", t0).as_millis()).collect();
+        assert_eq!(own, [5, 10, 20, 40], "one item's own backoff");
+        one.forget("a");
+        assert_eq!(one.when("a", t0), Duration::from_millis(5), "forgotten");
+
+        let many = Retries::default();
+        let waits: Vec<Duration> = (0..120).map(|i| many.when(&format!("c{i}"), t0)).collect();
+        assert!(
+            waits[..100].iter().all(|w| *w == Duration::from_millis(5)),
+            "the burst"
+        );
+        assert_eq!(waits[100].as_millis(), 100, "the first past the burst");
+        assert_eq!(waits[119].as_millis(), 2000, "the twentieth past it");
+        // A second later, the next retry still queues behind those twenty: its slot is the
+        // twenty-first past the burst, 2.1 s after the first failures.
+        let later = many.when("c0", t0 + Duration::from_secs(1));
+        assert_eq!(later.as_millis(), 1100);
     }
 
     #[test]

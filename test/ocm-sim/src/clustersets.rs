@@ -14,7 +14,6 @@
 //! created without one).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -68,25 +67,42 @@ pub async fn run(client: Client) {
                 .collect::<Vec<_>>()
         })
         .run(
-            reconcile,
-            |_, e: &kube::Error, _| {
-                tracing::debug!(error = %e, "cluster set binding reconcile failed");
-                Action::requeue(Duration::from_millis(500))
+            |binding, ctx| async move {
+                let done = reconcile(binding.clone(), ctx.clone()).await;
+                if done.is_ok() {
+                    ctx.1.forget(&key(&binding));
+                }
+                done
             },
-            Arc::new(client),
+            // A failed one is retried as the factory's work queue retries it.
+            |binding, e: &kube::Error, ctx| {
+                tracing::debug!(error = %e, "cluster set binding reconcile failed");
+                Action::requeue(ctx.1.when(&key(&binding), std::time::Instant::now()))
+            },
+            Arc::new((client, crate::backoff::Retries::default())),
         )
         .for_each(|_| async {})
         .await;
 }
 
+/// A binding's key in the controller's queue.
+fn key(binding: &ManagedClusterSetBinding) -> String {
+    format!(
+        "{}/{}",
+        binding.namespace().unwrap_or_default(),
+        binding.name_any()
+    )
+}
+
 async fn reconcile(
     binding: Arc<ManagedClusterSetBinding>,
-    client: Arc<Client>,
+    ctx: Arc<(Client, crate::backoff::Retries)>,
 ) -> Result<Action, kube::Error> {
+    let client = &ctx.0;
     let ns = binding.namespace().unwrap_or_default();
     let set = binding.spec.cluster_set.clone().unwrap_or_default();
     let exists = !set.is_empty()
-        && Api::<ManagedClusterSet>::all((*client).clone())
+        && Api::<ManagedClusterSet>::all(client.clone())
             .get_opt(&set)
             .await?
             .is_some();
@@ -101,7 +117,7 @@ async fn reconcile(
         ("False", "ClusterSetNotFound")
     };
     if set_condition(&mut conditions, BINDING_BOUND, status, reason, "", None) {
-        Api::<ManagedClusterSetBinding>::namespaced((*client).clone(), &ns)
+        Api::<ManagedClusterSetBinding>::namespaced(client.clone(), &ns)
             .patch_status(
                 &binding.name_any(),
                 &PatchParams::default(),

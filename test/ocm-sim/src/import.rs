@@ -437,6 +437,9 @@ struct Ctx {
     /// (so a cluster that moved here restarts against this hub, not the one it left).
     bootstrap_kubeconfig: String,
     older: Option<OlderMce>,
+    /// The retries of failed reconciles: controller-runtime's default rate limiter (upstream's
+    /// `pkg/controller/manifestwork/manager.go` sets no `RateLimiter` of its own).
+    retries: crate::backoff::Retries,
 }
 
 /// The bootstrap kubeconfig Secrets a cluster's KlusterletConfigs (the global one merged
@@ -517,6 +520,7 @@ pub async fn run(client: Client, bootstrap_kubeconfig: String, older: Option<Old
         namespaces,
         bootstrap_kubeconfig,
         older,
+        retries: crate::backoff::Retries::default(),
     });
     controller
         // A cluster's namespace made wakes it (see `reconcile`).
@@ -563,10 +567,16 @@ pub async fn run(client: Client, bootstrap_kubeconfig: String, older: Option<Old
                 .map(|ns| ObjectRef::<ManagedCluster>::new(&ns))
         })
         .run(
-            reconcile,
-            |_, e: &RenderError, _| {
+            |mc, ctx| async move {
+                let done = reconcile(mc.clone(), ctx.clone()).await;
+                if done.is_ok() {
+                    ctx.retries.forget(&mc.name_any());
+                }
+                done
+            },
+            |mc, e: &RenderError, ctx| {
                 tracing::debug!(error = %e, "import reconcile failed");
-                Action::requeue(Duration::from_millis(500))
+                Action::requeue(ctx.retries.when(&mc.name_any(), std::time::Instant::now()))
             },
             ctx,
         )

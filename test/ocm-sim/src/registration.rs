@@ -7,7 +7,7 @@
 //! lease goes stale; Available True is the agent's own report).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -199,6 +199,8 @@ struct Ctx {
     /// what is required has not changed; so the simulator applies them once per acceptance,
     /// not on every status update of the cluster.
     granted: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The retries of failed reconciles, as the factory queue spaces them.
+    retries: crate::backoff::Retries,
 }
 
 impl Ctx {
@@ -226,6 +228,7 @@ async fn run_cluster_controller(client: Client) {
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         granted: std::sync::Mutex::default(),
+        retries: crate::backoff::Retries::default(),
     });
     controller
         .watches(
@@ -239,8 +242,14 @@ async fn run_cluster_controller(client: Client) {
             move |a: ManagedClusterAddOn| deleting_cluster(&by_addon, a.namespace()),
         )
         .run(
-            reconcile,
-            |_, _, _| Action::requeue(Duration::from_secs(1)),
+            |mc, ctx| async move {
+                let done = reconcile(mc.clone(), ctx.clone()).await;
+                if done.is_ok() {
+                    ctx.retries.forget(&mc.name_any());
+                }
+                done
+            },
+            |mc, _, ctx| Action::requeue(ctx.retries.when(&mc.name_any(), Instant::now())),
             ctx,
         )
         .for_each(|_| async {})
@@ -714,13 +723,16 @@ async fn judge_cluster(
 /// deleted is left alone. The list is written through sdk-go's patcher, which sends the uid
 /// and resourceVersion it read (`pkg/patcher/patcher.go`): a list changed since by anyone else
 /// is not overwritten, the write fails with a conflict and the cluster is looked at again.
+/// A refused write is retried as the controller's factory queue retries it
+/// ([`crate::backoff::Retries`]), or at once when the cluster changes meanwhile.
 async fn run_taint_controller(client: Client) {
     let clusters: Api<ManagedCluster> = Api::all(client.clone());
+    let ctx = Arc::new((client, crate::backoff::Retries::default()));
     Controller::new(clusters, watcher::Config::default())
         .run(
-            |mc: Arc<ManagedCluster>, client: Arc<Client>| async move {
+            |mc: Arc<ManagedCluster>, ctx: Arc<(Client, crate::backoff::Retries)>| async move {
                 if let Some(taints) = availability_taints(&mc) {
-                    Api::<ManagedCluster>::all(Client::clone(&client))
+                    Api::<ManagedCluster>::all(ctx.0.clone())
                         .patch(
                             &mc.name_any(),
                             &PatchParams::default(),
@@ -731,10 +743,11 @@ async fn run_taint_controller(client: Client) {
                         )
                         .await?;
                 }
+                ctx.1.forget(&mc.name_any());
                 Ok::<_, ReconcileError>(Action::await_change())
             },
-            |_, _, _| Action::requeue(Duration::from_millis(200)),
-            Arc::new(client),
+            |mc, _, ctx| Action::requeue(ctx.1.when(&mc.name_any(), Instant::now())),
+            ctx,
         )
         .for_each(|_| async {})
         .await;

@@ -426,3 +426,87 @@ async fn a_new_cluster_claim_reaches_the_hub_without_waiting_for_a_resync() {
     })
     .await;
 }
+
+/// A hub controller whose write is refused tries again as upstream's work queue would: the
+/// taint controller's retries of one cluster back off from 5 ms, doubling (client-go's default
+/// controller rate limiter, `backoff::Retries`), so its eleventh refusal comes more than five
+/// seconds after the first, where a fixed pace of 200 ms reached it within two.
+#[tokio::test]
+async fn the_taint_controller_backs_off_a_refused_write() {
+    common::logs();
+    let hub = Hub::start("hub1", HubOptions::default()).await.unwrap();
+    let api = &hub.cluster.api;
+    let registration = "system:serviceaccount:open-cluster-management-hub:registration-controller";
+    let mcs: Api<ManagedCluster> = Api::all(hub.cluster.admin.clone());
+    mcs.create(
+        &Default::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "refused"},
+            "spec": {"hubAcceptsClient": false, "leaseDurationSeconds": 60}
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let tainted = |l: &[ManagedCluster]| {
+        l.iter().any(|mc| {
+            mc.spec
+                .taints
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .any(|t| t.key == ocm_sim::names::UNREACHABLE_TAINT)
+        })
+    };
+    // Settled: denied (the cluster controller has nothing more to write) and tainted.
+    wait_for(&mcs, Duration::from_secs(30), "denied and tainted", |l| {
+        tainted(l)
+            && l.iter()
+                .any(|mc| status_of(mc, "HubAcceptedManagedCluster") == "False")
+    })
+    .await;
+    // The controller's writes to the cluster itself (its status is the cluster controller's).
+    let writes = || -> u64 {
+        api.metrics()
+            .access_log()
+            .iter()
+            .filter(|(a, _)| {
+                a.user == registration && a.verb == "patch" && a.resource == "managedclusters"
+            })
+            .map(|(_, n)| *n)
+            .sum()
+    };
+    let before = writes();
+    let refused = || writes() - before;
+    api.faults().add_error(kube_sim::ErrorRule {
+        verb: Some("patch".into()),
+        resource: Some("managedclusters".into()),
+        rate: 1.0,
+        code: 409,
+        user: Some(registration.into()),
+    });
+    // The admin takes the taint off: the controller puts it back, and is refused.
+    mcs.patch(
+        "refused",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"taints": []}})),
+    )
+    .await
+    .unwrap();
+    let first = common::eventually(Duration::from_secs(10), "the taint refused", || async {
+        (refused() >= 1).then(Instant::now)
+    })
+    .await;
+    common::eventually(Duration::from_secs(30), "eleven refusals", || async {
+        (refused() >= 11).then_some(())
+    })
+    .await;
+    let took = first.elapsed();
+    assert!(
+        took >= Duration::from_secs(4),
+        "eleven refused taint writes within {took:?}: retried at a fixed pace"
+    );
+    api.faults().clear();
+    // Once writes go through again, the next retry puts the taint back.
+    wait_for(&mcs, Duration::from_secs(30), "the taint back", tainted).await;
+}
