@@ -34,6 +34,18 @@ pub(super) fn deploy(
         clusters: step.status.resolved_clusters.as_ref().map_or(0, Vec::len),
         timeout: timeouts(mcm).stage,
     };
+    if seen.ready
+        && let Some(source) = &source
+    {
+        // On to Registering: what the source found of each cluster (ready to switch, still
+        // waiting for its klusterlet, held, gone) counts from now, so that Registering's first
+        // step releases the ready ones without waiting for the source's first report on it.
+        let (names, mut states) = step.clusters();
+        let before = states.clone();
+        merge_reports(&mut states, Some(&source.states(names.len())), None);
+        warn_new_failures(step, &names, &before, &states, "ClusterFailed");
+        step.set_states(&states);
+    }
     Ok(Decided::Wake(step.settle(seen.outcome(&m.from, &m.to))))
 }
 

@@ -253,6 +253,43 @@ fn confirmed(
 }
 
 #[test]
+fn registering_releases_on_its_first_step_the_clusters_the_source_found_ready_in_deploying() {
+    let mcm = in_phase(MigrationPhase::Deploying, &[Valid; 3]);
+    let (step, _) = decide_at(deploy, &world(), &mcm, 10);
+    let done = StageState::Succeeded;
+    let confirmed = World {
+        source_work: answered(
+            &step.effects,
+            &work_name(MigrationRole::Source),
+            done,
+            &[Ready, Waiting, Blocked],
+        ),
+        target_work: answered(
+            &step.effects,
+            &work_name(MigrationRole::Target),
+            done,
+            &[Valid; 3],
+        ),
+        ..world()
+    };
+    let (step, _) = decide_at(deploy, &confirmed, &mcm, 10);
+    assert_eq!(step.status.phase, Some(MigrationPhase::Registering));
+    assert_eq!(step.states(), [Ready, Waiting, Blocked]);
+    // Registering's first step: neither hub has answered on it yet, and the ready cluster is
+    // released (the target hears of it first, on the next step).
+    let mut registering = mcm.clone();
+    registering.status = Some(step.status.clone());
+    let silent = World {
+        source_task_now: Some(None),
+        ..world()
+    };
+    let (step, result) = decide_at(register, &silent, &registering, 11);
+    assert!(matches!(result, Decided::Wake(_)));
+    assert_eq!(step.states(), [Switching, Waiting, Blocked]);
+    assert_eq!(delivered(&step, MigrationRole::Source).released, None);
+}
+
+#[test]
 fn a_report_on_another_revision_is_no_answer() {
     let mcm = in_phase(MigrationPhase::Deploying, &[Valid; 3]);
     let (source, target) = confirmed(&mcm);

@@ -23,38 +23,7 @@ pub fn advance(
     max_concurrency: usize,
     max_failures: usize,
 ) -> Progress {
-    for (i, s) in states.iter_mut().enumerate() {
-        let t = target.map(|t| t[i]);
-        let src = source.map(|s| s[i]);
-        match (*s, t) {
-            (ClusterState::Available, _) => {}
-            (_, Some(ClusterState::Available)) => *s = ClusterState::Available,
-            (_, Some(ClusterState::Refused)) => *s = ClusterState::Refused,
-            // Admitted by the target (its klusterlet joined there): recorded, so that a
-            // rollback without the target's word never takes it back behind its back.
-            (ClusterState::Switching, Some(ClusterState::Joined)) => *s = ClusterState::Joined,
-            (
-                ClusterState::Switching
-                | ClusterState::Joined
-                | ClusterState::Refused
-                | ClusterState::NotFound,
-                _,
-            ) => {}
-            _ => {
-                if let Some(src) = src
-                    && matches!(
-                        src,
-                        ClusterState::Waiting
-                            | ClusterState::Ready
-                            | ClusterState::Blocked
-                            | ClusterState::NotFound
-                    )
-                {
-                    *s = src;
-                }
-            }
-        }
-    }
+    merge_reports(states, source, target);
     let failed = states.iter().filter(|s| s.failure().is_some()).count();
     let mut in_flight = states.iter().filter(|s| s.in_flight()).count();
     if failed <= max_failures {
@@ -87,6 +56,50 @@ pub fn advance(
         Progress::Running
     } else {
         Progress::Stuck
+    }
+}
+
+/// Merges the hubs' reports into the manager's per-cluster states: the target's word on a
+/// cluster (Available, Refused, admitted) first; the source's readiness for one not released.
+/// Registering does this on each step; Deploying once, as it hands over to Registering, so
+/// that the clusters the source already found ready are released on Registering's first step
+/// rather than after the source's first report on it.
+pub(super) fn merge_reports(
+    states: &mut [ClusterState],
+    source: Option<&[ClusterState]>,
+    target: Option<&[ClusterState]>,
+) {
+    for (i, s) in states.iter_mut().enumerate() {
+        let t = target.map(|t| t[i]);
+        let src = source.map(|s| s[i]);
+        match (*s, t) {
+            (ClusterState::Available, _) => {}
+            (_, Some(ClusterState::Available)) => *s = ClusterState::Available,
+            (_, Some(ClusterState::Refused)) => *s = ClusterState::Refused,
+            // Admitted by the target (its klusterlet joined there): recorded, so that a
+            // rollback without the target's word never takes it back behind its back.
+            (ClusterState::Switching, Some(ClusterState::Joined)) => *s = ClusterState::Joined,
+            (
+                ClusterState::Switching
+                | ClusterState::Joined
+                | ClusterState::Refused
+                | ClusterState::NotFound,
+                _,
+            ) => {}
+            _ => {
+                if let Some(src) = src
+                    && matches!(
+                        src,
+                        ClusterState::Waiting
+                            | ClusterState::Ready
+                            | ClusterState::Blocked
+                            | ClusterState::NotFound
+                    )
+                {
+                    *s = src;
+                }
+            }
+        }
     }
 }
 
