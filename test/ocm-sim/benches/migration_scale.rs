@@ -181,6 +181,7 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         .iter()
         .map(|(_, pid)| demo::cpu_time(*pid).unwrap_or_default())
         .collect();
+    let started = Instant::now();
     let report = demo::migrate(&running, &opts, &mut quiet)
         .await
         .expect("migration");
@@ -207,17 +208,35 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     let moving = demo::moving(&opts);
     let released_at = released_at.lock().unwrap().clone();
     let arrived_at = arrived_at.lock().unwrap().clone();
-    let slowest = moving
+    let (slowest, slowest_name) = moving
         .iter()
         .filter_map(|c| {
-            Some(
+            Some((
                 arrived_at
                     .get(c)?
                     .saturating_duration_since(*released_at.get(c)?),
-            )
+                c.as_str(),
+            ))
         })
         .max()
         .unwrap_or_default();
+    // When the moving clusters were released and arrived, from the migration's start: the
+    // first and the last of each.
+    let spread = |seen: &BTreeMap<String, Instant>| {
+        let times: Vec<f64> = moving
+            .iter()
+            .filter_map(|c| {
+                Some(
+                    seen.get(c)?
+                        .saturating_duration_since(started)
+                        .as_secs_f64(),
+                )
+            })
+            .collect();
+        let first = times.iter().copied().fold(f64::INFINITY, f64::min);
+        let last = times.iter().copied().fold(0.0, f64::max);
+        format!("{first:.1}-{last:.1} s")
+    };
     let n = moving.len() as f64;
     println!(
         "\n{clusters} clusters, join delay {join_delay:?}: {:?}, {} registered, {} failed, misplaced {}",
@@ -237,6 +256,11 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     println!(
         "  beyond the slowest switch  {:>8.1} s",
         report.migration_took.saturating_sub(slowest).as_secs_f64()
+    );
+    println!(
+        "  released on hub1 {}, Available on hub2 {} (slowest: {slowest_name})",
+        spread(&released_at),
+        spread(&arrived_at)
     );
     let agent = |m: &kube_sim::Metrics| {
         m.access_log()
