@@ -91,6 +91,15 @@ impl Retries {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         s.failures.remove(key);
     }
+
+    /// `result` of a reconcile of `key`, which is forgotten when it succeeded (the queue's
+    /// `Forget` after a handler returned no error).
+    pub(crate) fn settled<T, E>(&self, key: &str, result: Result<T, E>) -> Result<T, E> {
+        if result.is_ok() {
+            self.forget(key);
+        }
+        result
+    }
 }
 
 /// `backOffPeriod` (kubernetes `pkg/kubelet/kubelet.go`): a container's first restart back-off.
@@ -182,7 +191,14 @@ mod tests {
         let one = Retries::default();
         let own: Vec<_> = (0..4).map(|_| one.when("a", t0).as_millis()).collect();
         assert_eq!(own, [5, 10, 20, 40], "one item's own backoff");
-        one.forget("a");
+        // A failed reconcile leaves it counted; a successful one forgets it.
+        assert!(one.settled("a", Err::<(), ()>(())).is_err());
+        assert_eq!(
+            one.when("a", t0),
+            Duration::from_millis(80),
+            "still counted"
+        );
+        assert!(one.settled("a", Ok::<(), ()>(())).is_ok());
         assert_eq!(one.when("a", t0), Duration::from_millis(5), "forgotten");
 
         let many = Retries::default();

@@ -69,10 +69,7 @@ pub async fn run(client: Client) {
         .run(
             |binding, ctx| async move {
                 let done = reconcile(binding.clone(), ctx.clone()).await;
-                if done.is_ok() {
-                    ctx.1.forget(&key(&binding));
-                }
-                done
+                ctx.1.settled(&key(&binding), done)
             },
             // A failed one is retried as the factory's work queue retries it.
             |binding, e: &kube::Error, ctx| {

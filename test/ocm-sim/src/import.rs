@@ -569,10 +569,7 @@ pub async fn run(client: Client, bootstrap_kubeconfig: String, older: Option<Old
         .run(
             |mc, ctx| async move {
                 let done = reconcile(mc.clone(), ctx.clone()).await;
-                if done.is_ok() {
-                    ctx.retries.forget(&mc.name_any());
-                }
-                done
+                ctx.retries.settled(&mc.name_any(), done)
             },
             |mc, e: &RenderError, ctx| {
                 tracing::debug!(error = %e, "import reconcile failed");

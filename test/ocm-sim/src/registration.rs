@@ -244,10 +244,7 @@ async fn run_cluster_controller(client: Client) {
         .run(
             |mc, ctx| async move {
                 let done = reconcile(mc.clone(), ctx.clone()).await;
-                if done.is_ok() {
-                    ctx.retries.forget(&mc.name_any());
-                }
-                done
+                ctx.retries.settled(&mc.name_any(), done)
             },
             |mc, _, ctx| Action::requeue(ctx.retries.when(&mc.name_any(), Instant::now())),
             ctx,
