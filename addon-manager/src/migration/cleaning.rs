@@ -6,6 +6,10 @@ use super::*;
 /// event.
 const REMOVAL_RECHECK: Duration = Duration::from_secs(30);
 
+/// How many of the migration's works, or of its ManagedServiceAccounts, Cleaning removes at
+/// once (a migration has at most 64 ManagedServiceAccounts and a few dozen works).
+const REMOVALS_AT_ONCE: usize = 16;
+
 pub(super) async fn cleaning(
     ctx: &Ctx,
     mcm: &ManagedClusterMigration,
@@ -297,7 +301,6 @@ pub(super) async fn remove_everything(
     m: &Migration,
     parts: Option<&CarryOverParts>,
 ) -> Result<bool, Error> {
-    let mut gone = true;
     if m.to.is_empty() {
         // No target was ever chosen (a `toPlacement` refused in Pending): nothing was created
         // anywhere.
@@ -315,27 +318,40 @@ pub(super) async fn remove_everything(
             names::migration_work(&m.key, MigrationRole::Target),
         ),
     ];
-    for (hub, name) in works_of {
-        gone &= remove_work(ctx, hub, &name).await?;
-    }
     let extra = extra_works(ctx, m)
         .into_iter()
         .map(|(hub, name, _)| (hub, name));
-    for (hub, name) in parts.into_iter().chain(extra) {
-        gone &= remove_work(ctx, &hub, &name).await?;
+    let works: Vec<(String, String)> = works_of
+        .into_iter()
+        .map(|(hub, name)| (hub.to_owned(), name))
+        .chain(parts)
+        .chain(extra)
+        .collect();
+    // Side by side (each is a read or a delete of its own), a few at a time.
+    let mut removed = Vec::with_capacity(works.len());
+    for chunk in works.chunks(REMOVALS_AT_ONCE) {
+        let some = chunk.iter().map(|(hub, name)| remove_work(ctx, hub, name));
+        removed.extend(futures::future::try_join_all(some).await?);
     }
-    if !gone {
+    if !removed.iter().all(|gone| *gone) {
         return Ok(false);
     }
     // Every bootstrap identity the migration has, however many it issued.
     let msas: Api<ManagedServiceAccount> = Api::namespaced(ctx.client.clone(), &m.to);
     // The API server's word: the watch may not have seen the last one yet.
     let left = service_accounts_now(ctx, m).await?;
-    for (name, msa) in &left {
-        if msa.metadata.deletion_timestamp.is_none() {
+    let revoke: Vec<&String> = left
+        .iter()
+        .filter(|(_, msa)| msa.metadata.deletion_timestamp.is_none())
+        .map(|(name, _)| name)
+        .collect();
+    for chunk in revoke.chunks(REMOVALS_AT_ONCE) {
+        let msas = &msas;
+        let some = chunk.iter().map(|name| async move {
             ignore_not_found(msas.delete(name, &DeleteParams::default()).await)
-                .map_err(ctx_err(format!("revoking ManagedServiceAccount {name}")))?;
-        }
+                .map_err(ctx_err(format!("revoking ManagedServiceAccount {name}")))
+        });
+        futures::future::try_join_all(some).await?;
     }
     if left.is_empty() {
         ctx.observed.forget_tokens(&m.to, &m.identity_names);
