@@ -233,6 +233,9 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
                 )
             })
             .collect();
+        if times.is_empty() {
+            return "none".to_owned();
+        }
         let first = times.iter().copied().fold(f64::INFINITY, f64::min);
         let last = times.iter().copied().fold(0.0, f64::max);
         format!("{first:.1}-{last:.1} s")
