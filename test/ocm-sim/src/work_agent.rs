@@ -16,7 +16,7 @@ use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalize, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, set_condition};
 use migration_api::names::finalizers::MANIFEST_WORK_CLEANUP;
@@ -51,6 +51,9 @@ pub struct WorkAgentOptions {
 /// Upstream's `--workload-agent-workers` default.
 const WORKERS: u16 = 10;
 
+/// Events of the works' one watch held for its two controllers until both have taken them.
+const WATCH_BUFFER: usize = 256;
+
 struct Ctx {
     hub: Client,
     managed: Client,
@@ -80,8 +83,12 @@ struct Ctx {
     /// Per deleted work, how many looks in a row found its resources still going
     /// ([`finalize_backoff`]).
     finalize_looks: std::sync::Mutex<std::collections::HashMap<String, u32>>,
-    /// The works as the controller's watch has them: a status sync under way yields to the
-    /// apply or the cleanup of a work that changed meanwhile ([`superseded`]).
+    /// The apply controller's retries of failed reconciles.
+    apply_retries: crate::backoff::Retries,
+    /// The status controller's retries of failed syncs (a status write that conflicted).
+    status_retries: crate::backoff::Retries,
+    /// The works as the controllers' one watch has them: a status sync under way yields to
+    /// the apply or the cleanup of a work that changed meanwhile ([`superseded`]).
     works: Store<ManifestWork>,
 }
 
@@ -90,8 +97,9 @@ struct Ctx {
 /// controllers, each with its own queue (ocm pkg/work/spoke/spokeagent.go starts
 /// `AvailableStatusController`, `ManifestWorkController` and the finalize controllers
 /// apart): a status sync of a work with many manifests never holds up its deletion or the
-/// apply of its new spec. The simulator runs them in one reconcile per work, so a sync stops
-/// (writing nothing) as soon as the work's watch shows either is due.
+/// apply of its new spec. The simulator's status controller stops a sync (writing nothing)
+/// as soon as the work's watch shows either is due; what it would write conflicts with the
+/// apply's write anyway (both name the resourceVersion they read, [`write_status`]).
 fn superseded(ctx: &Ctx, work: &ManifestWork) -> bool {
     let now = current(ctx, work);
     deleted_since(now.as_deref(), work)
@@ -188,12 +196,11 @@ impl LastApply {
         self.same_spec(work) && std::time::Instant::now() < self.again
     }
 
-    /// How soon the reconcile is to run again: at the status sync, or sooner for a retry.
-    fn requeue(&self, status_sync: Duration) -> Duration {
-        status_sync.min(
-            self.again
-                .saturating_duration_since(std::time::Instant::now()),
-        )
+    /// How soon the apply controller is to look at the work again: at the resync, or the
+    /// retry of a failed apply.
+    fn due_in(&self) -> Duration {
+        self.again
+            .saturating_duration_since(std::time::Instant::now())
     }
 }
 
@@ -222,11 +229,19 @@ fn finalize_backoff(looks: u32) -> Duration {
     crate::backoff::item(Duration::from_millis(50), Duration::from_secs(60), looks)
 }
 
-/// How long the work controller waits before it runs a failed reconcile again.
-fn retry_after(e: &kube::runtime::finalizer::Error<WorkError>) -> Duration {
+/// How long the apply controller waits before it runs a failed reconcile of `key` again: a
+/// deleted work's resources still going are looked at after their own backoff; any other
+/// failure (a status write that conflicted with the status controller's, say) is retried as
+/// upstream's queue retries it, client-go's default controller rate limiter
+/// ([`crate::backoff::Retries`]).
+fn retry_after(
+    retries: &crate::backoff::Retries,
+    key: &str,
+    e: &kube::runtime::finalizer::Error<WorkError>,
+) -> Duration {
     match e {
         kube::runtime::finalizer::Error::CleanupFailed(WorkError::Pending { retry, .. }) => *retry,
-        _ => Duration::from_millis(500),
+        _ => retries.when(key, std::time::Instant::now()),
     }
 }
 
@@ -265,11 +280,27 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             crate::feedback_watch::MAX_FEEDBACK_WATCH,
         );
         let works: Api<ManifestWork> = Api::namespaced(hub.clone(), &opts.cluster_name);
+        // Two controllers on one watch of the works, as upstream's spoke agent starts the
+        // apply controller (`ManifestWorkController`) and the status controller
+        // (`AvailableStatusController`) apart on one informer (ocm pkg/work/spoke/
+        // spokeagent.go): each has its own queue, so a status sync never waits for an apply
+        // of the same work under way, nor an apply for a sync. Up to ten works at a time
+        // each, as each runs `--workload-agent-workers` (default 10, ocm
+        // pkg/work/spoke/options.go) workers.
+        let (works_store, writer) = kube::runtime::reflector::store_shared(WATCH_BUFFER);
+        let (Some(to_apply), Some(to_sync)) = (writer.subscribe(), writer.subscribe()) else {
+            return Err(Error::Setup("the works' watch is not shared".into()));
+        };
+        let works_watch = watcher(works, watcher::Config::default())
+            .default_backoff()
+            .reflect_shared(writer)
+            .for_each(|_| async {});
+        let appliers = Controller::for_shared_stream(to_apply, works_store.clone())
+            .with_config(kube::runtime::controller::Config::default().concurrency(WORKERS));
         // A watched manifest's change syncs its work's status at once (upstream's object
-        // reader queues the work), besides the work's own events and the periodic sync.
-        // Up to ten works at a time, as upstream's controllers each run
-        // `--workload-agent-workers` (default 10, ocm pkg/work/spoke/options.go) workers.
-        let controller = Controller::new(works, watcher::Config::default())
+        // reader queues the work in the status controller), besides the work's own events
+        // and the periodic sync.
+        let syncers = Controller::for_shared_stream(to_sync, works_store.clone())
             .with_config(kube::runtime::controller::Config::default().concurrency(WORKERS))
             .reconcile_on(woken);
         let ctx = Arc::new(Ctx {
@@ -285,11 +316,13 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             feedback,
             works_applied: Default::default(),
             finalize_looks: Default::default(),
-            works: controller.store(),
+            apply_retries: Default::default(),
+            status_retries: Default::default(),
+            works: works_store.clone(),
         });
         // When the process restarts (a pod replaced), reconciles under way finish first, as in
         // a graceful shutdown, so no applied object goes unrecorded.
-        let restarted = {
+        let restarted = || {
             let ended = ended(connection.clone(), seen.clone());
             let cluster = opts.cluster_name.clone();
             async move {
@@ -301,7 +334,7 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             let ended = ended(connection.clone(), seen.clone());
             let ctx = ctx.clone();
             let grace = opts.eviction_grace;
-            let works = controller.store();
+            let works = works_store.clone();
             async move {
                 tokio::select! {
                     () = async { futures::join!(evict_unmanaged(&ctx, &works, grace), amw_watch); } => {}
@@ -309,13 +342,27 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
                 }
             }
         };
-        let serving = controller
-            .graceful_shutdown_on(restarted)
+        let applying = appliers
+            .graceful_shutdown_on(restarted())
             .run(
                 reconcile,
-                |_, e: &kube::runtime::finalizer::Error<WorkError>, _| {
-                    tracing::debug!(error = %e, "work reconcile failed");
-                    Action::requeue(retry_after(e))
+                |work, e: &kube::runtime::finalizer::Error<WorkError>, ctx| {
+                    tracing::debug!(work = %work.name_any(), error = %e, "work reconcile failed");
+                    Action::requeue(retry_after(&ctx.apply_retries, &work.name_any(), e))
+                },
+                ctx.clone(),
+            )
+            .for_each(|_| async {});
+        let syncing = syncers
+            .graceful_shutdown_on(restarted())
+            .run(
+                reconcile_status,
+                |work, e: &WorkError, ctx| {
+                    tracing::debug!(work = %work.name_any(), error = %e, "work status sync failed");
+                    Action::requeue(
+                        ctx.status_retries
+                            .when(&work.name_any(), std::time::Instant::now()),
+                    )
                 },
                 ctx,
             )
@@ -331,7 +378,8 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
             }
         };
         tokio::select! {
-            _ = async { futures::join!(serving, evicting) } => {}
+            _ = async { futures::join!(applying, syncing, evicting) } => {}
+            () = works_watch => {}
             () = killed => {
                 tracing::info!(cluster = %opts.cluster_name, "the work agent did not stop within the termination grace period; killed");
             }
@@ -450,10 +498,10 @@ async fn reconcile(
         match ev {
             Finalize::Apply(w) => {
                 let last = lock(&c.works_applied).get(&w.name_any()).cloned();
-                if let Some(last) = last.filter(|l| l.covers(&w)) {
-                    sync_status(&c, &w, last.requeue(c.resync)).await
-                } else {
-                    apply_work(&c, &w).await
+                match last.filter(|l| l.covers(&w)) {
+                    // Applied as it is: the status controller has every other event.
+                    Some(last) => Ok(Action::requeue(last.due_in())),
+                    None => apply_work(&c, &w).await,
                 }
             }
             Finalize::Cleanup(w) => {
@@ -464,7 +512,29 @@ async fn reconcile(
     })
     .await;
     tracing::debug!(cluster = %ctx.cluster, work = %name, ok = r.is_ok(), "work reconcile ends");
-    r
+    ctx.apply_retries.settled(&name, r)
+}
+
+/// The status controller (upstream's `AvailableStatusController`,
+/// statuscontroller/availablestatus_controller.go) on one work: nothing before the work has
+/// its finalizer and reports `Applied` (of any generation, as upstream: while the apply
+/// controller applies a new spec, a sync reads and reports the manifests the status lists,
+/// those of the spec before), else [`sync_status`], again after the status sync interval.
+async fn reconcile_status(work: Arc<ManifestWork>, ctx: Arc<Ctx>) -> Result<Action, WorkError> {
+    let applied = work
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Applied"));
+    if work.metadata.deletion_timestamp.is_some()
+        || !work.finalizers().iter().any(|f| f == MANIFEST_WORK_CLEANUP)
+        || !applied
+    {
+        return Ok(Action::await_change());
+    }
+    let key = work.name_any();
+    let synced = sync_status(&ctx, &work, ctx.resync).await;
+    ctx.status_retries.settled(&key, synced)
 }
 
 fn applied_name(ctx: &Ctx, work: &ManifestWork) -> String {
@@ -738,12 +808,15 @@ async fn apply_work(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError>
     );
     set_work_available(&mut work_conditions, all_available, generation);
     let status = json!({"conditions": work_conditions, "resourceStatus": {"manifests": statuses}});
-    write_status(ctx, work, status).await?;
+    if !write_applied_status(ctx, work, status).await? {
+        // The work changed meanwhile: applied again at once.
+        return Ok(Action::requeue(Duration::ZERO));
+    }
     // A failed apply is tried again after the backoff (upstream's controller returns the
     // error and its queue requeues the work so), its status synced meanwhile.
     let mut applied = lock(&ctx.works_applied);
     let last = LastApply::of(work, all_applied, applied.get(&work.name_any()));
-    let requeue = last.requeue(ctx.resync);
+    let requeue = last.due_in();
     applied.insert(work.name_any(), last);
     Ok(Action::requeue(requeue))
 }
@@ -844,20 +917,60 @@ fn set_work_available(conditions: &mut Vec<Condition>, available: bool, generati
     );
 }
 
-/// Writes `status` as the work's status unless it already is (upstream compares first).
+/// Writes `status` as the work's status unless it already is (upstream compares first), on
+/// the version of the work it was made from: the patch names its uid and resourceVersion, as
+/// upstream's patcher does (sdk-go pkg/patcher/patcher.go `patch`), so a write made from a
+/// work another controller has written since fails with a conflict and is made again.
 async fn write_status(ctx: &Ctx, work: &ManifestWork, status: Value) -> Result<(), WorkError> {
     let unchanged = serde_json::from_value::<ManifestWorkStatus>(status.clone())
         .is_ok_and(|s| work.status.as_ref() == Some(&s));
     if !unchanged {
+        let meta = json!({"uid": work.uid(), "resourceVersion": work.resource_version()});
         Api::<ManifestWork>::namespaced(ctx.hub.clone(), &ctx.cluster)
             .patch_status(
                 &work.name_any(),
                 &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
+                &Patch::Merge(json!({ "metadata": meta, "status": status })),
             )
             .await?;
     }
     Ok(())
+}
+
+/// The apply's status write. One that conflicts with a write of the status controller is
+/// made again at once on the work as it is now, if its spec and labels are still those
+/// applied (`false` when they are not: the work is to be applied again). Upstream's queue
+/// retries the conflict after 5 ms while its process runs on (an agent redeployed by a change
+/// of its own Klusterlet keeps running until its new pod is ready: a rolling update); the
+/// simulated process stops as soon as its reconciles end, and must not lose the report
+/// there.
+async fn write_applied_status(
+    ctx: &Ctx,
+    work: &ManifestWork,
+    status: Value,
+) -> Result<bool, WorkError> {
+    const ATTEMPTS: usize = 3;
+    let api: Api<ManifestWork> = Api::namespaced(ctx.hub.clone(), &ctx.cluster);
+    let mut current = work.clone();
+    for attempt in 1..=ATTEMPTS {
+        match write_status(ctx, &current, status.clone()).await {
+            Err(WorkError::Kube(kube::Error::Api(e))) if e.code == 409 && attempt < ATTEMPTS => {
+                let Some(fresh) = api.get_opt(&work.name_any()).await? else {
+                    return Ok(false);
+                };
+                let same = fresh.uid() == work.uid()
+                    && fresh.metadata.generation == work.metadata.generation
+                    && fresh.labels() == work.labels()
+                    && fresh.metadata.deletion_timestamp.is_none();
+                if !same {
+                    return Ok(false);
+                }
+                current = fresh;
+            }
+            written => return written.map(|()| true),
+        }
+    }
+    Ok(true)
 }
 
 /// The status controller alone, for a work applied as it is now (see [`APPLY_RESYNC`]): each
@@ -1643,7 +1756,7 @@ mod tests {
     }
 
     /// A deleted work whose resources are still going is looked at again after the finalize
-    /// controller's backoff (50 ms, doubling, at most 60 s), not the half second any other
+    /// controller's backoff (50 ms, doubling, at most 60 s), not the queue's backoff any other
     /// failure waits.
     #[test]
     fn a_deleted_works_resources_are_looked_at_again_with_upstreams_backoff() {
@@ -1658,6 +1771,7 @@ mod tests {
             assert_eq!(finalize_backoff(looks), want, "{looks} looks");
         }
         use kube::runtime::finalizer::Error as F;
+        let retries = crate::backoff::Retries::default();
         let pending = || WorkError::Pending {
             message: "waiting".into(),
             retry: Duration::from_millis(100),
@@ -1668,19 +1782,30 @@ mod tests {
                 F::CleanupFailed(pending()),
                 Duration::from_millis(100),
             ),
+            // Any other failure: the queue's backoff, per work (5 ms, doubled at each
+            // failure in a row).
             (
                 "failed cleanup",
                 F::CleanupFailed(WorkError::Other("no".into())),
-                Duration::from_millis(500),
+                Duration::from_millis(5),
             ),
             (
                 "failed apply",
                 F::ApplyFailed(pending()),
-                Duration::from_millis(500),
+                Duration::from_millis(10),
             ),
         ] {
-            assert_eq!(retry_after(&e), want, "{what}");
+            assert_eq!(retry_after(&retries, "w", &e), want, "{what}");
         }
+        assert_eq!(
+            retry_after(
+                &retries,
+                "another",
+                &F::ApplyFailed(WorkError::Other("no".into()))
+            ),
+            Duration::from_millis(5),
+            "another work's first failure"
+        );
     }
 
     #[test]
@@ -1696,7 +1821,7 @@ mod tests {
         let again = LastApply::of(&work, false, Some(&failed));
         assert_eq!(again.failures, 2);
         assert!(again.covers(&work), "no apply before the backoff ends");
-        assert!(again.requeue(Duration::from_secs(10)) <= Duration::from_millis(10));
+        assert!(again.due_in() <= Duration::from_millis(10));
         // A new spec resets the count; a complete apply covers the work until the resync.
         let mut changed = work.clone();
         changed.metadata.generation = Some(4);
@@ -1705,11 +1830,7 @@ mod tests {
         let done = LastApply::of(&work, true, Some(&again));
         assert_eq!(done.failures, 0);
         assert!(done.covers(&work));
-        assert_eq!(
-            done.requeue(Duration::from_secs(10)),
-            Duration::from_secs(10)
-        );
-        assert!(done.again >= std::time::Instant::now() + Duration::from_secs(239));
+        assert!(done.due_in() >= Duration::from_secs(239));
     }
 
     /// Upstream `rules/rule.go`: Deployments report ready, total and available replicas

@@ -777,3 +777,108 @@ async fn what_an_interrupted_apply_created_goes_with_the_deleted_work() {
     )
     .await;
 }
+
+/// Upstream's status controller has a queue of its own (ocm pkg/work/spoke/spokeagent.go
+/// starts `AvailableStatusController` apart from `ManifestWorkController`): a watched
+/// object's change is reported while the apply of the work's new spec is under way, from
+/// the manifests the status lists, not once that apply is done.
+#[tokio::test]
+async fn watched_feedback_is_reported_while_a_new_spec_is_applied() {
+    // A status sync far beyond the test: only the watch can report the change in time.
+    let (hub, clusters) = joined_pair_syncing(Duration::from_secs(300)).await;
+    let c1 = &clusters[0].0;
+    c1.ensure_namespace("app").await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(c1.admin.clone(), "app");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "watched"}, "data": {"mode": "blue"}}))
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let watched = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "watched", "namespace": "app"}});
+    let mut slow = work_of("slow", vec![watched.clone()]);
+    slow.spec.manifest_configs = Some(
+        serde_json::from_value(json!([{
+            "resourceIdentifier": {"resource": "configmaps", "namespace": "app", "name": "watched"},
+            "updateStrategy": {"type": "ReadOnly"},
+            "feedbackScrapeType": "Watch",
+            "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [{"name": "mode", "path": ".data.mode"}]}]
+        }]))
+        .unwrap(),
+    );
+    let works: Api<ManifestWork> = Api::namespaced(hub.cluster.admin.clone(), "cluster1");
+    works.create(&PostParams::default(), &slow).await.unwrap();
+    eventually(LIMIT, "the first feedback", || {
+        let works = works.clone();
+        async move { (feedback(&works, "slow", "mode").await.as_deref() == Some("blue")).then_some(()) }
+    })
+    .await;
+    let applied_generation = |w: &ManifestWork| {
+        w.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Applied"))
+            .and_then(|c| c.observed_generation)
+    };
+    let first = applied_generation(&works.get("slow").await.unwrap());
+    // A new spec of 40 more objects, each request to cluster1 taking 100 ms: its apply
+    // takes seconds.
+    let more: Vec<serde_json::Value> = std::iter::once(watched)
+        .chain((0..40).map(|i| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": format!("cm-{i}"), "namespace": "app", "labels": {"test": "slow"}},
+                   "data": {"i": i.to_string()}})
+        }))
+        .collect();
+    c1.api.faults().set_latency(Duration::from_millis(100));
+    set_manifests(&works, &work_of("slow", more)).await;
+    let listed = ListParams::default().labels("test=slow");
+    eventually(LIMIT, "the apply under way", || {
+        let (cms, listed) = (cms.clone(), listed.clone());
+        async move { (cms.list(&listed).await.unwrap().items.len() >= 3).then_some(()) }
+    })
+    .await;
+    cms.patch(
+        "watched",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"mode": "green"}})),
+    )
+    .await
+    .unwrap();
+    let reported = eventually(LIMIT, "the change reported", || {
+        let works = works.clone();
+        async move {
+            let w = works.get("slow").await.unwrap();
+            let mode = w
+                .status
+                .as_ref()
+                .and_then(|s| s.resource_status.as_ref())
+                .and_then(|r| r.manifests.as_deref())
+                .and_then(|m| {
+                    m.iter()
+                        .find_map(|m| m.status_feedback.as_ref()?.values.clone())
+                })
+                .and_then(|v| v.into_iter().find(|v| v.name == "mode"))
+                .and_then(|v| v.field_value.string);
+            (mode.as_deref() == Some("green")).then_some(w)
+        }
+    })
+    .await;
+    let created = cms.list(&listed).await.unwrap().items.len();
+    assert_eq!(
+        applied_generation(&reported),
+        first,
+        "reported before the new spec's apply was done ({created} of 40 objects there by then)"
+    );
+    c1.api.faults().set_latency(Duration::ZERO);
+    eventually(LIMIT, "the new spec applied", || {
+        let works = works.clone();
+        async move {
+            let w = works.get("slow").await.unwrap();
+            (applied_generation(&w) == w.metadata.generation && applied_generation(&w) != first)
+                .then_some(())
+        }
+    })
+    .await;
+}
