@@ -533,7 +533,7 @@ async fn reconcile_status(work: Arc<ManifestWork>, ctx: Arc<Ctx>) -> Result<Acti
         return Ok(Action::await_change());
     }
     let key = work.name_any();
-    let synced = sync_status(&ctx, &work, ctx.resync).await;
+    let synced = sync_status(&ctx, &work).await;
     ctx.status_retries.settled(&key, synced)
 }
 
@@ -952,7 +952,8 @@ async fn write_applied_status(
     const ATTEMPTS: usize = 3;
     let api: Api<ManifestWork> = Api::namespaced(ctx.hub.clone(), &ctx.cluster);
     let mut current = work.clone();
-    for attempt in 1..=ATTEMPTS {
+    let mut attempt = 1;
+    loop {
         match write_status(ctx, &current, status.clone()).await {
             Err(WorkError::Kube(kube::Error::Api(e))) if e.code == 409 && attempt < ATTEMPTS => {
                 let Some(fresh) = api.get_opt(&work.name_any()).await? else {
@@ -966,22 +967,20 @@ async fn write_applied_status(
                     return Ok(false);
                 }
                 current = fresh;
+                attempt += 1;
             }
             written => return written.map(|()| true),
         }
     }
-    Ok(true)
 }
 
 /// The status controller alone, for a work applied as it is now (see [`APPLY_RESYNC`]): each
 /// manifest the last apply reported is read again (from the cluster; a watched one's change
 /// is what woke this sync) and its availability and feedback written, nothing applied. Only
 /// once the work reports `Applied` at all, as upstream waits for it.
-async fn sync_status(
-    ctx: &Ctx,
-    work: &ManifestWork,
-    requeue: Duration,
-) -> Result<Action, WorkError> {
+async fn sync_status(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError> {
+    // Again at the status sync interval, whatever this sync found.
+    let requeue = ctx.resync;
     let Some(status) = work.status.as_ref() else {
         return Ok(Action::requeue(requeue));
     };

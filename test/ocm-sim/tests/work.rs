@@ -549,16 +549,24 @@ async fn the_hub_refuses_a_work_upstreams_webhook_refuses() {
 
 /// The feedback value `name` of a work's first manifest, as its status reports it.
 async fn feedback(works: &Api<ManifestWork>, work: &str, name: &str) -> Option<String> {
-    let w = works.get(work).await.ok()?;
-    w.status?
-        .resource_status?
-        .manifests?
-        .into_iter()
-        .find_map(|m| m.status_feedback?.values)?
-        .into_iter()
+    feedback_of(&works.get(work).await.ok()?, name)
+}
+
+/// The string value of feedback `name` in `work`'s status, as read.
+fn feedback_of(work: &ManifestWork, name: &str) -> Option<String> {
+    work.status
+        .as_ref()?
+        .resource_status
+        .as_ref()?
+        .manifests
+        .as_deref()?
+        .iter()
+        .find_map(|m| m.status_feedback.as_ref()?.values.as_deref())?
+        .iter()
         .find(|v| v.name == name)?
         .field_value
         .string
+        .clone()
 }
 
 #[tokio::test]
@@ -850,18 +858,7 @@ async fn watched_feedback_is_reported_while_a_new_spec_is_applied() {
         let works = works.clone();
         async move {
             let w = works.get("slow").await.unwrap();
-            let mode = w
-                .status
-                .as_ref()
-                .and_then(|s| s.resource_status.as_ref())
-                .and_then(|r| r.manifests.as_deref())
-                .and_then(|m| {
-                    m.iter()
-                        .find_map(|m| m.status_feedback.as_ref()?.values.clone())
-                })
-                .and_then(|v| v.into_iter().find(|v| v.name == "mode"))
-                .and_then(|v| v.field_value.string);
-            (mode.as_deref() == Some("green")).then_some(w)
+            (feedback_of(&w, "mode").as_deref() == Some("green")).then_some(w)
         }
     })
     .await;
