@@ -368,6 +368,7 @@ impl Agent {
         // connections.
         let transports = kube_sim::client::Transports::default();
         let connection = tokio::sync::watch::Sender::new(None);
+        let cancels = tokio::sync::watch::Sender::new(0);
         let kill = std::sync::Arc::new(tokio::sync::Notify::new());
         let opts = KlusterletOptions {
             cluster_name: cluster.name.clone(),
@@ -381,6 +382,7 @@ impl Agent {
             connection: connection.clone(),
             kill: kill.clone(),
             lives: std::sync::Arc::default(),
+            cancels: cancels.clone(),
         };
         let managed = cluster.admin.clone();
         let name = cluster.name.clone();
@@ -396,6 +398,7 @@ impl Agent {
             transports: transports.clone(),
             raw_feedback_json: agent.raw_feedback_json,
             connection: connection.subscribe(),
+            cancels: cancels.subscribe(),
             eviction_grace: agent.eviction_grace,
         };
         let work = restarting(name.clone(), "work agent", move || {

@@ -97,6 +97,25 @@ pub struct KlusterletOptions {
     pub kill: std::sync::Arc<tokio::sync::Notify>,
     /// Counts the connected lives of the process (the connection is reset between lives).
     pub lives: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Where the process tells its work agent that it cancelled its context: one more than the
+    /// last life that ended so ([`cancelled`]).
+    pub cancels: Cancels,
+}
+
+/// Shared by the registration and work agents of one klusterlet process: one more than the
+/// number of the last life whose context the registration agent cancelled.
+pub type Cancels = watch::Sender<u64>;
+
+/// A life that ends because the registration agent restarts to select a hub (its hub no longer
+/// accepts the cluster, its lease went stale past the hub connection timeout, its bootstrap
+/// kubeconfig changed or went): upstream's agent cancels the singleton process's root context
+/// (`agentStopFunc`, ocm `pkg/registration/spoke/spokeagent.go`; `bootstrapKubeconfigEventHandler`,
+/// `pkg/registration/spoke/event_handler.go`; the work agent runs on the same context,
+/// `pkg/singleton/spoke/agent.go`), so the work agent's applies and status writes under way
+/// stop at once, unlike a pod replaced, whose old pod runs on until the new one is ready.
+fn cancelled(opts: &KlusterletOptions, life: u64) -> Life {
+    opts.cancels.send_replace(life + 1);
+    Life::Exited
 }
 
 fn b64(s: &str) -> String {
@@ -522,6 +541,14 @@ async fn connected_life(
         .lives
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let hub = opts.transports.client(hub_text).await?;
+    // The bootstrap kubeconfig as this life starts, before its work agent runs: upstream's
+    // registration agent starts the informer that watches it (and cancels the process on its
+    // change) before the work agent starts (ocm `pkg/registration/spoke/spokeagent.go`,
+    // `pkg/singleton/spoke/agent.go`), so a change the work agent makes is always seen.
+    let boot_at_start = secrets
+        .get_opt(BOOTSTRAP_HUB_KUBECONFIG)
+        .await?
+        .map(|s| s.data);
     opts.connection.send_replace(Some(Connected {
         text: hub_text.to_owned(),
         life,
@@ -558,12 +585,14 @@ async fn connected_life(
     let boot =
         watcher::Config::default().fields(&format!("metadata.name={BOOTSTRAP_HUB_KUBECONFIG}"));
     let mut boot_watch = std::pin::pin!(watcher(secrets.clone(), boot));
-    let mut boot_data: Option<Option<BTreeMap<String, ByteString>>> = None;
+    let mut boot_data: Option<Option<BTreeMap<String, ByteString>>> = boot_at_start;
+    // Whether the watch's initial list held the bootstrap kubeconfig.
+    let mut listed = false;
     loop {
         tokio::select! {
             _ = &mut restart => {
                 tracing::info!(cluster = %name, "its lease on the hub is older than the hub connection timeout; the agent restarts");
-                return Ok(Life::Exited);
+                return Ok(cancelled(opts, life));
             }
             ev = config_watch.next() => match ev {
                 Some(Ok(watcher::Event::Apply(k) | watcher::Event::InitApply(k)))
@@ -580,19 +609,26 @@ async fn connected_life(
             },
             ev = boot_watch.next() => match ev {
                 Some(Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s))) => {
+                    listed = true;
                     let data = s.data.clone();
                     match &boot_data {
                         Some(seen) if *seen != data => {
                             tracing::info!(cluster = %name, "the bootstrap kubeconfig changed; the agent restarts");
-                            return Ok(Life::Exited);
+                            return Ok(cancelled(opts, life));
                         }
                         _ => boot_data = Some(data),
                     }
                 }
                 Some(Ok(watcher::Event::Delete(_))) => {
                     tracing::info!(cluster = %name, "the bootstrap kubeconfig was deleted; the agent restarts");
-                    return Ok(Life::Exited);
+                    return Ok(cancelled(opts, life));
                 }
+                // Gone between the life's start and the watch's first list.
+                Some(Ok(watcher::Event::InitDone)) if !listed && boot_data.is_some() => {
+                    tracing::info!(cluster = %name, "the bootstrap kubeconfig was deleted; the agent restarts");
+                    return Ok(cancelled(opts, life));
+                }
+                Some(Ok(watcher::Event::Init)) => listed = false,
                 Some(Err(e)) => {
                     tracing::debug!(cluster = %name, error = %e, "watching the bootstrap kubeconfig");
                     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -603,7 +639,7 @@ async fn connected_life(
                 Some(Ok(watcher::Event::Apply(mc) | watcher::Event::InitApply(mc))) => {
                     if found.multiple_hubs && !mc.spec.hub_accepts_client {
                         tracing::info!(cluster = %name, "hub no longer accepts this cluster; the agent restarts");
-                        return Ok(Life::Exited);
+                        return Ok(cancelled(opts, life));
                     }
                     // The status controller syncs on its ManagedCluster's changes.
                     seen_tx.send_replace(Some(mc));

@@ -42,6 +42,8 @@ pub struct WorkAgentOptions {
     pub raw_feedback_json: bool,
     /// The hub the process is connected to (set by its registration agent).
     pub connection: tokio::sync::watch::Receiver<Option<crate::klusterlet::Connected>>,
+    /// The lives whose context the registration agent cancelled ([`crate::klusterlet::Cancels`]).
+    pub cancels: tokio::sync::watch::Receiver<u64>,
     /// How long an AppliedManifestWork of a work that is gone (or of another hub) is kept
     /// before it is evicted with what it alone owns (upstream default 60 minutes; the
     /// Klusterlet's `workConfiguration.appliedManifestWorkEvictionGracePeriod`).
@@ -377,7 +379,20 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
                 tokio::time::sleep(TERMINATION_GRACE).await;
             }
         };
+        // The process's context cancelled (a restart to select a hub): the controllers stop
+        // where they are, requests under way and writes not yet made are lost.
+        let cancelled = {
+            let mut cancels = opts.cancels.clone();
+            let life = seen.life;
+            async move {
+                let _ = cancels.wait_for(|n| *n > life).await;
+            }
+        };
         tokio::select! {
+            biased;
+            () = cancelled => {
+                tracing::debug!(cluster = %opts.cluster_name, "the agent's context was cancelled; the work agent stops at once");
+            }
             _ = async { futures::join!(applying, syncing, evicting) } => {}
             () = works_watch => {}
             () = killed => {

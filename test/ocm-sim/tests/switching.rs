@@ -362,11 +362,11 @@ async fn stays_on_hub1(hub1: &Hub, hub2: &Hub, agent: &Agent, secret: &str) {
 /// The server-match preference compares URLs: when the cluster's own KlusterletConfig points
 /// it at its hub under another name (`hubKubeAPIServerConfig.url`), a KlusterletConfig that
 /// drops that URL renders the current hub under the default one, nothing matches, and the
-/// klusterlet takes the first valid kubeconfig: the other hub, while its own still accepts it.
-/// Carrying the URL over keeps it where it is.
+/// klusterlet, at its next start, takes the first valid kubeconfig: the other hub, while its
+/// own still accepts it. Carrying the URL over keeps it where it is.
 #[tokio::test]
 async fn the_current_hub_is_recognised_by_its_url() {
-    let (hub1, hub2, cluster, _agent) = cluster_on_hub1_of_two().await;
+    let (hub1, hub2, cluster, agent) = cluster_on_hub1_of_two().await;
     let admin = hub1.cluster.admin.clone();
     let localhost = hub1.cluster.api.url().replace("127.0.0.1", "localhost");
     // The cluster's own KlusterletConfig: the hub under another name.
@@ -430,13 +430,36 @@ async fn the_current_hub_is_recognised_by_its_url() {
         }
     })
     .await;
-    stays_on_hub1(&hub1, &hub2, &_agent, "bootstrap-hub2").await;
-    // Without it, the current hub is rendered under 127.0.0.1 and the cluster leaves.
+    stays_on_hub1(&hub1, &hub2, &agent, "bootstrap-hub2").await;
+    // Without it, the current hub is rendered under 127.0.0.1 and the cluster leaves once
+    // the agent starts again with that. (The change of `bootstrap-hub-kubeconfig` restarts it
+    // in the middle of the apply, before the current hub's secret changes, as the import
+    // controller renders that one after it: the agent restarted then still finds its hub,
+    // and nothing restarts it once the work agent has written the rest. Its next restart,
+    // a pod deleted here, does.)
     put_klusterlet_config(
         &admin,
         json!({"multipleHubsConfig": {"genBootstrapKubeConfigStrategy": "IncludeCurrentHub", "bootstrapKubeConfigs": hub2_alone()}}),
     )
     .await;
+    let hub1_url = hub1.cluster.api.url();
+    eventually(
+        LIMIT,
+        "the current hub rendered under its default URL",
+        || {
+            let secrets = secrets.clone();
+            let hub1_url = hub1_url.clone();
+            async move {
+                let s = secrets
+                    .get_opt("bootstrap-hub-kubeconfig-current-hub")
+                    .await
+                    .unwrap()?;
+                (hub_kubeconfig_server(&s) == hub1_url).then_some(())
+            }
+        },
+    )
+    .await;
+    agent.kill();
     eventually(
         LIMIT,
         "cluster1 gone to hub2 although hub1 accepts it",
@@ -723,4 +746,90 @@ async fn the_import_controller_waits_for_a_clusters_namespace() {
     )
     .await;
     assert_eq!(refused(import, "patch", "manifestworks"), 0);
+}
+
+#[tokio::test]
+async fn a_work_that_changes_the_bootstrap_kubeconfig_is_reported_by_the_agents_next_life() {
+    // Upstream's singleton agent cancels its root context as soon as the bootstrap kubeconfig
+    // changes (ocm `pkg/registration/spoke/event_handler.go`): the work agent, on that
+    // context, stops in the middle of the apply that changed it, so that apply's status is
+    // written by the next life of the process (which re-applies every work), not the
+    // cancelled one.
+    let (hub1, _hub2, cluster, agent) = cluster_on_hub1_of_two_with(plain_hub()).await;
+    let before = agent.connected().expect("connected to hub1").life;
+    let works: Api<ManifestWork> = Api::namespaced(hub1.cluster.admin.clone(), "cluster1");
+    let work: ManifestWork = serde_json::from_value(json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": "rotate-bootstrap", "namespace": "cluster1"},
+        "spec": {"workload": {"manifests": [
+            {"apiVersion": "v1", "kind": "Secret",
+             "metadata": {"name": "bootstrap-hub-kubeconfig", "namespace": "open-cluster-management-agent"},
+             "stringData": {"kubeconfig": hub1.bootstrap_kubeconfig, "rotated": "yes"}},
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "after-the-secret", "namespace": "open-cluster-management-agent"},
+             "data": {"k": "v"}}
+        ]}}
+    }))
+    .unwrap();
+    works
+        .create(&kube::api::PostParams::default(), &work)
+        .await
+        .unwrap();
+    // The first report of the work applied, and which life of the process was connected then.
+    let reporter = eventually(LIMIT, "the work reported applied", || async {
+        let w = works.get("rotate-bootstrap").await.unwrap();
+        w.applied().then(|| agent.connected().map(|c| c.life))
+    })
+    .await;
+    assert!(
+        reporter.is_some_and(|life| life > before),
+        "the work's Applied was written while life {before} was being cancelled (connected now: {reporter:?}), not by a later life"
+    );
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(cluster.admin.clone(), "open-cluster-management-agent");
+    assert!(cms.get_opt("after-the-secret").await.unwrap().is_some());
+    assert!(available_on(&hub1, "cluster1").await);
+}
+
+#[tokio::test]
+async fn a_bootstrap_kubeconfig_changed_as_the_agent_starts_restarts_it() {
+    // A work waiting while the agent restarts changes the bootstrap kubeconfig as soon as the
+    // new life's work agent runs: upstream's registration agent watches that secret from
+    // before its work agent starts, so the change restarts it, however soon it comes.
+    let (hub1, _hub2, _cluster, agent) = cluster_on_hub1_of_two_with(plain_hub()).await;
+    let first = agent.connected().expect("connected to hub1").life;
+    agent.kill();
+    eventually(LIMIT, "the agent between two lives", || async {
+        agent.connected().is_none().then_some(())
+    })
+    .await;
+    let works: Api<ManifestWork> = Api::namespaced(hub1.cluster.admin.clone(), "cluster1");
+    let work: ManifestWork = serde_json::from_value(json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": "rotate-bootstrap", "namespace": "cluster1"},
+        "spec": {"workload": {"manifests": [
+            {"apiVersion": "v1", "kind": "Secret",
+             "metadata": {"name": "bootstrap-hub-kubeconfig", "namespace": "open-cluster-management-agent"},
+             "stringData": {"kubeconfig": hub1.bootstrap_kubeconfig, "rotated": "yes"}}
+        ]}}
+    }))
+    .unwrap();
+    works
+        .create(&kube::api::PostParams::default(), &work)
+        .await
+        .unwrap();
+    // The life that applied it restarted: the one after the kill is not the last.
+    eventually(LIMIT, "the agent restarted by the change", || async {
+        agent.connected().filter(|c| c.life > first + 1).map(|_| ())
+    })
+    .await;
+    eventually(LIMIT, "the work reported applied", || async {
+        works
+            .get("rotate-bootstrap")
+            .await
+            .unwrap()
+            .applied()
+            .then_some(())
+    })
+    .await;
 }
