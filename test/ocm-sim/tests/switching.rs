@@ -748,6 +748,27 @@ async fn the_import_controller_waits_for_a_clusters_namespace() {
     assert_eq!(refused(import, "patch", "manifestworks"), 0);
 }
 
+/// Creates work `rotate-bootstrap` for cluster1 on `hub`: cluster1's `bootstrap-hub-kubeconfig`
+/// with one more key (the same hub, other data), then `after`. Returns hub's works of cluster1.
+async fn rotate_bootstrap(hub: &Hub, after: Vec<serde_json::Value>) -> Api<ManifestWork> {
+    let works: Api<ManifestWork> = Api::namespaced(hub.cluster.admin.clone(), "cluster1");
+    let mut manifests = vec![json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "bootstrap-hub-kubeconfig", "namespace": "open-cluster-management-agent"},
+        "stringData": {"kubeconfig": hub.bootstrap_kubeconfig, "rotated": "yes"}})];
+    manifests.extend(after);
+    let work: ManifestWork = serde_json::from_value(json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": "rotate-bootstrap", "namespace": "cluster1"},
+        "spec": {"workload": {"manifests": manifests}}
+    }))
+    .unwrap();
+    works
+        .create(&kube::api::PostParams::default(), &work)
+        .await
+        .unwrap();
+    works
+}
+
 #[tokio::test]
 async fn a_work_that_changes_the_bootstrap_kubeconfig_is_reported_by_the_agents_next_life() {
     // Upstream's singleton agent cancels its root context as soon as the bootstrap kubeconfig
@@ -757,24 +778,13 @@ async fn a_work_that_changes_the_bootstrap_kubeconfig_is_reported_by_the_agents_
     // cancelled one.
     let (hub1, _hub2, cluster, agent) = cluster_on_hub1_of_two_with(plain_hub()).await;
     let before = agent.connected().expect("connected to hub1").life;
-    let works: Api<ManifestWork> = Api::namespaced(hub1.cluster.admin.clone(), "cluster1");
-    let work: ManifestWork = serde_json::from_value(json!({
-        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
-        "metadata": {"name": "rotate-bootstrap", "namespace": "cluster1"},
-        "spec": {"workload": {"manifests": [
-            {"apiVersion": "v1", "kind": "Secret",
-             "metadata": {"name": "bootstrap-hub-kubeconfig", "namespace": "open-cluster-management-agent"},
-             "stringData": {"kubeconfig": hub1.bootstrap_kubeconfig, "rotated": "yes"}},
-            {"apiVersion": "v1", "kind": "ConfigMap",
+    let works = rotate_bootstrap(
+        &hub1,
+        vec![json!({"apiVersion": "v1", "kind": "ConfigMap",
              "metadata": {"name": "after-the-secret", "namespace": "open-cluster-management-agent"},
-             "data": {"k": "v"}}
-        ]}}
-    }))
-    .unwrap();
-    works
-        .create(&kube::api::PostParams::default(), &work)
-        .await
-        .unwrap();
+             "data": {"k": "v"}})],
+    )
+    .await;
     // The first report of the work applied, and which life of the process was connected then.
     let reporter = eventually(LIMIT, "the work reported applied", || async {
         let w = works.get("rotate-bootstrap").await.unwrap();
@@ -803,21 +813,7 @@ async fn a_bootstrap_kubeconfig_changed_as_the_agent_starts_restarts_it() {
         agent.connected().is_none().then_some(())
     })
     .await;
-    let works: Api<ManifestWork> = Api::namespaced(hub1.cluster.admin.clone(), "cluster1");
-    let work: ManifestWork = serde_json::from_value(json!({
-        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
-        "metadata": {"name": "rotate-bootstrap", "namespace": "cluster1"},
-        "spec": {"workload": {"manifests": [
-            {"apiVersion": "v1", "kind": "Secret",
-             "metadata": {"name": "bootstrap-hub-kubeconfig", "namespace": "open-cluster-management-agent"},
-             "stringData": {"kubeconfig": hub1.bootstrap_kubeconfig, "rotated": "yes"}}
-        ]}}
-    }))
-    .unwrap();
-    works
-        .create(&kube::api::PostParams::default(), &work)
-        .await
-        .unwrap();
+    let works = rotate_bootstrap(&hub1, vec![]).await;
     // The life that applied it restarted: the one after the kill is not the last.
     eventually(LIMIT, "the agent restarted by the change", || async {
         agent.connected().filter(|c| c.life > first + 1).map(|_| ())
