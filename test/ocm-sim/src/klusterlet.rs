@@ -544,10 +544,13 @@ async fn connected_life(
     // The bootstrap kubeconfig as this life starts, before its work agent runs: upstream's
     // registration agent starts the informer that watches it (and cancels the process on its
     // change) before the work agent starts (ocm `pkg/registration/spoke/spokeagent.go`,
-    // `pkg/singleton/spoke/agent.go`), so a change the work agent makes is always seen.
+    // `pkg/singleton/spoke/agent.go`), so a change the work agent makes is always seen. (Not
+    // read, or not there: the watch's first sight of it is what later ones compare with.)
     let boot_at_start = secrets
         .get_opt(BOOTSTRAP_HUB_KUBECONFIG)
-        .await?
+        .await
+        .ok()
+        .flatten()
         .map(|s| s.data);
     opts.connection.send_replace(Some(Connected {
         text: hub_text.to_owned(),
