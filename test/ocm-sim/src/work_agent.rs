@@ -536,14 +536,9 @@ async fn reconcile(
 /// controller applies a new spec, a sync reads and reports the manifests the status lists,
 /// those of the spec before), else [`sync_status`], again after the status sync interval.
 async fn reconcile_status(work: Arc<ManifestWork>, ctx: Arc<Ctx>) -> Result<Action, WorkError> {
-    let applied = work
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Applied"));
     if work.metadata.deletion_timestamp.is_some()
         || !work.finalizers().iter().any(|f| f == MANIFEST_WORK_CLEANUP)
-        || !applied
+        || work.applied_condition().is_none()
     {
         return Ok(Action::await_change());
     }
@@ -991,8 +986,8 @@ async fn write_applied_status(
 
 /// The status controller alone, for a work applied as it is now (see [`APPLY_RESYNC`]): each
 /// manifest the last apply reported is read again (from the cluster; a watched one's change
-/// is what woke this sync) and its availability and feedback written, nothing applied. Only
-/// once the work reports `Applied` at all, as upstream waits for it.
+/// is what woke this sync) and its availability and feedback written, nothing applied. Its
+/// caller, [`reconcile_status`], has seen the work report `Applied`.
 async fn sync_status(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError> {
     // Again at the status sync interval, whatever this sync found.
     let requeue = ctx.resync;
@@ -1000,9 +995,6 @@ async fn sync_status(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError
         return Ok(Action::requeue(requeue));
     };
     let mut work_conditions = status.conditions.clone().unwrap_or_default();
-    if !work_conditions.iter().any(|c| c.type_ == "Applied") {
-        return Ok(Action::requeue(requeue));
-    }
     let previous: &[ManifestCondition] = status
         .resource_status
         .as_ref()

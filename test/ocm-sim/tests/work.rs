@@ -822,13 +822,8 @@ async fn watched_feedback_is_reported_while_a_new_spec_is_applied() {
         async move { (feedback(&works, "slow", "mode").await.as_deref() == Some("blue")).then_some(()) }
     })
     .await;
-    let applied_generation = |w: &ManifestWork| {
-        w.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_deref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Applied"))
-            .and_then(|c| c.observed_generation)
-    };
+    let applied_generation =
+        |w: &ManifestWork| w.applied_condition().and_then(|c| c.observed_generation);
     let first = applied_generation(&works.get("slow").await.unwrap());
     // A new spec of 40 more objects, each request to cluster1 taking 100 ms: its apply
     // takes seconds.
