@@ -35,6 +35,7 @@ pub mod server;
 pub mod sim;
 pub mod store;
 pub mod table;
+pub mod throttle;
 pub mod types;
 pub mod watch;
 

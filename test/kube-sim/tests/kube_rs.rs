@@ -500,3 +500,36 @@ async fn conditions_list_map_merge_on_builtin_status_and_patches() {
         .unwrap_err();
     assert_eq!(code(err), 415);
 }
+
+/// client-go's client-side rate limit: past its burst a throttled client's requests go at its
+/// rate (a lower bound only: nothing here can be slow enough to fail it), and answers come
+/// back as they would unthrottled.
+#[tokio::test]
+async fn a_throttled_client_sends_past_its_burst_at_its_rate() {
+    use kube_sim::throttle::{Clientsets, Limits, throttled};
+    let sim = start().await;
+    let limits = Limits {
+        qps: 20.0,
+        burst: 2,
+        clientsets: Clientsets::Single,
+    };
+    let client = throttled(sim.client().await.unwrap(), limits);
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let started = std::time::Instant::now();
+    for i in 0..8 {
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": format!("cm-{i}")}})).unwrap();
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    // 2 at once, then 6 at 20 a second.
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(290),
+        "8 requests took {took:?}"
+    );
+    assert_eq!(code(cms.get("missing").await.unwrap_err()), 404);
+    assert_eq!(
+        cms.list(&ListParams::default()).await.unwrap().items.len(),
+        8
+    );
+}

@@ -27,6 +27,7 @@ use migration_api::ocm::work::{
 use serde_json::{Value, json};
 
 use crate::Error;
+use kube_sim::throttle::{Clientsets, Limits};
 
 /// Settings of a work agent.
 #[derive(Clone, Debug)]
@@ -256,6 +257,18 @@ fn hub_hash(url: &str) -> String {
 /// Runs the agent: waits for the klusterlet's hub kubeconfig, serves the works of that hub,
 /// and starts over when the kubeconfig changes (a hub switch).
 pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
+    // The process's clients and their rate limits, new with each process: upstream's work
+    // agent reaches the managed cluster at `--kube-api-qps` 50 and `--kube-api-burst` 100
+    // (ocm `pkg/common/options/options.go`, `agent.go`), through the typed kube clientset
+    // (its applies of built-in kinds, library-go's `ApplyDirectly`), the apiextensions and
+    // work clientsets (CRDs, AppliedManifestWorks) and one dynamic client for every other
+    // kind (`pkg/work/spoke/apply/update_apply.go`), each with a bucket of its own.
+    let managed = kube_sim::throttle::throttled(
+        managed,
+        Limits::ocm(Clientsets::Dynamic {
+            typed: &["apiextensions.k8s.io", "work.open-cluster-management.io"],
+        }),
+    );
     let mut connection = opts.connection.clone();
     loop {
         // Singleton mode: the work agent runs only while the process is connected to a hub.
@@ -266,7 +279,12 @@ pub async fn run(managed: Client, opts: WorkAgentOptions) -> Result<(), Error> {
         let server = crate::klusterlet::kubeconfig_server(text)
             .map(|(s, _)| s)
             .unwrap_or_default();
-        let hub = opts.transports.client(text).await?;
+        // The hub's work clientset, at `--hub-kube-api-qps` 50 and `--hub-kube-api-burst`
+        // 100 (ocm `pkg/common/options/agent.go`, `pkg/work/spoke/spokeagent.go`).
+        let hub = kube_sim::throttle::throttled(
+            opts.transports.client(text).await?,
+            Limits::ocm(Clientsets::Single),
+        );
         let (amws, amw_writer) = kube::runtime::reflector::store();
         let amw_watch = kube::runtime::reflector(
             amw_writer,

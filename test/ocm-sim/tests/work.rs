@@ -874,3 +874,47 @@ async fn watched_feedback_is_reported_while_a_new_spec_is_applied() {
     })
     .await;
 }
+
+/// The work agent reaches its cluster at upstream's client rate (`--kube-api-qps` 50,
+/// `--kube-api-burst` 100): a work of 150 ConfigMaps asks for a read and a create of each, so
+/// at least 300 requests through the typed kube clientset, of which 200 wait for the rate.
+/// (A lower bound only: nothing makes it fail by being slow.)
+#[tokio::test]
+async fn the_work_agent_applies_no_faster_than_upstreams_client_rate() {
+    let (hub, clusters) = joined_pair().await;
+    let works: Api<ManifestWork> = Api::namespaced(hub.cluster.admin.clone(), "cluster1");
+    let mut manifests =
+        vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "many"}})];
+    manifests.extend((0..150).map(|i| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": format!("cm-{i}"), "namespace": "many"}, "data": {"i": i.to_string()}})
+    }));
+    let many: ManifestWork = serde_json::from_value(json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": "many", "namespace": "cluster1"},
+        "spec": {"workload": {"manifests": manifests}}
+    }))
+    .unwrap();
+    let started = std::time::Instant::now();
+    works.create(&PostParams::default(), &many).await.unwrap();
+    eventually(LIMIT, "the work Applied", || {
+        let works = works.clone();
+        async move {
+            let w = works.get("many").await.unwrap();
+            w.applied_condition()
+                .is_some_and(|c| c.status == "True")
+                .then_some(())
+        }
+    })
+    .await;
+    let took = started.elapsed();
+    let cms: Api<ConfigMap> = Api::namespaced(clusters[0].0.admin.clone(), "many");
+    assert_eq!(
+        cms.list(&ListParams::default()).await.unwrap().items.len(),
+        150
+    );
+    assert!(
+        took >= Duration::from_millis(3500),
+        "150 ConfigMaps applied in {took:?}: faster than 50 requests a second after a burst of 100"
+    );
+}
