@@ -98,7 +98,7 @@ fn clientset_of(path: &str, clientsets: Clientsets) -> &str {
         .strip_prefix("/apis/")
         .and_then(|rest| rest.split('/').next())
         .filter(|g| !g.is_empty());
-    let builtin = |g: &str| !g.contains('.') || g.ends_with(".k8s.io") && g != API_EXTENSIONS;
+    let builtin = |g: &str| !g.contains('.') || (g.ends_with(".k8s.io") && g != API_EXTENSIONS);
     match (clientsets, group) {
         (Clientsets::Single, _) => "",
         (_, None) => "kube",
