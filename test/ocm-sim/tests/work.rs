@@ -899,12 +899,7 @@ async fn the_work_agent_applies_no_faster_than_upstreams_client_rate() {
     works.create(&PostParams::default(), &many).await.unwrap();
     eventually(LIMIT, "the work Applied", || {
         let works = works.clone();
-        async move {
-            let w = works.get("many").await.unwrap();
-            w.applied_condition()
-                .is_some_and(|c| c.status == "True")
-                .then_some(())
-        }
+        async move { works.get("many").await.unwrap().applied().then_some(()) }
     })
     .await;
     let took = started.elapsed();
