@@ -383,12 +383,18 @@ impl Agent {
             kill: kill.clone(),
             lives: std::sync::Arc::default(),
             cancels: cancels.clone(),
+            deployed: std::sync::Arc::default(),
         };
         let managed = cluster.admin.clone();
         let name = cluster.name.clone();
-        let registration = restarting(name.clone(), "registration agent", move || {
-            klusterlet::run(managed.clone(), opts.clone())
-        });
+        let deployed = opts.deployed.clone();
+        let watched = managed.clone();
+        let registration = restarting(
+            name.clone(),
+            "registration agent",
+            move || klusterlet::run(managed.clone(), opts.clone()),
+            move || klusterlet::replaced(watched.clone(), deployed.borrow().clone()),
+        );
         // The work agent applies under its own identity, not as cluster-admin.
         let work_token = cluster.work_agent_identity(YEAR).await?;
         let managed = cluster.client_for_token(&work_token).await?;
@@ -401,10 +407,15 @@ impl Agent {
             cancels: cancels.subscribe(),
             eviction_grace: agent.eviction_grace,
         };
-        let work = restarting(name.clone(), "work agent", move || {
-            let run = work_agent::run(managed.clone(), work_opts.clone());
-            async move { run.await.map(|()| Life::Exited) }
-        });
+        let work = restarting(
+            name.clone(),
+            "work agent",
+            move || {
+                let run = work_agent::run(managed.clone(), work_opts.clone());
+                async move { run.await.map(|()| Life::Exited) }
+            },
+            std::future::pending,
+        );
         let managed = cluster.admin.clone();
         let addon_opts = AddonAgentOptions {
             cluster_name: name.clone(),
@@ -413,10 +424,15 @@ impl Agent {
             transports,
             connection: connection.subscribe(),
         };
-        let addons = restarting(name, "addon agent", move || {
-            let run = addon_agent::run(managed.clone(), addon_opts.clone());
-            async move { run.await.map(|()| Life::Exited) }
-        });
+        let addons = restarting(
+            name,
+            "addon agent",
+            move || {
+                let run = addon_agent::run(managed.clone(), addon_opts.clone());
+                async move { run.await.map(|()| Life::Exited) }
+            },
+            std::future::pending,
+        );
         Ok(Self {
             tasks: vec![registration, work, addons],
             connection,
@@ -448,12 +464,21 @@ impl Agent {
 /// ([`CrashLoop`]: at once the first time, then after 10 s doubling to 5 min), and no sooner
 /// than its next relist sees the exit (`plegRelistPeriod`, 1 s, kubernetes
 /// `pkg/kubelet/kubelet.go`). A life that ends with [`Life::Replaced`] is a new pod: it
-/// starts after that relist too, with no back-off yet.
-fn restarting<F, Fut, E>(cluster: String, what: &'static str, run: F) -> tokio::task::JoinHandle<()>
+/// starts after that relist too, with no back-off yet. So is a pod replaced while its
+/// container waits out its back-off (`replaced`, made at each exit, resolves then): the
+/// Deployment's new pod does not wait for the old one's back-off.
+fn restarting<F, Fut, E, R, RFut>(
+    cluster: String,
+    what: &'static str,
+    run: F,
+    replaced: R,
+) -> tokio::task::JoinHandle<()>
 where
     F: Fn() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<Life, E>> + Send + 'static,
     E: std::fmt::Display,
+    R: Fn() -> RFut + Send + 'static,
+    RFut: std::future::Future<Output = ()> + Send + 'static,
 {
     tokio::spawn(async move {
         let mut crash = CrashLoop::default();
@@ -473,8 +498,16 @@ where
             }
             let exited = std::time::Instant::now();
             let start = crash.ends(exited).max(exited + PLEG_RELIST);
-            tokio::time::sleep_until(start.into()).await;
-            crash.restarted(exited, std::time::Instant::now());
+            tokio::select! {
+                () = tokio::time::sleep_until(start.into()) => {
+                    crash.restarted(exited, std::time::Instant::now());
+                }
+                () = replaced() => {
+                    tracing::info!(%cluster, "{what}: its pod was replaced while it waited to restart");
+                    crash = CrashLoop::default();
+                    tokio::time::sleep(PLEG_RELIST).await;
+                }
+            }
         }
     })
 }

@@ -100,7 +100,15 @@ pub struct KlusterletOptions {
     /// Where the process tells its work agent that it cancelled its context: one more than the
     /// last life that ended so ([`cancelled`]).
     pub cancels: Cancels,
+    /// The Klusterlet's registration settings the agent's pod runs with ([`registration_settings`],
+    /// read as each life starts): the operator replaces the pod when they change, also while
+    /// its container waits out a restart back-off ([`replaced`]).
+    pub deployed: Deployed,
 }
+
+/// The registration settings a klusterlet's pod was deployed with, `None` before its first life
+/// read them.
+pub type Deployed = std::sync::Arc<watch::Sender<Option<String>>>;
 
 /// Shared by the registration and work agents of one klusterlet process: one more than the
 /// number of the last life whose context the registration agent cancelled.
@@ -154,6 +162,37 @@ pub(crate) fn kubeconfig_server(text: &str) -> Option<(String, Option<String>)> 
 fn registration_settings(k: Option<&Klusterlet>) -> String {
     serde_json::to_string(&k.and_then(|k| k.spec.registration_configuration.as_ref()))
         .unwrap_or_default()
+}
+
+/// Resolves when the klusterlet operator replaces the agent's pod, deployed with registration
+/// settings `deployed`: once the Klusterlet's settings are no longer those. The operator renders
+/// them into the agent Deployment's pod template (`--bootstrap-kubeconfigs`, the feature gates;
+/// ocm `manifests/klusterlet/management/klusterlet-agent-deployment.yaml`, applied at each
+/// Klusterlet change by `klusterlet_runtime_reconcile.go`), whatever its pod is doing: a pod
+/// whose container waits out the kubelet's restart back-off is replaced too, and the new pod
+/// starts at once (the back-off is kept per pod, kubernetes
+/// `pkg/kubelet/kuberuntime/kuberuntime_manager.go`). Never resolves for `None`.
+pub async fn replaced(managed: Client, deployed: Option<String>) {
+    let Some(deployed) = deployed else {
+        return std::future::pending().await;
+    };
+    let own = watcher::Config::default().fields("metadata.name=klusterlet");
+    let mut changes = std::pin::pin!(watcher(Api::<Klusterlet>::all(managed), own));
+    while let Some(ev) = changes.next().await {
+        match ev {
+            Ok(watcher::Event::Apply(k) | watcher::Event::InitApply(k))
+                if registration_settings(Some(&k)) != deployed =>
+            {
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "watching the Klusterlet");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            _ => {}
+        }
+    }
+    std::future::pending().await
 }
 
 /// What the agent starts a life with.
@@ -348,6 +387,7 @@ async fn life(managed: Client, opts: &KlusterletOptions) -> Result<Life, Error> 
         tokio::time::sleep(opts.join_delay).await;
     }
     let found = candidates(&managed, &secrets).await?;
+    opts.deployed.send_replace(Some(found.settings.clone()));
     let current = secrets
         .get_opt(HUB_KUBECONFIG_SECRET)
         .await?

@@ -384,6 +384,68 @@ async fn a_klusterlet_that_restarts_itself_twice_waits_out_the_kubelets_back_off
     );
 }
 
+/// A klusterlet whose process exited and waits out the kubelet's back-off is not held by it
+/// when the operator replaces its pod meanwhile: a change of the Klusterlet's registration
+/// settings changes the agent Deployment's pod template (ocm
+/// `manifests/klusterlet/management/klusterlet-agent-deployment.yaml`), and the new pod has no
+/// back-off (kubernetes `pkg/kubelet/kuberuntime/kuberuntime_manager.go`). As when an import
+/// work rewrites `bootstrap-hub-kubeconfig` and the Klusterlet in one apply.
+#[tokio::test]
+async fn a_klusterlet_redeployed_while_it_waits_out_its_back_off_starts_at_once() {
+    // Plain OCM: no import controller rewrites the Klusterlet or the bootstrap kubeconfig.
+    let opts = HubOptions {
+        kind: ocm_sim::hub::HubKind::Plain,
+        ..common::fast_hub()
+    };
+    let (_hub, c, agent, _api) = hub_with_one_cluster(opts).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(c.admin.clone(), ocm_sim::names::AGENT_NAMESPACE);
+    let agent = &agent;
+    let next_life = |life: u64, at: Instant| async move {
+        common::eventually(Duration::from_secs(30), &format!("life {life}"), || async {
+            agent.connected().filter(|c| c.life >= life).map(|_| ())
+        })
+        .await;
+        at.elapsed()
+    };
+    next_life(0, Instant::now()).await;
+    let touch = |n: u32| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .patch(
+                    migration_api::names::BOOTSTRAP_HUB_KUBECONFIG,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"stringData": {"touched": n.to_string()}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    // The first exit is restarted at once; the second one would be held 10 s.
+    touch(1).await;
+    next_life(1, Instant::now()).await;
+    touch(2).await;
+    common::eventually(Duration::from_secs(5), "the second exit", || async {
+        agent.connected().is_none().then_some(())
+    })
+    .await;
+    let at = Instant::now();
+    Api::<migration_api::ocm::operator::Klusterlet>::all(c.admin.clone())
+        .patch(
+            migration_api::names::KLUSTERLET,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"registrationConfiguration": {"kubeAPIQPS": 60}}})),
+        )
+        .await
+        .unwrap();
+    let replaced = next_life(2, at).await;
+    assert!(
+        replaced < Duration::from_secs(5),
+        "the new pod started {replaced:?} after the Klusterlet changed"
+    );
+}
+
 /// The status controller syncs when a ClusterClaim changes (its claim informer,
 /// `status_controller.go`), not only at its ManagedCluster's changes and its minutely resync.
 #[tokio::test]
