@@ -9,6 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use migration_api::common::find_condition;
 use migration_api::ocm::cluster::ManagedCluster;
@@ -317,6 +318,42 @@ async fn a_joined_cluster_stays_available_before_its_agent_first_renews_its_leas
     .await;
 }
 
+/// A klusterlet on a plain OCM hub (no import controller rewrites its Klusterlet or its
+/// bootstrap kubeconfig), connected in its first life, and its agent namespace's Secrets.
+async fn a_plain_klusterlet() -> (Hub, SimCluster, Agent, Api<Secret>) {
+    let opts = HubOptions {
+        kind: ocm_sim::hub::HubKind::Plain,
+        ..common::fast_hub()
+    };
+    let (hub, c, agent, _api) = hub_with_one_cluster(opts).await;
+    let secrets = Api::namespaced(c.admin.clone(), ocm_sim::names::AGENT_NAMESPACE);
+    next_life(&agent, 0, Instant::now()).await;
+    (hub, c, agent, secrets)
+}
+
+/// The agent process's life `life` (or a later one), connected: how long after `at` it came.
+async fn next_life(agent: &Agent, life: u64, at: Instant) -> Duration {
+    common::eventually(Duration::from_secs(30), &format!("life {life}"), || async {
+        agent.connected().filter(|c| c.life >= life).map(|_| ())
+    })
+    .await;
+    at.elapsed()
+}
+
+/// Changes the data of the bootstrap kubeconfig (the agent process exits); returns when.
+async fn touch_bootstrap(secrets: &Api<Secret>, n: u32) -> Instant {
+    let at = Instant::now();
+    secrets
+        .patch(
+            migration_api::names::BOOTSTRAP_HUB_KUBECONFIG,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"touched": n.to_string()}})),
+        )
+        .await
+        .unwrap();
+    at
+}
+
 /// The klusterlet's agent process exits when its bootstrap kubeconfig changes
 /// (`event_handler.go`), and the kubelet starts it again as it starts any container that
 /// exits (CrashLoopBackOff, kubernetes `pkg/kubelet/kuberuntime/kuberuntime_manager.go`): at
@@ -324,60 +361,25 @@ async fn a_joined_cluster_stays_available_before_its_agent_first_renews_its_leas
 /// redeployed by the operator) starts with no back-off.
 #[tokio::test]
 async fn a_klusterlet_that_restarts_itself_twice_waits_out_the_kubelets_back_off() {
-    // Plain OCM: no import controller rewrites the Klusterlet or the bootstrap kubeconfig.
-    let opts = HubOptions {
-        kind: ocm_sim::hub::HubKind::Plain,
-        ..common::fast_hub()
-    };
-    let (_hub, c, agent, _api) = hub_with_one_cluster(opts).await;
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-        Api::namespaced(c.admin.clone(), ocm_sim::names::AGENT_NAMESPACE);
-    let agent = &agent;
-    // The process's next life, connected: how long after `at` it came.
-    let next_life = |life: u64, at: Instant| async move {
-        common::eventually(Duration::from_secs(30), &format!("life {life}"), || async {
-            agent.connected().filter(|c| c.life >= life).map(|_| ())
-        })
-        .await;
-        at.elapsed()
-    };
-    next_life(0, Instant::now()).await;
-    let touch = |n: u32| {
-        let secrets = secrets.clone();
-        async move {
-            let at = Instant::now();
-            secrets
-                .patch(
-                    migration_api::names::BOOTSTRAP_HUB_KUBECONFIG,
-                    &PatchParams::default(),
-                    &Patch::Merge(
-                        json!({"metadata": {"annotations": {"touched": n.to_string()}},
-                        "stringData": {"touched": n.to_string()}}),
-                    ),
-                )
-                .await
-                .unwrap();
-            at
-        }
-    };
-    let first = next_life(1, touch(1).await).await;
+    let (_hub, _c, agent, secrets) = a_plain_klusterlet().await;
+    let first = next_life(&agent, 1, touch_bootstrap(&secrets, 1).await).await;
     assert!(
         first < Duration::from_secs(5),
         "first restart after {first:?}"
     );
-    let second = next_life(2, touch(2).await).await;
+    let second = next_life(&agent, 2, touch_bootstrap(&secrets, 2).await).await;
     assert!(
         second >= Duration::from_millis(9500),
         "second restart after {second:?}: the kubelet holds it 10 s"
     );
     // A deleted pod's replacement, then its first exit: neither is held.
     agent.kill();
-    let replaced = next_life(3, Instant::now()).await;
+    let replaced = next_life(&agent, 3, Instant::now()).await;
     assert!(
         replaced < Duration::from_secs(5),
         "new pod after {replaced:?}"
     );
-    let again = next_life(4, touch(3).await).await;
+    let again = next_life(&agent, 4, touch_bootstrap(&secrets, 3).await).await;
     assert!(
         again < Duration::from_secs(5),
         "new pod's first restart after {again:?}"
@@ -392,40 +394,10 @@ async fn a_klusterlet_that_restarts_itself_twice_waits_out_the_kubelets_back_off
 /// work rewrites `bootstrap-hub-kubeconfig` and the Klusterlet in one apply.
 #[tokio::test]
 async fn a_klusterlet_redeployed_while_it_waits_out_its_back_off_starts_at_once() {
-    // Plain OCM: no import controller rewrites the Klusterlet or the bootstrap kubeconfig.
-    let opts = HubOptions {
-        kind: ocm_sim::hub::HubKind::Plain,
-        ..common::fast_hub()
-    };
-    let (_hub, c, agent, _api) = hub_with_one_cluster(opts).await;
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-        Api::namespaced(c.admin.clone(), ocm_sim::names::AGENT_NAMESPACE);
-    let agent = &agent;
-    let next_life = |life: u64, at: Instant| async move {
-        common::eventually(Duration::from_secs(30), &format!("life {life}"), || async {
-            agent.connected().filter(|c| c.life >= life).map(|_| ())
-        })
-        .await;
-        at.elapsed()
-    };
-    next_life(0, Instant::now()).await;
-    let touch = |n: u32| {
-        let secrets = secrets.clone();
-        async move {
-            secrets
-                .patch(
-                    migration_api::names::BOOTSTRAP_HUB_KUBECONFIG,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"stringData": {"touched": n.to_string()}})),
-                )
-                .await
-                .unwrap();
-        }
-    };
+    let (_hub, c, agent, secrets) = a_plain_klusterlet().await;
     // The first exit is restarted at once; the second one would be held 10 s.
-    touch(1).await;
-    next_life(1, Instant::now()).await;
-    touch(2).await;
+    next_life(&agent, 1, touch_bootstrap(&secrets, 1).await).await;
+    touch_bootstrap(&secrets, 2).await;
     common::eventually(Duration::from_secs(5), "the second exit", || async {
         agent.connected().is_none().then_some(())
     })
@@ -439,7 +411,7 @@ async fn a_klusterlet_redeployed_while_it_waits_out_its_back_off_starts_at_once(
         )
         .await
         .unwrap();
-    let replaced = next_life(2, at).await;
+    let replaced = next_life(&agent, 2, at).await;
     assert!(
         replaced < Duration::from_secs(5),
         "the new pod started {replaced:?} after the Klusterlet changed"
