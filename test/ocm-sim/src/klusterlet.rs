@@ -622,9 +622,7 @@ async fn connected_life(
     let clusters: Api<ManagedCluster> = Api::all(hub.clone());
     let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut accept_watch = std::pin::pin!(watcher(clusters, cfg));
-    let klusterlets: Api<Klusterlet> = Api::all(managed.clone());
-    let own = watcher::Config::default().fields("metadata.name=klusterlet");
-    let mut config_watch = std::pin::pin!(watcher(klusterlets, own));
+    let mut redeployed = std::pin::pin!(replaced(managed.clone(), Some(found.settings.clone())));
     let boot =
         watcher::Config::default().fields(&format!("metadata.name={BOOTSTRAP_HUB_KUBECONFIG}"));
     let mut boot_watch = std::pin::pin!(watcher(secrets.clone(), boot));
@@ -637,19 +635,10 @@ async fn connected_life(
                 tracing::info!(cluster = %name, "its lease on the hub is older than the hub connection timeout; the agent restarts");
                 return Ok(cancelled(opts, life));
             }
-            ev = config_watch.next() => match ev {
-                Some(Ok(watcher::Event::Apply(k) | watcher::Event::InitApply(k)))
-                    if registration_settings(Some(&k)) != found.settings =>
-                {
-                    tracing::info!(cluster = %name, "Klusterlet registration settings changed; the operator redeploys the agent");
-                    return Ok(Life::Replaced);
-                }
-                Some(Err(e)) => {
-                    tracing::debug!(cluster = %name, error = %e, "watching its Klusterlet");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                _ => {}
-            },
+            () = &mut redeployed => {
+                tracing::info!(cluster = %name, "Klusterlet registration settings changed; the operator redeploys the agent");
+                return Ok(Life::Replaced);
+            }
             ev = boot_watch.next() => match ev {
                 Some(Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s))) => {
                     listed = true;
