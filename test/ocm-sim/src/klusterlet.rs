@@ -25,8 +25,8 @@
 //!    hub is older than `hubConnectionTimeoutSeconds` (`hub_timeout_controller.go`, checked at
 //!    least every minute, not in the first 10 s). A deleted ManagedCluster restarts it only through
 //!    that timeout. It also restarts when `bootstrap-hub-kubeconfig` changes
-//!    (`event_handler.go`) and when the Klusterlet's registration settings change (the
-//!    operator redeploys it).
+//!    (`event_handler.go`) and when the Klusterlet's settings rendered into its pod template
+//!    change (the operator redeploys it, [`pod_settings`]).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -67,7 +67,7 @@ pub struct Connected {
     pub text: String,
     /// Counts the agent process's lives.
     pub life: u64,
-    /// The Klusterlet's registration settings this life started with (JSON).
+    /// The Klusterlet's [`pod_settings`] this life started with (JSON).
     pub settings: String,
 }
 
@@ -100,13 +100,13 @@ pub struct KlusterletOptions {
     /// Where the process tells its work agent that it cancelled its context: one more than the
     /// last life that ended so ([`cancelled`]).
     pub cancels: Cancels,
-    /// The Klusterlet's registration settings the agent's pod runs with ([`registration_settings`],
+    /// The Klusterlet's settings the agent's pod runs with ([`pod_settings`],
     /// read as each life starts): the operator replaces the pod when they change, also while
     /// its container waits out a restart back-off ([`replaced`]).
     pub deployed: Deployed,
 }
 
-/// The registration settings a klusterlet's pod was deployed with, `None` before its first life
+/// The settings a klusterlet's pod was deployed with ([`pod_settings`]), `None` before its first life
 /// read them.
 pub type Deployed = std::sync::Arc<watch::Sender<Option<String>>>;
 
@@ -157,11 +157,74 @@ pub(crate) fn kubeconfig_server(text: &str) -> Option<(String, Option<String>)> 
     ))
 }
 
-/// The Klusterlet's registration settings, as the agent compares them: the operator redeploys
-/// the registration agent when they change, so the agent starts over and selects again.
-fn registration_settings(k: Option<&Klusterlet>) -> String {
-    serde_json::to_string(&k.and_then(|k| k.spec.registration_configuration.as_ref()))
-        .unwrap_or_default()
+/// What of the Klusterlet the operator renders into the singleton agent's pod template (ocm
+/// `manifests/klusterlet/management/klusterlet-agent-deployment.yaml`, filled by
+/// `klusterlet_controller.go`), as JSON: a change of it replaces the pod. Upstream renders
+/// the cluster name, `imagePullSpec` (the singleton image; the registration and work images
+/// are for the Default mode's two Deployments), the external server URLs, the node placement,
+/// the registration and work feature gates, the bootstrap kubeconfig secrets and hub
+/// connection timeout only with MultipleHubs on (`populateBootstrap`), the work status sync
+/// interval, the cluster annotations with the `agent.open-cluster-management.io` prefix only
+/// (`FilterClusterAnnotations`, ocm `pkg/common/helpers/annotations.go`) and the larger of the
+/// registration and work QPS and burst. `clusterLabels` is not rendered: the operator never
+/// reads it, so a change of it alone leaves the pod running. Feature gates are compared as
+/// listed; upstream drops those set to their default (`ConvertToFeatureGateFlags`), so this is
+/// stricter only in replacing a pod for a gate set to its default.
+fn pod_settings(k: Option<&Klusterlet>) -> String {
+    let Some(k) = k else {
+        return String::new();
+    };
+    let spec = &k.spec;
+    let reg = spec.registration_configuration.as_ref();
+    let work = spec.work_configuration.as_ref();
+    let gates = reg.and_then(|r| r.feature_gates.as_ref());
+    let multiple_hubs = gates.is_some_and(|g| {
+        g.iter()
+            .any(|f| f.feature == "MultipleHubs" && f.mode.as_deref() == Some("Enable"))
+    });
+    let bootstrap = reg
+        .and_then(|r| r.bootstrap_kube_configs.as_ref())
+        .filter(|_| multiple_hubs)
+        .and_then(|b| {
+            b.local_secrets_config
+                .as_ref()
+                .filter(|_| b.type_ == "LocalSecrets")
+        })
+        .map(|l| {
+            let names: Vec<&str> = l
+                .kube_config_secrets
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect();
+            (names, l.hub_connection_timeout_seconds)
+        });
+    let annotations: BTreeMap<&String, &String> = reg
+        .and_then(|r| r.cluster_annotations.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with("agent.open-cluster-management.io"))
+        .collect();
+    let urls: Vec<&str> = spec
+        .external_server_urls
+        .iter()
+        .flatten()
+        .map(|u| u.url.as_str())
+        .collect();
+    serde_json::json!({
+        "clusterName": spec.cluster_name,
+        "image": spec.image_pull_spec,
+        "externalServerURLs": urls,
+        "nodePlacement": spec.node_placement,
+        "multipleHubs": multiple_hubs,
+        "bootstrap": bootstrap,
+        "registrationFeatureGates": gates,
+        "workFeatureGates": work.and_then(|w| w.feature_gates.as_ref()),
+        "statusSyncInterval": work.and_then(|w| w.status_sync_interval.as_ref()),
+        "clusterAnnotations": annotations,
+        "kubeAPIQPS": reg.and_then(|r| r.kube_api_qps),
+        "kubeAPIBurst": reg.and_then(|r| r.kube_api_burst),
+    })
+    .to_string()
 }
 
 /// Resolves when the klusterlet operator replaces the agent's pod, deployed with registration
@@ -181,7 +244,7 @@ pub async fn replaced(managed: Client, deployed: Option<String>) {
     while let Some(ev) = changes.next().await {
         match ev {
             Ok(watcher::Event::Apply(k) | watcher::Event::InitApply(k))
-                if registration_settings(Some(&k)) != deployed =>
+                if pod_settings(Some(&k)) != deployed =>
             {
                 return;
             }
@@ -202,7 +265,7 @@ struct Candidates {
     /// Whether the MultipleHubs feature gate is on.
     multiple_hubs: bool,
     hub_timeout: Duration,
-    /// [`registration_settings`] of the Klusterlet they came from.
+    /// [`pod_settings`] of the Klusterlet they came from.
     settings: String,
 }
 
@@ -213,7 +276,7 @@ async fn candidates(managed: &Client, secrets: &Api<Secret>) -> Result<Candidate
     let klusterlet = Api::<Klusterlet>::all(managed.clone())
         .get_opt(migration_api::names::KLUSTERLET)
         .await?;
-    let settings = registration_settings(klusterlet.as_ref());
+    let settings = pod_settings(klusterlet.as_ref());
     let reg = klusterlet
         .as_ref()
         .and_then(|k| k.spec.registration_configuration.as_ref());
@@ -636,7 +699,7 @@ async fn connected_life(
                 return Ok(cancelled(opts, life));
             }
             () = &mut redeployed => {
-                tracing::info!(cluster = %name, "Klusterlet registration settings changed; the operator redeploys the agent");
+                tracing::info!(cluster = %name, "the Klusterlet's pod settings changed; the operator redeploys the agent");
                 return Ok(Life::Replaced);
             }
             ev = boot_watch.next() => match ev {
@@ -1003,5 +1066,108 @@ mod tests {
             assert_eq!(health(answered, &mut since, at), want, "{what}");
             assert_eq!(since, failing_from, "{what}");
         }
+    }
+
+    /// The operator replaces the agent's pod only when what its template renders changes
+    /// (ocm `klusterlet-agent-deployment.yaml`): not for `clusterLabels`, annotations without
+    /// the agent prefix, the Default mode's images, or bootstrap kubeconfigs with MultipleHubs
+    /// off.
+    #[test]
+    fn only_what_the_pod_template_renders_replaces_the_pod() {
+        use serde_json::{Value, json};
+        let klusterlet = |gates: Value| {
+            json!({
+                "apiVersion": "operator.open-cluster-management.io/v1", "kind": "Klusterlet",
+                "metadata": {"name": "klusterlet"},
+                "spec": {"clusterName": "c1", "registrationConfiguration": {
+                    "featureGates": gates,
+                    "bootstrapKubeConfigs": {"type": "LocalSecrets", "localSecretsConfig": {
+                        "kubeConfigSecrets": [{"name": "hub1"}], "hubConnectionTimeoutSeconds": 180}}}}
+            })
+        };
+        // The settings of `k` with the value at `path` (a JSON pointer) set to `v`.
+        let settings = |mut k: Value, path: &str, v: Value| {
+            let (parent, key) = path.rsplit_once('/').unwrap_or_default();
+            if let Some(o) = k.pointer_mut(parent).and_then(Value::as_object_mut) {
+                o.insert(key.to_owned(), v);
+            }
+            let k: Klusterlet = serde_json::from_value(k).expect("a valid Klusterlet");
+            pod_settings(Some(&k))
+        };
+        let reg = "/spec/registrationConfiguration";
+        let secrets = format!("{reg}/bootstrapKubeConfigs/localSecretsConfig/kubeConfigSecrets");
+        let two_hubs = json!([{"name": "hub1"}, {"name": "hub2"}]);
+        let on = klusterlet(json!([{"feature": "MultipleHubs", "mode": "Enable"}]));
+        let unchanged = settings(on.clone(), "/spec/clusterName", json!("c1"));
+        assert_ne!(unchanged, pod_settings(None), "a Klusterlet renders a pod");
+        for (what, path, value, replaces) in [
+            (
+                "clusterLabels",
+                format!("{reg}/clusterLabels"),
+                json!({"env": "prod"}),
+                false,
+            ),
+            (
+                "an annotation without the agent prefix",
+                format!("{reg}/clusterAnnotations"),
+                json!({"team": "a"}),
+                false,
+            ),
+            (
+                "an agent annotation",
+                format!("{reg}/clusterAnnotations"),
+                json!({"agent.open-cluster-management.io/team": "a"}),
+                true,
+            ),
+            (
+                "the registration image (Default mode only)",
+                "/spec/registrationImagePullSpec".to_owned(),
+                json!("quay.io/r:2"),
+                false,
+            ),
+            (
+                "the singleton image",
+                "/spec/imagePullSpec".to_owned(),
+                json!("quay.io/a:2"),
+                true,
+            ),
+            (
+                "the bootstrap kubeconfigs",
+                secrets.clone(),
+                two_hubs.clone(),
+                true,
+            ),
+            (
+                "the hub connection timeout",
+                format!(
+                    "{reg}/bootstrapKubeConfigs/localSecretsConfig/hubConnectionTimeoutSeconds"
+                ),
+                json!(600),
+                true,
+            ),
+            ("the QPS", format!("{reg}/kubeAPIQPS"), json!(100), true),
+            (
+                "the work status sync interval",
+                "/spec/workConfiguration".to_owned(),
+                json!({"statusSyncInterval": "5s"}),
+                true,
+            ),
+            (
+                "the node placement",
+                "/spec/nodePlacement".to_owned(),
+                json!({"nodeSelector": {"infra": "true"}}),
+                true,
+            ),
+        ] {
+            let changed = settings(on.clone(), &path, value) != unchanged;
+            assert_eq!(changed, replaces, "{what}");
+        }
+        // With MultipleHubs off the template names `bootstrap-hub-kubeconfig` alone.
+        let off = klusterlet(json!([]));
+        assert_eq!(
+            settings(off.clone(), &secrets, two_hubs),
+            settings(off, "/spec/clusterName", json!("c1")),
+            "bootstrap kubeconfigs with MultipleHubs off"
+        );
     }
 }
