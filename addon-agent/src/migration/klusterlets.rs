@@ -2,13 +2,9 @@
 
 use super::*;
 
-/// Whether the cluster's klusterlet work on this hub carries the bootstrap secret and has been
-/// applied at its latest generation.
-pub(super) fn bootstrap_delivered(
-    works: &Store<ManifestWork>,
-    cluster: &str,
-    secret: &str,
-) -> bool {
+/// Whether the cluster's klusterlet work on this hub carries manifest `kind` named `name` and
+/// has been applied at its latest generation.
+fn work_applied_with(works: &Store<ManifestWork>, cluster: &str, kind: &str, name: &str) -> bool {
     let Some(work) = get(works, Some(cluster), &format!("{cluster}-klusterlet")) else {
         return false;
     };
@@ -17,17 +13,32 @@ pub(super) fn bootstrap_delivered(
         m.get("metadata")
             .and_then(|meta| meta.get("name"))
             .and_then(Value::as_str)
-            == Some(secret)
-            && m.get("kind").and_then(Value::as_str) == Some("Secret")
+            == Some(name)
+            && m.get("kind").and_then(Value::as_str) == Some(kind)
     });
     carries && work.applied()
 }
 
+/// Whether the cluster's klusterlet work on this hub carries the bootstrap secret and has been
+/// applied at its latest generation.
+pub(super) fn bootstrap_delivered(
+    works: &Store<ManifestWork>,
+    cluster: &str,
+    secret: &str,
+) -> bool {
+    work_applied_with(works, cluster, "Secret", secret)
+}
+
 /// Whether this hub's import controller has taken over a cluster's klusterlet: its
-/// `<cluster>-klusterlet` work, which carries this hub's own `bootstrap-hub-kubeconfig`, is
-/// applied on the cluster at its latest generation.
+/// `<cluster>-klusterlet` work, which carries the Klusterlet with this hub's settings, is
+/// applied on the cluster at its latest generation. The Klusterlet, not
+/// `bootstrap-hub-kubeconfig`: a hub whose KlusterletConfig lists bootstrap kubeconfigs
+/// (MultipleHubs) renders those instead of `bootstrap-hub-kubeconfig` (ocm
+/// `deploy/klusterlet/chart/klusterlet/templates/bootstrap_kubeconfig_secret.yaml`, rendered
+/// by stolostron/managedcluster-import-controller `pkg/bootstrap/render.go`), and every
+/// import work carries the Klusterlet.
 pub(super) fn import_took_over(works: &Store<ManifestWork>, cluster: &str) -> bool {
-    bootstrap_delivered(works, cluster, names::BOOTSTRAP_HUB_KUBECONFIG)
+    work_applied_with(works, cluster, "Klusterlet", names::KLUSTERLET)
 }
 
 /// The data of bootstrap secret `name` the manager delivered next to the task (plain OCM), as

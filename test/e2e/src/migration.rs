@@ -525,8 +525,9 @@ pub async fn bootstrap_of(s: &Setup, cluster: &str, key: &str) -> (String, bool)
 
 /// What migration `name` left behind, if anything (`None`: nothing): works labelled for a
 /// migration on the global hub (hub1's and hub2's namespaces) and on either hub (plain OCM
-/// klusterlet works), its ManagedServiceAccount, KlusterletConfigs on either hub, and
-/// ManagedClusters annotated by a migration or selecting a KlusterletConfig. An API error
+/// klusterlet works), its ManagedServiceAccount, KlusterletConfigs on either hub (but the
+/// admin's `global`), and ManagedClusters annotated by a migration or selecting a
+/// KlusterletConfig. An API error
 /// counts as something left (the caller polls or fails).
 pub async fn leftovers(s: &Setup, name: &str) -> Option<String> {
     use kube::api::ListParams;
@@ -570,7 +571,13 @@ pub async fn leftovers(s: &Setup, name: &str) -> Option<String> {
             Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),
             Err(e) => return Some(format!("listing KlusterletConfigs on hub{i}: {e}")),
         };
-        if let Some(left) = names(kcs.iter().map(ResourceExt::name_any).collect()) {
+        // `global` is the hub admin's own, never a migration's.
+        let kcs = kcs
+            .iter()
+            .map(ResourceExt::name_any)
+            .filter(|n| n != ocm_sim::import::GLOBAL_KLUSTERLET_CONFIG)
+            .collect();
+        if let Some(left) = names(kcs) {
             return Some(format!("KlusterletConfigs on hub{i}: {left}"));
         }
         // The klusterlet works of a plain OCM migration.

@@ -724,6 +724,45 @@ async fn dry_run_writes_a_plan_and_changes_nothing() {
     .await;
 }
 
+/// A target hub whose global KlusterletConfig lists bootstrap kubeconfigs (MultipleHubs) renders
+/// no `bootstrap-hub-kubeconfig` in its import works (the list replaces it, ocm
+/// `deploy/klusterlet/chart/klusterlet/templates/bootstrap_kubeconfig_secret.yaml`): the
+/// clusters still register there once its import took over their Klusterlet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_whose_global_klusterlet_config_lists_hubs_takes_the_clusters() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 2).await;
+    let hub2 = kubeconfig(s.dir.path(), "hub2");
+    let own = &s.fleet.hubs[1].bootstrap_kubeconfig;
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "hub2-backup", "namespace": ocm_sim::import::BOOTSTRAP_SECRETS_NAMESPACE},
+        "stringData": {"kubeconfig": own}});
+    kubectl_apply(&hub2, &secret.to_string());
+    let global = json!({"apiVersion": "config.open-cluster-management.io/v1alpha1", "kind": "KlusterletConfig",
+        "metadata": {"name": ocm_sim::import::GLOBAL_KLUSTERLET_CONFIG},
+        "spec": {"multipleHubsConfig": {"genBootstrapKubeConfigStrategy": "IncludeCurrentHub",
+            "bootstrapKubeConfigs": {"type": "LocalSecrets", "localSecretsConfig": {
+                "kubeConfigSecrets": [{"name": "hub2-backup"}], "hubConnectionTimeoutSeconds": 180}}}}});
+    kubectl_apply(&hub2, &global.to_string());
+    let clusters = names(1, 2);
+    s.move_all("listed", &clusters).await;
+    let mut expected = s.homes();
+    for c in &clusters {
+        expected.insert(c.clone(), 2);
+    }
+    s.invariant(&expected).await;
+    // Each runs with the target's list: its backup and the current hub.
+    for c in &clusters {
+        let (registration, _) = klusterlet_of(&s, c).await;
+        assert_eq!(
+            registration["bootstrapKubeConfigs"]["localSecretsConfig"]["kubeConfigSecrets"],
+            json!([{"name": "hub2-backup"}, {"name": "bootstrap-hub-kubeconfig-current-hub"}]),
+            "{c}"
+        );
+    }
+    no_leftovers(&s, "listed").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_the_target_refuses_rolls_back_and_the_rest_complete() {
     let _serial = ONE_AT_A_TIME.lock().await;

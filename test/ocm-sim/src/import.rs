@@ -23,12 +23,16 @@
 //! - Deleting a cluster ([`clean_up`], [`delete_namespaces`]): the works of one the hub no
 //!   longer accepts, or that is unavailable, are force-deleted; then its namespace goes, unless
 //!   addons, HostedClusters, ClusterDeployments, InfraEnvs or pods are still in it.
-//! - The Klusterlet goes last in the work, after the ClusterRole that lets the work agent
-//!   (`admin`) manage it (`pkg/bootstrap/manifests/klusterlet/clusterrole_aggregate.yaml`).
+//! - The work holds what upstream's holds, in its order ([`in_upstream_order`]): the
+//!   Namespaces, the operator's RBAC, the Secrets by name (`bootstrap-hub-kubeconfig` only
+//!   without a MultipleHubs list), the image pull secret, the operator's ServiceAccount and
+//!   Deployment, the Klusterlet, then the ClusterRoles that let the work agent (`admin`)
+//!   manage it (`pkg/bootstrap/manifests/klusterlet/clusterrole_aggregate.yaml`).
 //!
 //! Not simulated: the per-cluster bootstrap ServiceAccount tokens (every cluster of a hub
-//! bootstraps with the hub's one identity), image pull secrets, `installMode: noOperator`
-//! (the Klusterlet is rendered as for the default mode), hosted mode.
+//! bootstraps with the hub's one identity), the PriorityClass, the operator's Deployment
+//! running (nothing acts on it; the simulated klusterlet stands for it),
+//! `installMode: noOperator` (the Klusterlet is rendered as for the default mode), hosted mode.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -265,8 +269,7 @@ pub fn listed_secrets(spec: &Value, older: Option<OlderMce>) -> (Vec<String>, bo
     }
 }
 
-/// A cluster's klusterlet manifests (pure): the Klusterlet role, the bootstrap kubeconfig
-/// secrets, the Klusterlet last.
+/// A cluster's klusterlet manifests (pure), in upstream's order ([`in_upstream_order`]).
 pub fn render(input: &RenderInput<'_>) -> Result<Vec<Value>, RenderError> {
     let spec = input.spec;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -284,10 +287,12 @@ pub fn render(input: &RenderInput<'_>) -> Result<Vec<Value>, RenderError> {
                "metadata": {"name": name, "namespace": AGENT_NAMESPACE},
                "type": "Opaque", "data": {"kubeconfig": b64(kubeconfig)}})
     };
-    let mut manifests = vec![
-        klusterlet_admin_role(),
-        secret(BOOTSTRAP_HUB_KUBECONFIG, &bootstrap),
-    ];
+    // The chart's Secrets: `bootstrap-hub-kubeconfig` only without a MultipleHubs list, which
+    // replaces it (`{{- else if .Values.bootstrapHubKubeConfig }}`, ocm
+    // `deploy/klusterlet/chart/klusterlet/templates/bootstrap_kubeconfig_secret.yaml`; the
+    // import controller's own template did the same since it learnt MultipleHubs, its
+    // `manifests/klusterlet/bootstrap_secret.yaml` of MCE 2.7 and 2.8).
+    let mut secrets = Vec::new();
     let (mut registration_gates, mut work_gates) = (Vec::new(), Vec::new());
     for g in spec
         .get("featureGates")
@@ -312,11 +317,11 @@ pub fn render(input: &RenderInput<'_>) -> Result<Vec<Value>, RenderError> {
                     "secrets \"{name}\" not found in namespace {BOOTSTRAP_SECRETS_NAMESPACE}"
                 )));
             };
-            manifests.push(secret(name, kubeconfig));
+            secrets.push(secret(name, kubeconfig));
             listed.push(json!({"name": name}));
         }
         if include_current {
-            manifests.push(secret(CURRENT_HUB_SECRET, &bootstrap));
+            secrets.push(secret(CURRENT_HUB_SECRET, &bootstrap));
             listed.push(json!({"name": CURRENT_HUB_SECRET}));
         }
         if !registration_gates
@@ -335,6 +340,8 @@ pub fn render(input: &RenderInput<'_>) -> Result<Vec<Value>, RenderError> {
             .unwrap_or(json!(600));
         registration["bootstrapKubeConfigs"] = json!({"type": "LocalSecrets", "localSecretsConfig": {
             "kubeConfigSecrets": listed, "hubConnectionTimeoutSeconds": timeout}});
+    } else {
+        secrets.push(secret(BOOTSTRAP_HUB_KUBECONFIG, &bootstrap));
     }
     if !registration_gates.is_empty() {
         registration["featureGates"] = Value::Array(registration_gates);
@@ -383,12 +390,83 @@ pub fn render(input: &RenderInput<'_>) -> Result<Vec<Value>, RenderError> {
     klusterlet_spec["workImagePullSpec"] = json!(image(
         "registry.redhat.io/multicluster-engine/work-rhel9:latest"
     ));
-    manifests.push(json!({
-        "apiVersion": "operator.open-cluster-management.io/v1", "kind": "Klusterlet",
-        "metadata": {"name": migration_api::names::KLUSTERLET},
-        "spec": klusterlet_spec
-    }));
-    Ok(manifests)
+    let operator =
+        image("registry.redhat.io/multicluster-engine/registration-operator-rhel9:latest");
+    Ok(in_upstream_order(
+        secrets,
+        &operator,
+        json!({
+            "apiVersion": "operator.open-cluster-management.io/v1", "kind": "Klusterlet",
+            "metadata": {"name": migration_api::names::KLUSTERLET},
+            "spec": klusterlet_spec
+        }),
+    ))
+}
+
+/// The managed cluster's namespace of the klusterlet operator (the chart's release namespace).
+pub const OPERATOR_NAMESPACE: &str = "open-cluster-management";
+/// The image pull secret the chart renders (ACM's import always creates image credentials).
+pub const IMAGE_PULL_SECRET: &str = "open-cluster-management-image-pull-credentials";
+
+/// A klusterlet work's manifests in the order upstream's import controller writes them
+/// (`AggregateObjects`, stolostron/managedcluster-import-controller `pkg/bootstrap/render.go`,
+/// over the klusterlet chart, ocm `deploy/klusterlet/chart/klusterlet/templates`): the
+/// Namespaces first; then the chart's other objects sorted by their YAML text, which puts the
+/// operator's ClusterRole and ClusterRoleBinding (`apiVersion: rbac...`) before the Secrets
+/// (`apiVersion: v1`, by name, so the image pull secret after every `bootstrap-hub-kubeconfig*`),
+/// then the ServiceAccount, then the operator's Deployment (its template starts with `kind:`,
+/// after every `apiVersion:`); the Klusterlet last of the chart's; then the two ClusterRoles
+/// of `additionalClusterRoleFiles`, the Klusterlet's aggregate role among them, appended.
+/// So the work agent writes the image pull secret, the ServiceAccount and the Deployment
+/// between a changed `bootstrap-hub-kubeconfig` (which restarts the registration agent and,
+/// in the singleton agent, cancels the work agent's context) and the Klusterlet. Not
+/// rendered: the PriorityClass (before the Secrets, so it does not change that order).
+fn in_upstream_order(
+    mut secrets: Vec<Value>,
+    operator_image: &str,
+    klusterlet: Value,
+) -> Vec<Value> {
+    let namespace =
+        |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    secrets.push(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": IMAGE_PULL_SECRET, "namespace": OPERATOR_NAMESPACE, "labels": {"app": "klusterlet"}},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64::engine::general_purpose::STANDARD.encode("{\"auths\":{}}")}}));
+    secrets.sort_by(|a, b| {
+        a["metadata"]["name"]
+            .as_str()
+            .cmp(&b["metadata"]["name"].as_str())
+    });
+    let mut manifests = vec![
+        namespace(OPERATOR_NAMESPACE),
+        namespace(AGENT_NAMESPACE),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "klusterlet"},
+               "rules": [{"apiGroups": ["operator.open-cluster-management.io"],
+                          "resources": ["klusterlets", "klusterlets/status"], "verbs": ["get", "list", "watch", "update", "patch"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "klusterlet"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "klusterlet"},
+               "subjects": [{"kind": "ServiceAccount", "name": "klusterlet", "namespace": OPERATOR_NAMESPACE}]}),
+    ];
+    manifests.extend(secrets);
+    manifests.push(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "klusterlet", "namespace": OPERATOR_NAMESPACE},
+        "imagePullSecrets": [{"name": IMAGE_PULL_SECRET}]}));
+    manifests.push(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "klusterlet", "namespace": OPERATOR_NAMESPACE, "labels": {"app": "klusterlet"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "klusterlet"}},
+                 "template": {"metadata": {"labels": {"app": "klusterlet"}},
+                              "spec": {"serviceAccountName": "klusterlet",
+                                       "containers": [{"name": "klusterlet", "image": operator_image,
+                                                       "args": ["/registration-operator", "klusterlet"]}]}}}}));
+    manifests.push(klusterlet);
+    manifests.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "klusterlet-bootstrap-kubeconfig"},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [BOOTSTRAP_HUB_KUBECONFIG],
+                   "verbs": ["get", "update"]}]}));
+    manifests.push(klusterlet_admin_role());
+    manifests
 }
 
 /// ReadOnly manifest configs for every manifest of a work (`buildManifestConfigs` with
@@ -958,7 +1036,9 @@ mod tests {
     const HUB: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: https://127.0.0.1:1\ncontexts: []\nusers: []\n";
 
     /// `pkg/bootstrap/render.go`: with IncludeCurrentHub the current hub's bootstrap
-    /// kubeconfig comes last, under its own name, and points where the KlusterletConfig says.
+    /// kubeconfig comes last in the Klusterlet's list, under its own name, and points where
+    /// the KlusterletConfig says; the MultipleHubs list replaces `bootstrap-hub-kubeconfig`;
+    /// the manifests are in upstream's order (`AggregateObjects`).
     #[test]
     fn include_current_hub_renders_the_current_hub_last_with_the_configured_url() {
         let spec = json!({"hubKubeAPIServerConfig": {"url": "https://localhost:1"},
@@ -980,14 +1060,45 @@ mod tests {
         assert_eq!(
             names_of(&m),
             [
-                "ClusterRole/open-cluster-management:klusterlet-admin-aggregate-clusterrole",
-                "Secret/bootstrap-hub-kubeconfig",
-                "Secret/bootstrap-hub2",
+                "Namespace/open-cluster-management",
+                "Namespace/open-cluster-management-agent",
+                "ClusterRole/klusterlet",
+                "ClusterRoleBinding/klusterlet",
                 "Secret/bootstrap-hub-kubeconfig-current-hub",
-                "Klusterlet/klusterlet"
+                "Secret/bootstrap-hub2",
+                "Secret/open-cluster-management-image-pull-credentials",
+                "ServiceAccount/klusterlet",
+                "Deployment/klusterlet",
+                "Klusterlet/klusterlet",
+                "ClusterRole/klusterlet-bootstrap-kubeconfig",
+                "ClusterRole/open-cluster-management:klusterlet-admin-aggregate-clusterrole",
             ]
         );
-        let k = &m[4]["spec"];
+        let named = |kind: &str, name: &str| {
+            m.iter()
+                .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+                .unwrap()
+        };
+        assert_eq!(
+            named("Deployment", "klusterlet")["spec"]["template"]["spec"]["containers"][0]["image"],
+            "mirror.io/mce/registration-operator-rhel9:latest"
+        );
+        // Without a MultipleHubs list, `bootstrap-hub-kubeconfig` is the Secret.
+        let plain = json!({});
+        let only = render(&RenderInput {
+            spec: &plain,
+            ..input
+        })
+        .unwrap();
+        assert_eq!(
+            names_of(&only)[4..7],
+            [
+                "Secret/bootstrap-hub-kubeconfig",
+                "Secret/open-cluster-management-image-pull-credentials",
+                "ServiceAccount/klusterlet",
+            ]
+        );
+        let k = &named("Klusterlet", "klusterlet")["spec"];
         assert_eq!(
             k["registrationConfiguration"]["bootstrapKubeConfigs"]["localSecretsConfig"]["kubeConfigSecrets"],
             json!([{"name": "bootstrap-hub2"}, {"name": CURRENT_HUB_SECRET}])
@@ -1006,7 +1117,11 @@ mod tests {
             "mirror.io/mce/registration-rhel9:latest"
         );
         let current = base64::engine::general_purpose::STANDARD
-            .decode(m[3]["data"]["kubeconfig"].as_str().unwrap())
+            .decode(
+                named("Secret", CURRENT_HUB_SECRET)["data"]["kubeconfig"]
+                    .as_str()
+                    .unwrap(),
+            )
             .unwrap();
         assert!(
             String::from_utf8(current)
