@@ -2,9 +2,14 @@
 
 use super::*;
 
-/// Whether the cluster's klusterlet work on this hub carries manifest `kind` named `name` and
-/// has been applied at its latest generation.
-fn work_applied_with(works: &Store<ManifestWork>, cluster: &str, kind: &str, name: &str) -> bool {
+/// Whether the cluster's klusterlet work on this hub carries a manifest of `kind` (named `name`
+/// when given) and has been applied at its latest generation.
+fn work_applied_with(
+    works: &Store<ManifestWork>,
+    cluster: &str,
+    kind: &str,
+    name: Option<&str>,
+) -> bool {
     let Some(work) = get(works, Some(cluster), &format!("{cluster}-klusterlet")) else {
         return false;
     };
@@ -13,7 +18,7 @@ fn work_applied_with(works: &Store<ManifestWork>, cluster: &str, kind: &str, nam
         m.get("metadata")
             .and_then(|meta| meta.get("name"))
             .and_then(Value::as_str)
-            == Some(name)
+            .is_some_and(|n| name.is_none_or(|want| n == want))
             && m.get("kind").and_then(Value::as_str) == Some(kind)
     });
     carries && work.applied()
@@ -26,7 +31,7 @@ pub(super) fn bootstrap_delivered(
     cluster: &str,
     secret: &str,
 ) -> bool {
-    work_applied_with(works, cluster, "Secret", secret)
+    work_applied_with(works, cluster, "Secret", Some(secret))
 }
 
 /// Whether this hub's import controller has taken over a cluster's klusterlet: its
@@ -36,9 +41,10 @@ pub(super) fn bootstrap_delivered(
 /// (MultipleHubs) renders those instead of `bootstrap-hub-kubeconfig` (ocm
 /// `deploy/klusterlet/chart/klusterlet/templates/bootstrap_kubeconfig_secret.yaml`, rendered
 /// by stolostron/managedcluster-import-controller `pkg/bootstrap/render.go`), and every
-/// import work carries the Klusterlet.
+/// import work carries the Klusterlet. Of any name: a KlusterletConfig's `installMode`
+/// `noOperator` names it `klusterlet-<postfix>` (`getKlusterletNamespaceName`, same file).
 pub(super) fn import_took_over(works: &Store<ManifestWork>, cluster: &str) -> bool {
-    work_applied_with(works, cluster, "Klusterlet", names::KLUSTERLET)
+    work_applied_with(works, cluster, "Klusterlet", None)
 }
 
 /// The data of bootstrap secret `name` the manager delivered next to the task (plain OCM), as
@@ -376,4 +382,87 @@ pub(super) async fn klusterlet_settle(
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher;
+
+    /// A `<cluster>-klusterlet` work of `manifests` (kind, name), applied at its generation or not.
+    fn work(cluster: &str, manifests: &[(&str, &str)], applied: bool) -> ManifestWork {
+        let manifests: Vec<Value> = manifests
+            .iter()
+            .map(|(kind, name)| serde_json::json!({"kind": kind, "metadata": {"name": name}}))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+            "metadata": {"name": format!("{cluster}-klusterlet"), "namespace": cluster, "generation": 2},
+            "spec": {"workload": {"manifests": manifests}},
+            "status": {"conditions": [{"type": "Applied", "status": if applied { "True" } else { "False" },
+                "observedGeneration": 2, "reason": "AppliedManifestWorkComplete", "message": "",
+                "lastTransitionTime": "2026-11-28T00:00:00Z"}]}
+        }))
+        .expect("a valid ManifestWork")
+    }
+
+    /// The import took over once its work, with the Klusterlet under whatever name the import
+    /// gives it, is applied; `bootstrap-hub-kubeconfig` is not needed (a MultipleHubs list
+    /// replaces it).
+    #[test]
+    fn the_import_took_over_once_its_klusterlet_is_applied_whatever_its_secrets() {
+        let (store, mut writer) = reflector::store::<ManifestWork>();
+        for w in [
+            work(
+                "listed",
+                &[
+                    ("Secret", "bootstrap-hub-kubeconfig-current-hub"),
+                    ("Klusterlet", "klusterlet"),
+                ],
+                true,
+            ),
+            work(
+                "no-operator",
+                &[
+                    ("Secret", "bootstrap-hub-kubeconfig"),
+                    ("Klusterlet", "klusterlet-agent2"),
+                ],
+                true,
+            ),
+            work(
+                "pending",
+                &[
+                    ("Secret", "bootstrap-hub-kubeconfig"),
+                    ("Klusterlet", "klusterlet"),
+                ],
+                false,
+            ),
+            work(
+                "secrets-only",
+                &[("Secret", "bootstrap-hub-kubeconfig")],
+                true,
+            ),
+        ] {
+            writer.apply_watcher_event(&watcher::Event::Apply(w));
+        }
+        for (cluster, took_over) in [
+            ("listed", true),
+            ("no-operator", true),
+            ("pending", false),
+            ("secrets-only", false),
+            ("absent", false),
+        ] {
+            assert_eq!(import_took_over(&store, cluster), took_over, "{cluster}");
+        }
+        assert!(bootstrap_delivered(
+            &store,
+            "no-operator",
+            names::BOOTSTRAP_HUB_KUBECONFIG
+        ));
+        assert!(!bootstrap_delivered(
+            &store,
+            "listed",
+            names::BOOTSTRAP_HUB_KUBECONFIG
+        ));
+    }
 }

@@ -390,8 +390,12 @@ pub fn render(input: &RenderInput<'_>) -> Result<Vec<Value>, RenderError> {
     klusterlet_spec["workImagePullSpec"] = json!(image(
         "registry.redhat.io/multicluster-engine/work-rhel9:latest"
     ));
+    // The singleton agent's image: the chart's `imagePullSpec` is the operator's image, whose
+    // binary runs the singleton agent too (ocm `deploy/klusterlet/chart/klusterlet/templates/klusterlet.yaml`;
+    // the operator renders it into the agent's pod, `SingletonImage`).
     let operator =
         image("registry.redhat.io/multicluster-engine/registration-operator-rhel9:latest");
+    klusterlet_spec["imagePullSpec"] = json!(operator);
     Ok(in_upstream_order(
         secrets,
         &operator,
@@ -1081,6 +1085,10 @@ mod tests {
         };
         assert_eq!(
             named("Deployment", "klusterlet")["spec"]["template"]["spec"]["containers"][0]["image"],
+            "mirror.io/mce/registration-operator-rhel9:latest"
+        );
+        assert_eq!(
+            named("Klusterlet", "klusterlet")["spec"]["imagePullSpec"],
             "mirror.io/mce/registration-operator-rhel9:latest"
         );
         // Without a MultipleHubs list, `bootstrap-hub-kubeconfig` is the Secret.
