@@ -198,20 +198,52 @@ pub(super) fn taint_first(effects: Vec<Effect>) -> Vec<Effect> {
 /// one request each, and the hub serves many at a time.
 pub(super) const CONCURRENCY: usize = 16;
 
+/// The uid and resourceVersion of a cluster as a decision read it: no uid and no version when
+/// it was not there; `None` for a copy without a version (nothing to compare with).
+pub(super) type Read = Option<(Option<String>, String)>;
+
+/// What a decision read of cluster `mc` ([`Read`]).
+pub(super) fn read(mc: Option<&ManagedCluster>) -> Read {
+    match mc {
+        Some(mc) => Some((mc.uid(), mc.resource_version()?)),
+        None => Some((None, String::new())),
+    }
+}
+
+/// One cluster's effects, with the cluster as the decision read it: [`apply`] judges its own
+/// earlier writes against that copy, not against the cache's copy when it acts (the cache may
+/// have caught up in between, and a decision on the older copy would then repeat the write).
+#[derive(Debug)]
+pub(super) struct Planned<'a> {
+    pub(super) cluster: &'a str,
+    pub(super) read: Read,
+    pub(super) effects: Vec<Effect>,
+}
+
+impl<'a> Planned<'a> {
+    pub(super) fn new(cluster: &'a str, mc: Option<&ManagedCluster>, effects: Vec<Effect>) -> Self {
+        Self {
+            cluster,
+            read: read(mc),
+            effects,
+        }
+    }
+}
+
 /// Carries out each cluster's effects ([`apply`], each cluster's in order), up to
 /// [`CONCURRENCY`] clusters at once; every cluster is tried, and the first error is returned.
 pub(super) async fn apply_all(
     ctx: &Ctx,
     task: &MigrationTask,
-    planned: Vec<(&str, Vec<Effect>)>,
+    planned: Vec<Planned<'_>>,
 ) -> Result<(), Error> {
     // (Boxed: a stream of borrowing futures inside the reconcile future is otherwise not
     // provably Send for every lifetime.)
     type Applying<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
     let applying: Vec<Applying<'_>> = planned
         .into_iter()
-        .filter(|(_, e)| !e.is_empty())
-        .map(|(cluster, effects)| Box::pin(apply(ctx, task, cluster, effects)) as Applying<'_>)
+        .filter(|p| !p.effects.is_empty())
+        .map(|p| Box::pin(apply(ctx, task, p)) as Applying<'_>)
         .collect();
     let mut running = futures::stream::iter(applying).buffer_unordered(CONCURRENCY);
     let mut first = None;
@@ -241,24 +273,23 @@ pub(super) fn decided_on(effects: &[Effect]) -> Option<(Option<String>, String)>
     })
 }
 
-/// Carries out `effects` on `cluster` (of `task`), in order.
+/// Carries out `planned`'s effects on its cluster (of `task`), in order, unless the decision
+/// read the cluster as it was before this agent's last write of it.
 pub(super) async fn apply(
     ctx: &Ctx,
     task: &MigrationTask,
-    cluster: &str,
-    effects: Vec<Effect>,
+    planned: Planned<'_>,
 ) -> Result<(), Error> {
+    let Planned {
+        cluster,
+        read,
+        effects,
+    } = planned;
     let now = std::time::Instant::now();
     // The version of the cluster these effects were decided on: the one a taint change read,
-    // else the cache's now (a decision on an older copy can then repeat a merge patch, which
-    // changes nothing the second time); a cluster not in the cache is no version (""), which
-    // its pre-creation by this agent is ahead of until the cache shows it.
-    let read = decided_on(&effects).or_else(|| {
-        Some(match get(&ctx.caches.clusters, None, cluster) {
-            Some(mc) => (mc.uid(), mc.resource_version()?),
-            None => (None, String::new()),
-        })
-    });
+    // else the one the decision read (a cluster that was not there is no version, "", which
+    // its pre-creation by this agent is ahead of until the decision reads it there).
+    let read = decided_on(&effects).or(read);
     if let Some((uid, rv)) = &read
         && ctx
             .own_cluster_writes
@@ -273,13 +304,36 @@ pub(super) async fn apply(
         }
         return Ok(());
     }
-    // The cluster's version after this agent's last write of it here.
+    // The cluster's version after this agent's last write of it here, recorded even when a
+    // later effect fails (the next reconcile would otherwise repeat the write).
     let mut wrote = None;
+    let done = carry_out(ctx, task, cluster, effects, &mut wrote).await;
+    // A write that changed the cluster: until the cache shows it, decisions on the cache
+    // would only repeat it.
+    if let (Some((uid, read)), Some(wrote)) = (&read, &wrote)
+        && let Ok(mut own) = ctx.own_cluster_writes.lock()
+    {
+        own.record(cluster, uid.as_deref(), (read, wrote), (), now);
+    }
+    done
+}
+
+/// Carries out `effects` on `cluster` in order (taint changes first), up to the first that
+/// fails; `wrote`: the cluster's version after the last write of it that changed it.
+async fn carry_out(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    cluster: &str,
+    effects: Vec<Effect>,
+    wrote: &mut Option<String>,
+) -> Result<(), Error> {
     for effect in taint_first(effects) {
         match effect {
-            Effect::Patch(patch) => wrote = patch_cluster(ctx, cluster, patch).await?.or(wrote),
+            Effect::Patch(patch) => {
+                *wrote = patch_cluster(ctx, cluster, patch).await?.or(wrote.take())
+            }
             Effect::Refuse(patch, why) => {
-                wrote = patch_cluster(ctx, cluster, patch).await?.or(wrote);
+                *wrote = patch_cluster(ctx, cluster, patch).await?.or(wrote.take());
                 tracing::info!(cluster = %cluster, "{why}");
             }
             Effect::Await(awaited) => await_return(ctx, cluster, awaited),
@@ -293,10 +347,10 @@ pub(super) async fn apply(
                     // new version, which the cache is to show before this cluster is decided
                     // on again (a decision on the copy before would delete it again).
                     Ok(answer) => {
-                        wrote = answer
+                        *wrote = answer
                             .left()
                             .and_then(|deleting| deleting.resource_version())
-                            .or(wrote);
+                            .or(wrote.take());
                     }
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => {
@@ -310,7 +364,7 @@ pub(super) async fn apply(
                 }
             }
             Effect::ReleaseWorks => release_works(ctx, cluster).await?,
-            Effect::Precreate => wrote = precreate(ctx, task, cluster).await?.or(wrote),
+            Effect::Precreate => *wrote = precreate(ctx, task, cluster).await?.or(wrote.take()),
             Effect::CarryAddons => carry_addons(ctx, task, cluster).await?,
             Effect::CarryObjects => carry_objects(ctx, task, cluster).await?,
             Effect::PauseObjects => pause_on_source(ctx, task, cluster).await?,
@@ -333,7 +387,7 @@ pub(super) async fn apply(
                     None => (Patch::Merge(change.patch), &[404, 409][..]),
                 };
                 match patch_cluster_unless(ctx, cluster, patch, tolerated).await? {
-                    Patched::Applied(rv) => wrote = rv.or(wrote),
+                    Patched::Applied(rv) => *wrote = rv.or(wrote.take()),
                     Patched::Refused(code) => {
                         tracing::debug!(cluster = %cluster, code, "changed meanwhile; deciding again");
                         if let Ok(mut again) = ctx.again.lock() {
@@ -343,13 +397,6 @@ pub(super) async fn apply(
                 }
             }
         }
-    }
-    // A write that changed the cluster: until the cache shows it, decisions on the cache
-    // would only repeat it.
-    if let (Some((uid, read)), Some(wrote)) = (&read, &wrote)
-        && let Ok(mut own) = ctx.own_cluster_writes.lock()
-    {
-        own.record(cluster, uid.as_deref(), (read, wrote), (), now);
     }
     Ok(())
 }

@@ -64,6 +64,8 @@ use crate::klusterlet_work::{self as kw, Registration, Step};
 use crate::report::FIELD_MANAGER;
 use crate::{admission, flight};
 
+#[cfg(test)]
+mod apply_tests;
 mod carry;
 mod configs;
 mod csr_identities;

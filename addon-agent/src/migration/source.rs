@@ -12,10 +12,12 @@ pub(super) async fn source_deploy(
     // kubeconfig by the time Registering starts.
     let states = source_register_all(ctx, task, names).await?;
     // And the controllers of the objects they carry paused, before any switches.
-    let planned: Vec<(&str, Vec<Effect>)> = names
+    let planned: Vec<Planned> = names
         .iter()
-        .filter(|n| get(&ctx.caches.clusters, None, n).is_some_and(|mc| to_pause(task, &mc)))
-        .map(|n| (n.as_str(), vec![Effect::PauseObjects]))
+        .filter_map(|n| {
+            let mc = get(&ctx.caches.clusters, None, n).filter(|mc| to_pause(task, mc))?;
+            Some(Planned::new(n, Some(&mc), vec![Effect::PauseObjects]))
+        })
         .collect();
     let pausing = planned.len();
     apply_all(ctx, task, planned).await?;
@@ -125,7 +127,7 @@ async fn source_register_all(
             restarted: renewed_since_configured(ctx, task, name, configured),
         };
         let (state, effects) = register(task, &seen);
-        planned.push((name.as_str(), effects));
+        planned.push(Planned::new(name, Some(&mc), effects));
         states.push(state);
     }
     apply_all(ctx, task, planned).await?;
@@ -200,9 +202,9 @@ pub(super) async fn source_rollback(
             states.push(ClusterState::Pending);
             continue;
         }
-        let (state, effects) = source_take_back(ctx, task, name, false).await?;
+        let (state, one) = source_take_back(ctx, task, name, false).await?;
         states.push(state);
-        planned.push((name.as_str(), effects));
+        planned.push(one);
     }
     apply_all(ctx, task, planned).await?;
     Ok(rollback_report(
@@ -214,14 +216,14 @@ pub(super) async fn source_rollback(
 }
 
 /// Observes, decides ([`take_back`]) and acts for one cluster the source takes back.
-async fn source_take_back(
+async fn source_take_back<'a>(
     ctx: &Ctx,
     task: &MigrationTask,
-    name: &str,
+    name: &'a str,
     finish: bool,
-) -> Result<(ClusterState, Vec<Effect>), Error> {
+) -> Result<(ClusterState, Planned<'a>), Error> {
     let Some(mc) = get(&ctx.caches.clusters, None, name) else {
-        return Ok((ClusterState::NotFound, Vec::new()));
+        return Ok((ClusterState::NotFound, Planned::new(name, None, Vec::new())));
     };
     // Plain OCM: the Klusterlet's own settings go back too (its work applies them once the
     // cluster is connected here again).
@@ -235,7 +237,8 @@ async fn source_take_back(
             .is_some_and(|at| lease_renewed_since(ctx, name, at)),
         finish,
     };
-    Ok(take_back(task, &seen, &jiff::Timestamp::now().to_string()))
+    let (state, effects) = take_back(task, &seen, &jiff::Timestamp::now().to_string());
+    Ok((state, Planned::new(name, Some(&mc), effects)))
 }
 
 pub(super) async fn source_clean(
@@ -250,14 +253,16 @@ pub(super) async fn source_clean(
     for name in names {
         // The clusters that stay are taken back (again, or for the first time when the
         // rollback ran out of time) before their marks go: none is left refused by both hubs.
-        let (state, effects) = if rollback.contains(name.as_str()) {
+        let (state, one) = if rollback.contains(name.as_str()) {
             source_take_back(ctx, task, name, true).await?
         } else {
             let mc = get(&ctx.caches.clusters, None, name);
             // A hub with KlusterletConfigs (ACM) runs the import controller; plain OCM does not.
-            let_go(detach.contains(name.as_str()), mc.as_deref(), !plain(task))
+            let (state, effects) =
+                let_go(detach.contains(name.as_str()), mc.as_deref(), !plain(task));
+            (state, Planned::new(name, mc.as_deref(), effects))
         };
-        planned.push((name.as_str(), effects));
+        planned.push(one);
         states.push(state);
     }
     apply_all(ctx, task, planned).await?;

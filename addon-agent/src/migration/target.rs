@@ -317,13 +317,13 @@ pub(super) async fn target_register(
                 .is_some_and(|s| *s == ClusterState::Available),
         };
         let (state, effects) = arrive(task, &seen);
-        planned.push((name.as_str(), effects));
+        planned.push(Planned::new(name, mc.as_deref(), effects));
         states.push(state);
     }
     // Deploying ends once every cluster's objects are here.
     let carrying = planned
         .iter()
-        .filter(|(_, e)| e.contains(&Effect::CarryObjects))
+        .filter(|p| p.effects.contains(&Effect::CarryObjects))
         .count();
     apply_all(ctx, task, planned).await?;
     let registered = states
@@ -483,9 +483,9 @@ pub(super) async fn target_rollback(
             ));
             continue;
         }
-        let (state, effects) = target_let_back(ctx, &csrs, task, index, name, false);
+        let (state, one) = target_let_back(ctx, &csrs, task, index, name, false);
         states.push(state);
-        planned.push((name.as_str(), effects));
+        planned.push(one);
     }
     apply_all(ctx, task, planned).await?;
     Ok(rollback_report(
@@ -497,14 +497,14 @@ pub(super) async fn target_rollback(
 }
 
 /// Observes and decides ([`let_back`]) for one cluster the target lets go back.
-fn target_let_back(
+fn target_let_back<'a>(
     ctx: &Ctx,
     csrs: &CsrsByCluster,
     task: &MigrationTask,
     index: usize,
-    name: &str,
+    name: &'a str,
     remove: bool,
-) -> (ClusterState, Vec<Effect>) {
+) -> (ClusterState, Planned<'a>) {
     let mc = get(&ctx.caches.clusters, None, name);
     let pending = own_csrs(ctx, csrs, task, index, name)
         .into_iter()
@@ -516,7 +516,8 @@ fn target_let_back(
         pending,
         remove,
     };
-    let_back(task, &seen)
+    let (state, effects) = let_back(task, &seen);
+    (state, Planned::new(name, mc.as_deref(), effects))
 }
 
 /// A rollback stage's report: done once every cluster to roll back is rolled back (or arrived,
@@ -582,15 +583,18 @@ pub(super) async fn target_clean(
         }
         // The rollback again: a hub that was unreachable while the migration rolled back
         // removes its pre-created copies now (a no-op where the rollback already ran here).
-        let (state, effects) = if rollback.contains(name.as_str()) {
+        let (state, one) = if rollback.contains(name.as_str()) {
             target_let_back(ctx, &csrs, task, index, name, true)
         } else {
             let effects = unmark(mc.as_deref(), task.spec.key());
             unmarking += usize::from(!effects.is_empty());
-            (target_state(mc.as_deref()), effects)
+            (
+                target_state(mc.as_deref()),
+                Planned::new(name, mc.as_deref(), effects),
+            )
         };
         states.push(state);
-        planned.push((name.as_str(), effects));
+        planned.push(one);
     }
     apply_all(ctx, task, planned).await?;
     let done = rollback_done(names, &states, &rollback) && works_left == 0 && unmarking == 0;

@@ -867,8 +867,11 @@ async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
             i + 1
         );
         assert_eq!(refused, 0, "hub{}: cluster patches refused", i + 1);
-        // (Seen once in CI, not reproduced: what the hub's agents logged of their starts and
-        // pre-creations tells two overlapping agents from one that forgot its write.)
+        // (Seen twice in CI: a reconcile decided on a cache without the cluster, which showed it
+        // by the time the decision was carried out, so the agent's memory of its pre-creation
+        // was judged against the newer copy and the create repeated. The agent now judges it
+        // against the copy the decision read: `migration::apply_tests`. What the hub's agents
+        // logged of their starts and pre-creations tells two overlapping agents apart.)
         assert_eq!(
             created_again,
             0,

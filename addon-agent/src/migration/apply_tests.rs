@@ -1,0 +1,147 @@
+//! [`apply`] against a simulated hub (kube-sim): a cluster's writes are judged against the copy
+//! its decision read, and remembered even when a later effect of the same decision fails, so a
+//! decision on a copy from before the write never repeats it.
+
+use super::effects::{Planned, apply};
+use super::tests::target_task;
+use super::*;
+use kube::runtime::watcher::Event;
+use migration_api::migration::CarriedAddOn;
+
+/// What the admin client's creates of ManagedClusters were answered with, by code.
+fn cluster_creates(hub: &kube_sim::KubeSim) -> BTreeMap<u16, u64> {
+    hub.metrics()
+        .answers_to("kube-sim-admin")
+        .into_iter()
+        .filter(|((verb, resource, _), _)| verb == "create" && resource == "managedclusters")
+        .map(|((_, _, code), n)| (code, n))
+        .collect()
+}
+
+/// A hub with the CRDs of `kinds`, and a handler context on it whose cluster cache is the
+/// returned writer's (the test says what the cache shows, and when).
+async fn hub_and_ctx(
+    kinds: &[&str],
+) -> (
+    kube_sim::KubeSim,
+    Ctx,
+    reflector::store::Writer<ManagedCluster>,
+) {
+    let hub = kube_sim::KubeSim::start(kube_sim::Options::default())
+        .await
+        .unwrap();
+    let client = hub.client().await.unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for entry in migration_api::crds::all() {
+        if kinds.contains(&entry.crd.spec.names.kind.as_str()) {
+            crds.create(&PostParams::default(), &entry.crd)
+                .await
+                .unwrap();
+        }
+    }
+    let (clusters, writer) = reflector::store();
+    let caches = Caches {
+        clusters,
+        works: reflector::store().0,
+        leases: reflector::store().0,
+        awaited: Awaited::default(),
+        csrs: reflector::store().0,
+        bootstrap_configs: reflector::store().0,
+        secrets: reflector::store().0,
+    };
+    let ctx = Ctx {
+        client,
+        caches,
+        metrics: Default::default(),
+        shape: Default::default(),
+        carry_memo: Default::default(),
+        again: Default::default(),
+        written: Default::default(),
+        own_statuses: Default::default(),
+        own_cluster_writes: Default::default(),
+        configured: Default::default(),
+        approved: Default::default(),
+        csr_identities: Default::default(),
+        released: Default::default(),
+        tasks_seen: Default::default(),
+    };
+    (hub, ctx, writer)
+}
+
+#[tokio::test]
+async fn a_decision_on_a_missing_cluster_does_not_create_it_again_once_the_cache_shows_it() {
+    let (hub, ctx, mut cache) = hub_and_ctx(&["ManagedCluster"]).await;
+    let task = target_task();
+    // The first reconcile finds c1 missing and pre-creates it.
+    apply(
+        &ctx,
+        &task,
+        Planned::new("c1", None, vec![Effect::Precreate]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(cluster_creates(&hub), BTreeMap::from([(201, 1)]));
+    // The next reconcile decides before the cache shows it (the watch lags), and the cache
+    // catches up before that decision is carried out.
+    let deciding = Planned::new("c1", None, vec![Effect::Precreate]);
+    let created: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    cache.apply_watcher_event(&Event::Apply(created.get("c1").await.unwrap()));
+    apply(&ctx, &task, deciding).await.unwrap();
+    // Decided on the copy from before its own write: nothing is sent again (no 409).
+    assert_eq!(cluster_creates(&hub), BTreeMap::from([(201, 1)]));
+    // Decided on the copy the cache shows now, the write is no longer ahead of it.
+    let shown = get(&ctx.caches.clusters, None, "c1").unwrap();
+    assert!(
+        ctx.own_cluster_writes
+            .lock()
+            .unwrap()
+            .ahead_of(
+                "c1",
+                shown.uid().as_deref(),
+                &shown.resource_version().unwrap(),
+                std::time::Instant::now()
+            )
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_write_is_remembered_when_a_later_effect_of_its_decision_fails() {
+    let (hub, ctx, _cache) = hub_and_ctx(&["ManagedCluster", "ManagedClusterAddOn"]).await;
+    let mut task = target_task();
+    task.spec.carry_over = Some(vec![CarriedCluster {
+        name: "c1".into(),
+        addons: vec![CarriedAddOn {
+            name: "work-manager".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }]);
+    // Its namespace is there, and the hub refuses the addon's write.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "c1"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    hub.faults().add_error(kube_sim::ErrorRule {
+        verb: Some("patch".into()),
+        resource: Some("managedclusteraddons".into()),
+        rate: 1.0,
+        code: 500,
+        user: None,
+    });
+    let arriving = || Planned::new("c1", None, vec![Effect::Precreate, Effect::CarryAddons]);
+    let failed = apply(&ctx, &task, arriving()).await;
+    assert!(failed.is_err(), "the addon's write fails: {failed:?}");
+    assert_eq!(cluster_creates(&hub), BTreeMap::from([(201, 1)]));
+    // The retry, decided on the cache that does not show the cluster yet, does not create it
+    // again.
+    let retried = apply(&ctx, &task, arriving()).await;
+    assert_eq!(cluster_creates(&hub), BTreeMap::from([(201, 1)]));
+    // Nor anything else of that decision: it is made again once the cache shows the cluster.
+    assert!(retried.is_ok(), "{retried:?}");
+    assert!(ctx.again.lock().unwrap().contains(&task.name_any()));
+}
