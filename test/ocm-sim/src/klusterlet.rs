@@ -46,7 +46,7 @@ use migration_api::common::{Condition, condition_is_true, set_condition};
 use migration_api::names::BOOTSTRAP_HUB_KUBECONFIG;
 use migration_api::names::conditions::{CLUSTER_AVAILABLE, HUB_ACCEPTED, JOINED};
 use migration_api::ocm::cluster::{ClusterClaim, ManagedCluster, ManagedClusterClaim};
-use migration_api::ocm::operator::Klusterlet;
+use migration_api::ocm::operator::{Klusterlet, KlusterletRegistrationConfiguration};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -178,10 +178,7 @@ fn pod_settings(k: Option<&Klusterlet>) -> String {
     let reg = spec.registration_configuration.as_ref();
     let work = spec.work_configuration.as_ref();
     let gates = reg.and_then(|r| r.feature_gates.as_ref());
-    let multiple_hubs = gates.is_some_and(|g| {
-        g.iter()
-            .any(|f| f.feature == "MultipleHubs" && f.mode.as_deref() == Some("Enable"))
-    });
+    let multiple_hubs = multiple_hubs(reg);
     let bootstrap = reg
         .and_then(|r| r.bootstrap_kube_configs.as_ref())
         .filter(|_| multiple_hubs)
@@ -227,9 +224,17 @@ fn pod_settings(k: Option<&Klusterlet>) -> String {
     .to_string()
 }
 
-/// Resolves when the klusterlet operator replaces the agent's pod, deployed with registration
-/// settings `deployed`: once the Klusterlet's settings are no longer those. The operator renders
-/// them into the agent Deployment's pod template (`--bootstrap-kubeconfigs`, the feature gates;
+/// Whether the registration agent runs with the MultipleHubs feature gate on.
+fn multiple_hubs(reg: Option<&KlusterletRegistrationConfiguration>) -> bool {
+    reg.and_then(|r| r.feature_gates.as_ref()).is_some_and(|g| {
+        g.iter()
+            .any(|f| f.feature == "MultipleHubs" && f.mode.as_deref() == Some("Enable"))
+    })
+}
+
+/// Resolves when the klusterlet operator replaces the agent's pod, deployed from the Klusterlet
+/// settings `deployed` ([`pod_settings`]): once the Klusterlet's are no longer those. The
+/// operator renders them into the agent Deployment's pod template (`--bootstrap-kubeconfigs`, the feature gates;
 /// ocm `manifests/klusterlet/management/klusterlet-agent-deployment.yaml`, applied at each
 /// Klusterlet change by `klusterlet_runtime_reconcile.go`), whatever its pod is doing: a pod
 /// whose container waits out the kubelet's restart back-off is replaced too, and the new pod
@@ -280,10 +285,7 @@ async fn candidates(managed: &Client, secrets: &Api<Secret>) -> Result<Candidate
     let reg = klusterlet
         .as_ref()
         .and_then(|k| k.spec.registration_configuration.as_ref());
-    let multiple_hubs = reg.and_then(|r| r.feature_gates.as_ref()).is_some_and(|g| {
-        g.iter()
-            .any(|f| f.feature == "MultipleHubs" && f.mode.as_deref() == Some("Enable"))
-    });
+    let multiple_hubs = multiple_hubs(reg);
     let local = reg
         .and_then(|r| r.bootstrap_kube_configs.as_ref())
         .filter(|b| b.type_ == "LocalSecrets")
