@@ -4,6 +4,7 @@
 //! the fleet's default timing (60 s leases, work status synced every 2 s). For each run it
 //! prints the end-to-end time (migration applied to Completed), the slowest cluster's own
 //! switch (released on hub1 to Available on hub2, seen by watches) and the time beyond it, the
+//! slowest import take-over after that (hub2's `<cluster>-klusterlet` work applied), the
 //! API requests per migrated cluster on each hub (the addon's own identities, and everything
 //! the hub served meanwhile), and the manager's peak memory. Asserts nothing but success.
 //! Run: `cargo bench -p ocm-sim --bench migration_scale [-- 300 [0 10 ...]]`;
@@ -23,9 +24,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
 use migration_api::common::condition_is_true;
 use migration_api::ocm::cluster::ManagedCluster;
+use migration_api::ocm::work::ManifestWork;
 use ocm_sim::demo::{self, DemoOptions, MANAGER_USER};
 
 /// The simulated fleet (hundreds of API servers and agents) runs in this process and takes
@@ -36,45 +38,57 @@ static FLEET_ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 type Seen = Arc<Mutex<BTreeMap<String, Instant>>>;
 
-/// Records, for each cluster, the first time `pred` holds for it on this hub.
-fn watch_first(
-    client: Client,
-    pred: fn(&ManagedCluster) -> bool,
-) -> (Seen, tokio::task::JoinHandle<()>) {
+/// Records, for each cluster, the first time an object of `api` says so (`cluster` gives the
+/// cluster's name when it does).
+fn watch_first<K>(
+    api: Api<K>,
+    cluster: fn(&K) -> Option<String>,
+) -> (Seen, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
     let seen: Seen = Arc::default();
     let s = seen.clone();
     let task = tokio::spawn(async move {
-        let stream = watcher(
-            Api::<ManagedCluster>::all(client),
-            watcher::Config::default(),
-        );
+        let stream = watcher(api, watcher::Config::default());
         let mut stream = std::pin::pin!(stream);
         while let Some(ev) = stream.next().await {
-            let Ok(watcher::Event::Apply(mc) | watcher::Event::InitApply(mc)) = ev else {
+            let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = ev else {
                 continue;
             };
-            if pred(&mc) {
-                s.lock()
-                    .unwrap()
-                    .entry(mc.name_any())
-                    .or_insert_with(Instant::now);
+            if let Some(name) = cluster(&o) {
+                s.lock().unwrap().entry(name).or_insert_with(Instant::now);
             }
         }
     });
     (seen, task)
 }
 
-fn released(mc: &ManagedCluster) -> bool {
-    !mc.spec.hub_accepts_client
+fn released(mc: &ManagedCluster) -> Option<String> {
+    (!mc.spec.hub_accepts_client).then(|| mc.name_any())
 }
 
-fn available(mc: &ManagedCluster) -> bool {
-    mc.spec.hub_accepts_client
+fn available(mc: &ManagedCluster) -> Option<String> {
+    let up = mc.spec.hub_accepts_client
         && mc
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_deref())
-            .is_some_and(|c| condition_is_true(c, "ManagedClusterConditionAvailable"))
+            .is_some_and(|c| condition_is_true(c, "ManagedClusterConditionAvailable"));
+    up.then(|| mc.name_any())
+}
+
+/// The cluster whose klusterlet this hub's import controller took over: its
+/// `<cluster>-klusterlet` work, carrying the Klusterlet, applied at its latest generation (what
+/// the target's agent waits for before it counts the cluster registered).
+fn taken_over(work: &ManifestWork) -> Option<String> {
+    let cluster = work.namespace()?;
+    let carries = work
+        .manifests()
+        .iter()
+        .any(|m| m.get("kind").and_then(|k| k.as_str()) == Some("Klusterlet"));
+    (work.name_any() == format!("{cluster}-klusterlet") && carries && work.applied())
+        .then_some(cluster)
 }
 
 /// The clusters hub2 holds of its own: `BENCH_TARGET_CLUSTERS`, or as many as move (two hubs
@@ -159,8 +173,9 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     let hub1 = &fleet.hubs[0].cluster;
     let hub2 = &fleet.hubs[1].cluster;
     // Clusters already on hub2 are Available there from the start; only the moving ones count.
-    let (released_at, w1) = watch_first(hub1.admin.clone(), released);
-    let (arrived_at, w2) = watch_first(hub2.admin.clone(), available);
+    let (released_at, w1) = watch_first(Api::all(hub1.admin.clone()), released);
+    let (arrived_at, w2) = watch_first(Api::all(hub2.admin.clone()), available);
+    let (taken_at, w3) = watch_first(Api::all(hub2.admin.clone()), taken_over);
     for api in [&fleet.global.cluster.api, &hub1.api, &hub2.api] {
         api.metrics().reset();
     }
@@ -187,6 +202,7 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         .expect("migration");
     w1.abort();
     w2.abort();
+    w3.abort();
     let cpu: Vec<String> = processes
         .iter()
         .zip(&cpu_before)
@@ -208,18 +224,26 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     let moving = demo::moving(&opts);
     let released_at = released_at.lock().unwrap().clone();
     let arrived_at = arrived_at.lock().unwrap().clone();
-    let (slowest, slowest_name) = moving
-        .iter()
-        .filter_map(|c| {
-            Some((
-                arrived_at
-                    .get(c)?
-                    .saturating_duration_since(*released_at.get(c)?),
-                c.as_str(),
-            ))
-        })
-        .max()
-        .unwrap_or_default();
+    let taken_at = taken_at.lock().unwrap().clone();
+    // The longest time a moving cluster took from one observation to the next, and which.
+    let slowest_between = |from: &BTreeMap<String, Instant>, to: &BTreeMap<String, Instant>| {
+        moving
+            .iter()
+            .filter_map(|c| {
+                Some((
+                    to.get(c)?.saturating_duration_since(*from.get(c)?),
+                    c.as_str(),
+                ))
+            })
+            .max()
+            .unwrap_or_default()
+    };
+    let (slowest, slowest_name) = slowest_between(&released_at, &arrived_at);
+    // On the target, the cluster is registered once its import controller has taken over its
+    // klusterlet (the work is applied after the agent restarted for the bootstrap kubeconfig
+    // that work rewrites).
+    let (slowest_take_over, take_over_name) = slowest_between(&arrived_at, &taken_at);
+    let (slowest_whole, _) = slowest_between(&released_at, &taken_at);
     // When the moving clusters were released and arrived, from the migration's start: the
     // first and the last of each.
     let spread = |seen: &BTreeMap<String, Instant>| {
@@ -261,9 +285,19 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         report.migration_took.saturating_sub(slowest).as_secs_f64()
     );
     println!(
-        "  released on hub1 {}, Available on hub2 {} (slowest: {slowest_name})",
+        "  slowest import take-over   {:>8.1} s after Available ({take_over_name}); released to taken over: slowest {:.1} s, {:.1} s beyond it",
+        slowest_take_over.as_secs_f64(),
+        slowest_whole.as_secs_f64(),
+        report
+            .migration_took
+            .saturating_sub(slowest_whole)
+            .as_secs_f64()
+    );
+    println!(
+        "  released on hub1 {}, Available on hub2 {} (slowest: {slowest_name}), taken over {}",
         spread(&released_at),
-        spread(&arrived_at)
+        spread(&arrived_at),
+        spread(&taken_at)
     );
     let agent = |m: &kube_sim::Metrics| {
         m.access_log()
