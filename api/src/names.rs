@@ -107,6 +107,12 @@ pub fn of_identity(base: &str, identity: usize) -> String {
 pub fn migration_bootstrap_work(key: &str) -> String {
     format!("migration-{key}-bootstrap")
 }
+/// ManifestWork (in a cluster's namespace on an ACM/MCE hub) in which the hub's import
+/// controller applies the cluster's klusterlet (stolostron/managedcluster-import-controller
+/// `pkg/controller/manifestwork/manifestwork_controller.go`, `<cluster>-klusterlet`).
+pub fn import_work(cluster: &str) -> String {
+    format!("{cluster}-klusterlet")
+}
 /// ManifestWork (in a cluster's namespace on a plain OCM hub) that configures the cluster's
 /// Klusterlet for a migration.
 pub fn migration_klusterlet_work(key: &str) -> String {

@@ -255,24 +255,6 @@ pub(super) async fn apply_all(
     first.map_or(Ok(()), Err)
 }
 
-/// The uid and resourceVersion of the cluster `effects` were decided on, if they carry them (a
-/// taint change does: [`taint`]).
-pub(super) fn decided_on(effects: &[Effect]) -> Option<(Option<String>, String)> {
-    effects.iter().find_map(|e| match e {
-        Effect::Taint(t) => Some((
-            t.patch
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            t.patch
-                .pointer("/metadata/resourceVersion")?
-                .as_str()?
-                .to_owned(),
-        )),
-        _ => None,
-    })
-}
-
 /// Carries out `planned`'s effects on its cluster (of `task`), in order, unless the decision
 /// read the cluster as it was before this agent's last write of it.
 pub(super) async fn apply(
@@ -286,10 +268,9 @@ pub(super) async fn apply(
         effects,
     } = planned;
     let now = std::time::Instant::now();
-    // The version of the cluster these effects were decided on: the one a taint change read,
-    // else the one the decision read (a cluster that was not there is no version, "", which
-    // its pre-creation by this agent is ahead of until the decision reads it there).
-    let read = decided_on(&effects).or(read);
+    // `read`: the version of the cluster these effects were decided on, the copy a taint
+    // change among them was made from too (a cluster that was not there is no version, "",
+    // which its pre-creation by this agent is ahead of until the decision reads it there).
     if let Some((uid, rv)) = &read
         && ctx
             .own_cluster_writes

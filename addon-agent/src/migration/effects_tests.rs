@@ -117,13 +117,6 @@ fn a_patch_merged_with_a_taint_change_keeps_both_and_the_precondition() {
         with_taint(plain.clone(), None),
         Effect::Patch(plain.clone())
     );
-    // The version the effects were decided on is the one the taint change read, whatever
-    // comes before it; effects without one do not say.
-    assert_eq!(
-        decided_on(&[Effect::Patch(plain.clone()), merged]),
-        Some((Some("u1".into()), "7".into()))
-    );
-    assert_eq!(decided_on(&[Effect::Patch(plain), Effect::Detach]), None);
 }
 
 #[test]

@@ -10,18 +10,8 @@ fn work_applied_with(
     kind: &str,
     name: Option<&str>,
 ) -> bool {
-    let Some(work) = get(works, Some(cluster), &format!("{cluster}-klusterlet")) else {
-        return false;
-    };
-    // Read for every cluster at each reconcile: the name first, field by field.
-    let carries = work.manifests().iter().any(|m| {
-        m.get("metadata")
-            .and_then(|meta| meta.get("name"))
-            .and_then(Value::as_str)
-            .is_some_and(|n| name.is_none_or(|want| n == want))
-            && m.get("kind").and_then(Value::as_str) == Some(kind)
-    });
-    carries && work.applied()
+    get(works, Some(cluster), &names::import_work(cluster))
+        .is_some_and(|work| work.applied_with(kind, name))
 }
 
 /// Whether the cluster's klusterlet work on this hub carries the bootstrap secret and has been

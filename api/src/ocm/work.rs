@@ -350,6 +350,20 @@ impl ManifestWork {
             .is_some_and(|c| c.status == TRUE && c.observed_generation == self.metadata.generation)
     }
 
+    /// Whether the work carries a manifest of `kind` (named `name`, if given) and is applied at
+    /// its latest generation.
+    pub fn applied_with(&self, kind: &str, name: Option<&str>) -> bool {
+        // Read for every cluster at each reconcile of an agent: the name first, field by field.
+        let carries = self.manifests().iter().any(|m| {
+            m.get("metadata")
+                .and_then(|meta| meta.get("name"))
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|n| name.is_none_or(|want| n == want))
+                && m.get("kind").and_then(serde_json::Value::as_str) == Some(kind)
+        });
+        carries && self.applied()
+    }
+
     /// Why a manifest of the work could not be applied (`Kind name: message` of the last one
     /// whose `Applied` condition is False), if one could not.
     pub fn manifest_not_applied(&self) -> Option<String> {

@@ -26,6 +26,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::watcher;
 use migration_api::common::condition_is_true;
+use migration_api::names;
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::work::ManifestWork;
 use ocm_sim::demo::{self, DemoOptions, MANAGER_USER};
@@ -83,11 +84,7 @@ fn available(mc: &ManagedCluster) -> Option<String> {
 /// the target's agent waits for before it counts the cluster registered).
 fn taken_over(work: &ManifestWork) -> Option<String> {
     let cluster = work.namespace()?;
-    let carries = work
-        .manifests()
-        .iter()
-        .any(|m| m.get("kind").and_then(|k| k.as_str()) == Some("Klusterlet"));
-    (work.name_any() == format!("{cluster}-klusterlet") && carries && work.applied())
+    (work.name_any() == names::import_work(&cluster) && work.applied_with("Klusterlet", None))
         .then_some(cluster)
 }
 

@@ -93,7 +93,7 @@ pub fn klusterlet_admin_role() -> Value {
 
 /// Name of a cluster's klusterlet work.
 pub fn klusterlet_work(cluster: &str) -> String {
-    format!("{cluster}-klusterlet")
+    migration_api::names::import_work(cluster)
 }
 
 /// Whether a value is "zero" as Go's `reflect.Value.IsZero` sees the JSON it came from.
