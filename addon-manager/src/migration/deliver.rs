@@ -8,6 +8,8 @@ pub(super) async fn apply_work(ctx: &Ctx, work: &Value) -> Result<(), Error> {
     let ns = work["metadata"]["namespace"].as_str().unwrap_or_default();
     let name = work["metadata"]["name"].as_str().unwrap_or_default();
     let hash = crate::render::spec_hash(work);
+    // From here on it may be there, whatever the watch shows.
+    ctx.gone_works.applying(ns, name);
     if let Some(w) = work_named(ctx, ns, name)
         && w.metadata.deletion_timestamp.is_none()
         && w.annotations().get(names::annotations::APPLIED_HASH) == Some(&hash)

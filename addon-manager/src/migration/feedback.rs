@@ -81,18 +81,88 @@ pub(super) async fn work_now(
         .map_err(ctx_err(format!("reading work {hub}/{name}")))?)
 }
 
+/// What removing a work takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Removal {
+    /// It is gone: nothing.
+    Gone,
+    /// It is being deleted: wait until it is gone.
+    Going,
+    /// It is there: delete it.
+    Delete,
+    /// The watch does not show it, and the API server has not said it is gone since this
+    /// process last applied it: ask the API server (the watch may not have seen the manager's
+    /// last apply yet).
+    Ask,
+}
+
+/// What removing a work takes, from what the watch shows of it (`watched`) and whether the API
+/// server said it is gone since this process last applied it (`said_gone`).
+pub(super) fn removal(watched: Option<&ManifestWork>, said_gone: bool) -> Removal {
+    match watched {
+        Some(w) if w.metadata.deletion_timestamp.is_some() => Removal::Going,
+        Some(_) => Removal::Delete,
+        None if said_gone => Removal::Gone,
+        None => Removal::Ask,
+    }
+}
+
+/// The works (hub, name) the API server said are gone since this process last applied them:
+/// none of them comes back but by this process's own apply ([`GoneWorks::applying`]), and
+/// no other process writes them while this one leads (a new lead starts with none). So a
+/// removal asks the API server of each once, not at every reconcile (Cleaning reads every
+/// work a migration may have had, most of them long gone or never made).
+#[derive(Debug, Default)]
+pub(super) struct GoneWorks(
+    pub(super) std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+);
+
+/// Past this many, the memory starts again (each then costs one more read): it never grows
+/// without bound, whatever the number of migrations a manager lives through.
+pub(super) const GONE_WORKS_REMEMBERED: usize = 4096;
+
+impl GoneWorks {
+    pub(super) fn said(&self, hub: &str, name: &str) -> bool {
+        self.0
+            .lock()
+            .is_ok_and(|gone| gone.contains(&(hub.to_owned(), name.to_owned())))
+    }
+
+    pub(super) fn gone(&self, hub: &str, name: &str) {
+        if let Ok(mut gone) = self.0.lock() {
+            if gone.len() >= GONE_WORKS_REMEMBERED {
+                gone.clear();
+            }
+            gone.insert((hub.to_owned(), name.to_owned()));
+        }
+    }
+
+    /// This process applies the work: it may be there from now on.
+    pub(super) fn applying(&self, hub: &str, name: &str) {
+        if let Ok(mut gone) = self.0.lock() {
+            gone.remove(&(hub.to_owned(), name.to_owned()));
+        }
+    }
+}
+
 /// Deletes work `name` in `hub`'s namespace unless it is gone or going already; true once
 /// it is gone. "Gone" is the API server's word, not the watch's: the watch may not have seen
 /// the manager's last apply yet.
 pub(super) async fn remove_work(ctx: &Ctx, hub: &str, name: &str) -> Result<bool, Error> {
-    let deleting = match work_named(ctx, hub, name) {
-        Some(w) => w.metadata.deletion_timestamp.is_some(),
-        None => match work_now(ctx, hub, name).await? {
-            Some(w) => w.metadata.deletion_timestamp.is_some(),
-            None => return Ok(true),
+    let watched = work_named(ctx, hub, name);
+    let delete = match removal(watched.as_deref(), ctx.gone_works.said(hub, name)) {
+        Removal::Gone => return Ok(true),
+        Removal::Going => false,
+        Removal::Delete => true,
+        Removal::Ask => match work_now(ctx, hub, name).await? {
+            Some(w) => w.metadata.deletion_timestamp.is_none(),
+            None => {
+                ctx.gone_works.gone(hub, name);
+                return Ok(true);
+            }
         },
     };
-    if !deleting {
+    if delete {
         let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), hub);
         ignore_not_found(works.delete(name, &DeleteParams::default()).await)
             .map_err(ctx_err(format!("deleting work {hub}/{name}")))?;

@@ -133,6 +133,8 @@ struct Ctx {
     observed: observed::Observed,
     /// Each migration's carry-over decoded from its parts, by key, with their digest.
     carry_memo: std::sync::Mutex<std::collections::HashMap<String, CarryMemo>>,
+    /// The works the API server said are gone since this process last applied them.
+    gone_works: GoneWorks,
 }
 
 /// A carry-over's digest and its records.
@@ -171,6 +173,7 @@ pub async fn run(
         migrations: store.clone(),
         observed,
         carry_memo: std::sync::Mutex::default(),
+        gone_works: GoneWorks::default(),
     });
     controller
         // A migration waiting for another on the same hub pair starts when that one ends; one

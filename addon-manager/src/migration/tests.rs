@@ -451,3 +451,36 @@ fn the_phases_see_the_hub_a_target_placement_chose_as_to() {
     hold_spec(Arc::new(named), MigrationPhase::Completed, &mut step);
     assert_eq!(step.status.target.as_deref(), Some("hub2"));
 }
+
+#[test]
+fn a_work_is_asked_of_the_api_server_only_until_it_said_it_is_gone() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let there = ManifestWork::default();
+    let mut going = ManifestWork::default();
+    going.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    // (what the watch shows, whether the API server said it is gone, what removal takes)
+    let table = [
+        (Some(&there), false, Removal::Delete),
+        (Some(&going), false, Removal::Going),
+        (None, false, Removal::Ask),
+        (None, true, Removal::Gone),
+        // Shown again: applied since (the memory is forgotten then), or the watch behind.
+        (Some(&there), true, Removal::Delete),
+        (Some(&going), true, Removal::Going),
+    ];
+    for (watched, said_gone, want) in table {
+        assert_eq!(removal(watched, said_gone), want, "{watched:?} {said_gone}");
+    }
+    // Said gone until this process applies it again.
+    let gone = GoneWorks::default();
+    assert!(!gone.said("hub1", "w"));
+    gone.gone("hub1", "w");
+    assert!(gone.said("hub1", "w") && !gone.said("hub2", "w"));
+    gone.applying("hub1", "w");
+    assert!(!gone.said("hub1", "w"));
+    // Bounded: past the limit it starts again.
+    for i in 0..=GONE_WORKS_REMEMBERED {
+        gone.gone("hub1", &format!("w{i}"));
+    }
+    assert!(gone.0.lock().unwrap().len() <= GONE_WORKS_REMEMBERED);
+}

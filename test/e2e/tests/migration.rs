@@ -87,6 +87,8 @@ async fn happy_path_moves_every_cluster_and_leaves_nothing_behind() {
   "spec": {"applicationManager": {"enabled": true}, "policyController": {"enabled": false},
            "certPolicyController": {"enabled": true}, "searchCollector": {"enabled": false}}}"#,
     );
+    let global_api = &s.fleet.global.cluster.api;
+    global_api.metrics().reset();
     s.apply(
         "move",
         &format!(
@@ -146,6 +148,26 @@ async fn happy_path_moves_every_cluster_and_leaves_nothing_behind() {
         "left on hub1: {on_hub1:?}"
     );
     no_leftovers(&s, "move").await;
+    // The manager asks the API server of a work it removes only until it says the work is
+    // gone, not at every reconcile (Cleaning reads every work a migration may have had): one
+    // read per work it deleted, and per work of the three every migration names (its two
+    // tasks', its bootstrap work) that it never made.
+    let requests = global_api.metrics().snapshot();
+    let works = |verb: &str, code: Option<u16>| -> u64 {
+        requests
+            .iter()
+            .filter(|((v, r, c), _)| {
+                v == verb && r == "manifestworks" && code.is_none_or(|x| x == *c)
+            })
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (asked_gone, deleted) = (works("get", Some(404)), works("delete", None));
+    eprintln!("works read after they were gone: {asked_gone}, deletions of works: {deleted}");
+    assert!(
+        asked_gone <= deleted + 3,
+        "works read after they were gone: {asked_gone}, deletions of works: {deleted}"
+    );
     // cluster1 arrived with what it carried, and nothing of its source status.
     let hub2 = kubeconfig(s.dir.path(), "hub2");
     let c1 = Api::<ManagedCluster>::all(s.hub(2))
