@@ -263,7 +263,8 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     };
     let n = moving.len() as f64;
     println!(
-        "\n{clusters} clusters, join delay {join_delay:?}: {:?}, {} registered, {} failed, misplaced {}",
+        "\n{clusters} clusters, join delay {} s: {:?}, {} registered, {} failed, misplaced {}",
+        join_delay.as_secs_f64(),
         report.phase,
         report.registered,
         report.failed,
