@@ -1061,6 +1061,23 @@ pub fn join_carry_over<S: AsRef<str>>(
     Ok(records)
 }
 
+/// The record of cluster `name` among `records`: found by binary search when they are in
+/// order of name, as agents write them ([`sort_carry_over`]), so that a target looking up each
+/// of thousands of clusters at every reconcile does not scan the whole list for each; by a scan
+/// of them all otherwise (records from an agent that wrote them in the clusters' order), so
+/// that the answer never depends on the order.
+pub fn find_carried<'a>(records: &'a [CarriedCluster], name: &str) -> Option<&'a CarriedCluster> {
+    match records.binary_search_by(|r| r.name.as_str().cmp(name)) {
+        Ok(i) => records.get(i),
+        Err(_) => records.iter().find(|r| r.name == name),
+    }
+}
+
+/// Puts carry-over records in order of name ([`find_carried`]).
+pub fn sort_carry_over(records: &mut [CarriedCluster]) {
+    records.sort_by(|a, b| a.name.cmp(&b.name));
+}
+
 /// The digest of a carry-over's parts (SHA-256 over each part's length and bytes, hex).
 pub fn carry_over_digest<S: AsRef<str>>(parts: &[S]) -> String {
     use sha2::Digest;
@@ -1771,6 +1788,37 @@ mod tests {
         assert_ne!(carry_over_digest(&swapped), digest);
         assert_ne!(carry_over_digest(&parts[..4]), digest);
         assert!(join_carry_over(&["[{\"name\": 1}]"]).is_err());
+    }
+
+    #[test]
+    fn a_carried_record_is_found_by_name_in_any_order() {
+        let record = |name: &str| CarriedCluster {
+            name: name.to_owned(),
+            cluster_set: Some(format!("set-of-{name}")),
+            ..Default::default()
+        };
+        // The clusters' own order ("cluster10" before "cluster2" by name only once sorted).
+        let names = ["cluster2", "cluster10", "cluster1", "cluster33", "cluster3"];
+        let listed: Vec<CarriedCluster> = names.iter().map(|n| record(n)).collect();
+        let mut sorted = listed.clone();
+        sort_carry_over(&mut sorted);
+        assert_eq!(
+            sorted.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+            ["cluster1", "cluster10", "cluster2", "cluster3", "cluster33"]
+        );
+        for records in [&listed, &sorted] {
+            for name in names {
+                assert_eq!(
+                    find_carried(records, name).map(|r| r.cluster_set.clone()),
+                    Some(Some(format!("set-of-{name}"))),
+                    "{name} in {:?}",
+                    records.iter().map(|r| &r.name).collect::<Vec<_>>()
+                );
+            }
+            assert_eq!(find_carried(records, "cluster4"), None);
+            assert_eq!(find_carried(records, ""), None);
+        }
+        assert_eq!(find_carried(&[], "cluster1"), None);
     }
 
     #[test]

@@ -63,6 +63,7 @@ async fn hub_and_ctx(
         approved: Default::default(),
         csr_identities: Default::default(),
         released: Default::default(),
+        addons_carried: Default::default(),
         tasks_seen: Default::default(),
     };
     (hub, ctx, writer)
@@ -144,4 +145,57 @@ async fn a_write_is_remembered_when_a_later_effect_of_its_decision_fails() {
     // Nor anything else of that decision: it is made again once the cache shows the cluster.
     assert!(retried.is_ok(), "{retried:?}");
     assert!(ctx.again.lock().unwrap().contains(&task.name_any()));
+}
+
+#[tokio::test]
+async fn a_target_looks_its_clusters_records_up_in_them_sorted_once_per_generation() {
+    let (hub, ctx, _cache) = hub_and_ctx(&["ManagedCluster"]).await;
+    let mut task = target_task();
+    task.metadata.uid = Some("uid-1".into());
+    task.metadata.generation = Some(1);
+    // In the clusters' order, as the manager relays the source's report.
+    let names = ["c2", "c10", "c1"];
+    task.spec.clusters = names.iter().map(|n| n.to_string()).collect();
+    task.spec.carry_over = Some(
+        names
+            .iter()
+            .map(|n| CarriedCluster {
+                name: n.to_string(),
+                labels: [("from".to_owned(), format!("record-of-{n}"))].into(),
+                ..Default::default()
+            })
+            .collect(),
+    );
+    let records = carry::target_records(&ctx, &task).unwrap().unwrap();
+    let order: Vec<&str> = records.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(order, ["c1", "c10", "c2"]);
+    // Sorted once: the same generation gets the same records back; a new one, new records.
+    let again = carry::target_records(&ctx, &task).unwrap().unwrap();
+    assert!(Arc::ptr_eq(&records, &again));
+    task.metadata.generation = Some(2);
+    let newer = carry::target_records(&ctx, &task).unwrap().unwrap();
+    assert!(!Arc::ptr_eq(&records, &newer));
+    assert_eq!(*newer, *records);
+    // Each cluster is pre-created from its own record, looked up in the sorted ones.
+    let mut sorted = task.clone();
+    sorted.spec.carry_over = Some((*records).clone());
+    for name in names {
+        apply(
+            &ctx,
+            &sorted,
+            Planned::new(name, None, vec![Effect::Precreate]),
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(cluster_creates(&hub), BTreeMap::from([(201, 3)]));
+    let clusters: Api<ManagedCluster> = Api::all(ctx.client.clone());
+    for name in names {
+        let mc = clusters.get(name).await.unwrap();
+        assert_eq!(
+            mc.labels().get("from"),
+            Some(&format!("record-of-{name}")),
+            "{name}"
+        );
+    }
 }

@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use k8s_openapi::api::core::v1::Secret;
 use migration_api::migration::{
     CARRY_OVER_DIGEST_KEY, CARRY_OVER_RECORDS_KEY, CarryOverParts, carry_over_digest,
-    join_carry_over,
+    join_carry_over, sort_carry_over,
 };
 
 use super::*;
@@ -71,7 +71,7 @@ fn part_of(ctx: &Ctx, namespace: &str, name: &str) -> Option<(String, String)> {
 /// What a target task's clusters carry, from its parts: `Ok(None)` while some part has not
 /// arrived (or is of another digest), an error when they do not decode. Decoded once per
 /// digest.
-pub(super) fn target_carry_over(
+fn target_carry_over(
     ctx: &Ctx,
     task: &MigrationTask,
     parts: &CarryOverParts,
@@ -94,13 +94,48 @@ pub(super) fn target_carry_over(
     if carry_over_digest(&found) != parts.digest {
         return Ok(None);
     }
-    let records = Arc::new(join_carry_over(&found).map_err(|e| {
+    let mut records = join_carry_over(&found).map_err(|e| {
         Error::Config(format!(
             "the carry-over parts of this task do not decode ({e}); run the same addon version as the manager"
         ))
-    })?);
+    })?;
+    sort_carry_over(&mut records);
+    let records = Arc::new(records);
     if let Ok(mut memo) = ctx.carry_memo.lock() {
         *memo = Some((parts.digest.clone(), records.clone()));
+    }
+    Ok(Some(records))
+}
+
+/// What a target task's clusters carry, in order of name, so that each cluster's record is
+/// found by binary search ([`find_carried`]) rather than by a scan of them all, at every
+/// reconcile: from its parts ([`target_carry_over`]; `Ok(None)` while one has not arrived) or
+/// its own spec (in the clusters' order, as the manager relays the source's report), sorted
+/// once per digest or per generation of the task.
+pub(super) fn target_records(
+    ctx: &Ctx,
+    task: &MigrationTask,
+) -> Result<Option<Arc<Vec<CarriedCluster>>>, Error> {
+    if let Some(parts) = &task.spec.carry_over_parts {
+        return target_carry_over(ctx, task, parts);
+    }
+    let key = format!(
+        "inline/{}/{:?}/{}",
+        task.uid().unwrap_or_default(),
+        task.metadata.generation,
+        task.resource_version().unwrap_or_default()
+    );
+    if let Ok(memo) = ctx.carry_memo.lock()
+        && let Some((memo_key, records)) = memo.as_ref()
+        && *memo_key == key
+    {
+        return Ok(Some(records.clone()));
+    }
+    let mut records = task.spec.carry_over.clone().unwrap_or_default();
+    sort_carry_over(&mut records);
+    let records = Arc::new(records);
+    if let Ok(mut memo) = ctx.carry_memo.lock() {
+        *memo = Some((key, records.clone()));
     }
     Ok(Some(records))
 }

@@ -288,7 +288,8 @@ pub(super) async fn apply(
     // The cluster's version after this agent's last write of it here, recorded even when a
     // later effect fails (the next reconcile would otherwise repeat the write).
     let mut wrote = None;
-    let done = carry_out(ctx, task, cluster, effects, &mut wrote).await;
+    let uid = read.as_ref().and_then(|(uid, _)| uid.as_deref());
+    let done = carry_out(ctx, task, cluster, uid, effects, &mut wrote).await;
     // A write that changed the cluster: until the cache shows it, decisions on the cache
     // would only repeat it.
     if let (Some((uid, read)), Some(wrote)) = (&read, &wrote)
@@ -299,12 +300,14 @@ pub(super) async fn apply(
     done
 }
 
-/// Carries out `effects` on `cluster` in order (taint changes first), up to the first that
-/// fails; `wrote`: the cluster's version after the last write of it that changed it.
+/// Carries out `effects` on `cluster` (of `uid`, as the decision read it) in order (taint
+/// changes first), up to the first that fails; `wrote`: the cluster's version after the last
+/// write of it that changed it.
 async fn carry_out(
     ctx: &Ctx,
     task: &MigrationTask,
     cluster: &str,
+    uid: Option<&str>,
     effects: Vec<Effect>,
     wrote: &mut Option<String>,
 ) -> Result<(), Error> {
@@ -346,7 +349,17 @@ async fn carry_out(
             }
             Effect::ReleaseWorks => release_works(ctx, cluster).await?,
             Effect::Precreate => *wrote = precreate(ctx, task, cluster).await?.or(wrote.take()),
-            Effect::CarryAddons => carry_addons(ctx, task, cluster).await?,
+            Effect::CarryAddons => {
+                if carry_addons(ctx, task, cluster).await?
+                    && let Some(uid) = uid
+                    && let Ok(mut carried) = ctx.addons_carried.lock()
+                {
+                    carried
+                        .entry(task.name_any())
+                        .or_default()
+                        .insert(cluster.to_owned(), uid.to_owned());
+                }
+            }
             Effect::CarryObjects => carry_objects(ctx, task, cluster).await?,
             Effect::PauseObjects => pause_on_source(ctx, task, cluster).await?,
             Effect::ResumeObjects => resume(ctx, task, cluster).await?,
@@ -645,6 +658,9 @@ pub(super) struct Arriving<'a> {
     pub(super) now: jiff::Timestamp,
     /// The cluster carries objects over (`carryOver`).
     pub(super) carries_objects: bool,
+    /// This agent has put what it carries of addons (ManagedClusterAddOns and
+    /// KlusterletAddonConfig) on this very ManagedCluster (by uid) since it started.
+    pub(super) addons_carried: bool,
     /// The task's status already says it arrived here (reported Available while it carried
     /// this migration's marks): the marks may go, and it stays this migration's without them.
     pub(super) reported_arrived: bool,
@@ -715,10 +731,14 @@ pub(super) fn arrive(task: &MigrationTask, seen: &Arriving) -> (ClusterState, Ve
         {
             effects.push(Effect::Approve(csr.to_owned(), Approval::Expected));
         }
-        if matches!(
-            state,
-            ClusterState::Joined | ClusterState::Available | ClusterState::Created
-        ) {
+        // Once per cluster: applied at every reconcile, they were requests for each cluster
+        // and addon at every event of the stage.
+        if !seen.addons_carried
+            && matches!(
+                state,
+                ClusterState::Joined | ClusterState::Available | ClusterState::Created
+            )
+        {
             effects.push(Effect::CarryAddons);
         }
     }

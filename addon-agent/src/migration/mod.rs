@@ -140,6 +140,10 @@ struct Ctx {
     /// ([`target::release_times`]); the task's status holds them durably, this copy covers a
     /// reconcile that reads the task before its own status write came back.
     released: std::sync::Mutex<BTreeMap<String, Vec<Option<jiff::Timestamp>>>>,
+    /// Per target task (by name): the clusters whose carried addons this agent put in place,
+    /// by name, with the uid of the ManagedCluster they went with (`effects::arrive` carries
+    /// them once per cluster; a restarted agent carries them once more).
+    addons_carried: std::sync::Mutex<BTreeMap<String, BTreeMap<String, String>>>,
     /// The tasks on the hub when the memories above were last pruned ([`forget_removed_tasks`]).
     tasks_seen: std::sync::Mutex<BTreeSet<String>>,
 }
@@ -193,6 +197,9 @@ fn forget_tasks(ctx: &Ctx, removed: &BTreeSet<String>) {
     }
     if let Ok(mut m) = ctx.configured.lock() {
         drop_removed(&mut m, removed, |(task, _)| task.as_str());
+    }
+    if let Ok(mut m) = ctx.addons_carried.lock() {
+        drop_removed(&mut m, removed, String::as_str);
     }
     if let Ok(mut again) = ctx.again.lock() {
         again.retain(|t| !removed.contains(t));
@@ -358,6 +365,7 @@ pub async fn run(client: Client, opts: Options) {
         approved: std::sync::Mutex::default(),
         csr_identities: csr_identities::CsrIdentities::default(),
         released: std::sync::Mutex::default(),
+        addons_carried: std::sync::Mutex::default(),
         tasks_seen: std::sync::Mutex::default(),
     });
     // The cluster gauge, and the agent's memories of each task, follow every change of the
@@ -566,11 +574,13 @@ async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Actio
             }
         }
     }
-    // A target that pre-creates clusters from a carry-over in parts waits for all of them.
-    let task = match (&task.spec.carry_over_parts, task.spec.role, task.spec.stage) {
-        (Some(parts), MigrationRole::Target, TaskStage::Deploying | TaskStage::Registering) => {
-            let Some(records) = target_carry_over(&ctx, &task, parts)? else {
-                tracing::info!(parts = parts.count, "waiting for the carry-over's parts");
+    // A target that pre-creates clusters from a carry-over in parts waits for all of them;
+    // and it looks each cluster's record up in them, sorted by name (`target::carried`).
+    let task = match (task.spec.role, task.spec.stage) {
+        (MigrationRole::Target, TaskStage::Deploying | TaskStage::Registering) => {
+            let Some(records) = target_records(&ctx, &task)? else {
+                let parts = task.spec.carry_over_parts.as_ref().map_or(0, |p| p.count);
+                tracing::info!(parts, "waiting for the carry-over's parts");
                 return Ok(Action::requeue(Duration::from_secs(60)));
             };
             let mut whole = (*task).clone();

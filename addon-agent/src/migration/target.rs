@@ -100,12 +100,13 @@ pub(super) async fn approve_csr(ctx: &Ctx, csr: &str, why: Approval) -> Result<(
     Ok(())
 }
 
+/// The record of what cluster `name` carries: found by binary search in a target's records,
+/// which its reconcile sorts by name (`carry::target_records`), by a scan elsewhere.
 pub(super) fn carried<'a>(task: &'a MigrationTask, name: &str) -> Option<&'a CarriedCluster> {
-    task.spec
-        .carry_over
-        .iter()
-        .flatten()
-        .find(|c| c.name == name)
+    migration_api::migration::find_carried(
+        task.spec.carry_over.as_deref().unwrap_or_default(),
+        name,
+    )
 }
 
 /// Pre-creates the ManagedCluster `name`; returns its resourceVersion if this call created it
@@ -169,10 +170,15 @@ pub(super) async fn precreate(
     }
 }
 
-/// Carried-over addons and KlusterletAddonConfig, once the hub has made the cluster's namespace.
-pub(super) async fn carry_addons(ctx: &Ctx, task: &MigrationTask, name: &str) -> Result<(), Error> {
+/// Carried-over addons and KlusterletAddonConfig, once the hub has made the cluster's namespace;
+/// whether they are all in place (`false`: the namespace is not there yet).
+pub(super) async fn carry_addons(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    name: &str,
+) -> Result<bool, Error> {
     let Some(record) = carried(task, name) else {
-        return Ok(());
+        return Ok(true);
     };
     let pp = PatchParams::apply(FIELD_MANAGER);
     let addons: Api<ManagedClusterAddOn> = Api::namespaced(ctx.client.clone(), name);
@@ -189,7 +195,7 @@ pub(super) async fn carry_addons(ctx: &Ctx, task: &MigrationTask, name: &str) ->
         match addons.patch(&a.name, &pp, &Patch::Apply(&body)).await {
             Ok(_) => {}
             // The namespace is not there yet: the next event (the cluster joining) retries.
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
             Err(e) => {
                 return Err(Error::Kube(ApiError::new(
                     format!("carrying addon {} of {name}", a.name),
@@ -204,7 +210,9 @@ pub(super) async fn carry_addons(ctx: &Ctx, task: &MigrationTask, name: &str) ->
                           "metadata": {"name": name, "namespace": name}, "spec": spec});
         match kacs.patch(name, &pp, &Patch::Apply(&body)).await {
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            // A hub that does not serve KlusterletAddonConfigs (plain OCM) has none to carry;
+            // one with no addon carried before it may not have made the namespace yet.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(!record.addons.is_empty()),
             Err(e) => {
                 return Err(Error::Kube(ApiError::new(
                     format!("carrying the KlusterletAddonConfig of {name}"),
@@ -213,7 +221,7 @@ pub(super) async fn carry_addons(ctx: &Ctx, task: &MigrationTask, name: &str) ->
             }
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The clusters' states as the task's status last recorded them (the agent's own reports,
@@ -282,6 +290,13 @@ pub(super) async fn target_register(
         remembered.insert(task.name_any(), times.clone());
         times
     };
+    // The clusters (by name, with their uid) whose addons this agent carried.
+    let addons_carried = ctx
+        .addons_carried
+        .lock()
+        .ok()
+        .and_then(|c| c.get(&task.name_any()).cloned())
+        .unwrap_or_default();
     let mut states = Vec::with_capacity(names.len());
     let mut planned = Vec::with_capacity(names.len());
     for (index, name) in names.iter().enumerate() {
@@ -312,6 +327,10 @@ pub(super) async fn target_register(
             requests: &requests,
             now,
             carries_objects: carried(task, name).is_some_and(|r| !r.objects.is_empty()),
+            addons_carried: mc
+                .as_ref()
+                .and_then(|m| m.uid())
+                .is_some_and(|uid| addons_carried.get(name) == Some(&uid)),
             reported_arrived: reported
                 .get(index)
                 .is_some_and(|s| *s == ClusterState::Available),

@@ -428,6 +428,7 @@ pub(super) fn arriving<'a>(
         requests,
         now: at("2026-01-01T00:10:00Z"),
         carries_objects: false,
+        addons_carried: false,
         reported_arrived: false,
     }
 }
@@ -479,6 +480,42 @@ fn the_target_carries_a_clusters_objects_once_it_is_pre_created_until_it_is_mark
         ..deploying(Some(&made))
     };
     assert_eq!(arrive(&task, &plain), (Created, vec![]));
+}
+
+#[test]
+fn the_target_carries_a_clusters_addons_once_not_at_every_reconcile() {
+    use ClusterState::*;
+    let task = target_task();
+    let requests = pending_csr();
+    let up = tainted(
+        target_cluster(&[(PRE_CREATED, "k1")], true, true, true),
+        "k1",
+    );
+    let pending = target_cluster(&[(PRE_CREATED, "k1")], true, false, false);
+    // (what the cluster is, the import took over, addons carried already) -> effects
+    for (mc, took_over, carried, expected) in [
+        (&pending, false, false, (Created, vec![Effect::CarryAddons])),
+        (&pending, false, true, (Created, vec![])),
+        (&up, false, false, (Joined, vec![Effect::CarryAddons])),
+        (&up, false, true, (Joined, vec![])),
+        (&up, true, false, (Available, vec![Effect::CarryAddons])),
+        (&up, true, true, (Available, vec![])),
+    ] {
+        let seen = Arriving {
+            import_took_over: took_over,
+            released: false,
+            addons_carried: carried,
+            ..arriving(Some(mc), &requests)
+        };
+        assert_eq!(arrive(&task, &seen), expected, "{took_over} {carried}");
+    }
+    // Before Registering nothing is carried, whatever was.
+    let deploying = Arriving {
+        registering: false,
+        released: false,
+        ..arriving(Some(&up), &requests)
+    };
+    assert_eq!(arrive(&task, &deploying).1, vec![]);
 }
 
 #[test]

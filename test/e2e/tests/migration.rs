@@ -230,6 +230,27 @@ async fn happy_path_moves_every_cluster_and_leaves_nothing_behind() {
     );
     let out = kubectl_ok(&s.global_kc, &["get", "mcm", "-n", NS], None);
     assert!(out.contains("Completed") && out.contains("20"), "{out}");
+    // The target carries a cluster's addons once, not at each of its reconciles while clusters
+    // register (one addon carried here; a second request only if the first found the cluster's
+    // namespace not made yet).
+    let carried: u64 = s.fleet.hubs[1]
+        .cluster
+        .api
+        .metrics()
+        .access_log()
+        .iter()
+        .filter(|(a, _)| {
+            a.user == "system:serviceaccount:open-cluster-management-agent-addon:cluster-migration-agent"
+                && a.resource == "managedclusteraddons"
+                && a.verb == "patch"
+        })
+        .map(|(_, n)| n)
+        .sum();
+    eprintln!("addons carried by hub2's agent: {carried} requests");
+    assert!(
+        (1..=2).contains(&carried),
+        "requests carrying cluster1's one addon: {carried}"
+    );
 }
 
 /// 40 clusters of about 14 KiB each to carry (140 labels): 560 KiB in all, more than a
