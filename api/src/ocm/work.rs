@@ -353,15 +353,18 @@ impl ManifestWork {
     /// Whether the work carries a manifest of `kind` (named `name`, if given) and is applied at
     /// its latest generation.
     pub fn applied_with(&self, kind: &str, name: Option<&str>) -> bool {
-        // Read for every cluster at each reconcile of an agent: the name first, field by field.
-        let carries = self.manifests().iter().any(|m| {
-            m.get("metadata")
-                .and_then(|meta| meta.get("name"))
-                .and_then(serde_json::Value::as_str)
-                .is_some_and(|n| name.is_none_or(|want| n == want))
-                && m.get("kind").and_then(serde_json::Value::as_str) == Some(kind)
-        });
-        carries && self.applied()
+        // Read for every cluster at each reconcile of an agent: the condition first, then each
+        // manifest's kind (one lookup among its few top-level fields) before its name.
+        self.applied()
+            && self.manifests().iter().any(|m| {
+                m.get("kind").and_then(serde_json::Value::as_str) == Some(kind)
+                    && name.is_none_or(|want| {
+                        m.get("metadata")
+                            .and_then(|meta| meta.get("name"))
+                            .and_then(serde_json::Value::as_str)
+                            == Some(want)
+                    })
+            })
     }
 
     /// Why a manifest of the work could not be applied (`Kind name: message` of the last one
@@ -388,4 +391,65 @@ pub fn feedback_value<'a>(values: &'a [FeedbackValue], name: &str) -> Option<&'a
         .iter()
         .find(|v| v.name == name)
         .map(|v| &v.field_value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A klusterlet work of `manifests` (kind, name) at generation 2, applied at `applied`.
+    fn work(manifests: &[(&str, &str)], applied: Option<i64>) -> ManifestWork {
+        let manifests: Vec<serde_json::Value> = manifests
+            .iter()
+            .map(|(kind, name)| {
+                serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name}})
+            })
+            .collect();
+        let conditions: Vec<serde_json::Value> = applied
+            .map(|g| {
+                serde_json::json!({"type": "Applied", "status": "True", "reason": "r", "message": "",
+                    "observedGeneration": g, "lastTransitionTime": "2026-01-01T00:00:00Z"})
+            })
+            .into_iter()
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c1-klusterlet", "namespace": "c1", "generation": 2},
+            "spec": {"workload": {"manifests": manifests}},
+            "status": {"conditions": conditions},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_work_is_applied_with_a_manifest_it_carries_at_its_latest_generation() {
+        let carried = [
+            ("Namespace", "open-cluster-management-agent"),
+            ("Secret", "bootstrap-hub-kubeconfig"),
+            ("Secret", "open-cluster-management-image-pull-credentials"),
+            ("Klusterlet", "klusterlet"),
+        ];
+        let current = work(&carried, Some(2));
+        // (kind, name) -> carried and applied
+        for (kind, name, expected) in [
+            ("Secret", Some("bootstrap-hub-kubeconfig"), true),
+            ("Secret", Some("bootstrap-hub-kubeconfig-hub2"), false),
+            ("Secret", None, true),
+            ("Klusterlet", None, true),
+            ("Klusterlet", Some("klusterlet-abc"), false),
+            ("ConfigMap", Some("bootstrap-hub-kubeconfig"), false),
+            ("Namespace", Some("klusterlet"), false),
+        ] {
+            assert_eq!(
+                current.applied_with(kind, name),
+                expected,
+                "{kind} {name:?}"
+            );
+        }
+        // Applied at an earlier generation, or not at all: not yet.
+        for applied in [Some(1), None] {
+            let older = work(&carried, applied);
+            assert!(!older.applied_with("Klusterlet", None), "{applied:?}");
+            assert!(!older.applied_with("Secret", Some("bootstrap-hub-kubeconfig")));
+        }
+    }
 }
