@@ -169,7 +169,9 @@ async fn a_target_looks_its_clusters_records_up_in_them_sorted_once_per_generati
     let records = carry::target_records(&ctx, &task).unwrap().unwrap();
     let order: Vec<&str> = records.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(order, ["c1", "c10", "c2"]);
-    // Sorted once: the same generation gets the same records back; a new one, new records.
+    // Sorted once: the same generation gets the same records back, whatever status the
+    // agent wrote meanwhile (a new version); a new generation, new records.
+    task.metadata.resource_version = Some("7".into());
     let again = carry::target_records(&ctx, &task).unwrap().unwrap();
     assert!(Arc::ptr_eq(&records, &again));
     task.metadata.generation = Some(2);

@@ -111,7 +111,7 @@ fn target_carry_over(
 /// found by binary search ([`find_carried`]) rather than by a scan of them all, at every
 /// reconcile: from its parts ([`target_carry_over`]; `Ok(None)` while one has not arrived) or
 /// its own spec (in the clusters' order, as the manager relays the source's report), sorted
-/// once per digest or per generation of the task.
+/// once per digest or per generation of the task (per version, for one without).
 pub(super) fn target_records(
     ctx: &Ctx,
     task: &MigrationTask,
@@ -119,11 +119,14 @@ pub(super) fn target_records(
     if let Some(parts) = &task.spec.carry_over_parts {
         return target_carry_over(ctx, task, parts);
     }
+    // Its generation moves with its spec, not with the status this agent writes.
     let key = format!(
-        "inline/{}/{:?}/{}",
+        "inline/{}/{}",
         task.uid().unwrap_or_default(),
-        task.metadata.generation,
-        task.resource_version().unwrap_or_default()
+        task.metadata.generation.map_or_else(
+            || format!("rv {}", task.resource_version().unwrap_or_default()),
+            |g| g.to_string()
+        )
     );
     if let Ok(memo) = ctx.carry_memo.lock()
         && let Some((memo_key, records)) = memo.as_ref()
