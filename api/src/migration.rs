@@ -1062,10 +1062,10 @@ pub fn join_carry_over<S: AsRef<str>>(
 }
 
 /// The record of cluster `name` among `records`: found by binary search when they are in
-/// order of name, as agents write them ([`sort_carry_over`]), so that a target looking up each
-/// of thousands of clusters at every reconcile does not scan the whole list for each; by a scan
-/// of them all otherwise (records from an agent that wrote them in the clusters' order), so
-/// that the answer never depends on the order.
+/// order of name, as a target agent keeps them ([`sort_carry_over`]), so that a target looking
+/// up each of thousands of clusters at every reconcile does not scan the whole list for each;
+/// by a scan of them all otherwise (the source reports them in the order of its clusters, which
+/// the manager checks them against), so that the answer never depends on the order.
 pub fn find_carried<'a>(records: &'a [CarriedCluster], name: &str) -> Option<&'a CarriedCluster> {
     match records.binary_search_by(|r| r.name.as_str().cmp(name)) {
         Ok(i) => records.get(i),
