@@ -239,12 +239,7 @@ fn spawn_caches(
         Api::<ManagedCluster>::all(client.clone()),
         watcher::Config::default(),
         trigger.clone(),
-        |mc: &ManagedCluster| {
-            Some(
-                serde_json::to_string(&(&mc.metadata.annotations, &mc.spec, mc.conditions()))
-                    .unwrap_or_default(),
-            )
-        },
+        |mc: &ManagedCluster| Some(cluster_fingerprint(mc)),
     );
     // Only klusterlet works matter, and only when their spec or Applied state changes (work
     // status is rewritten often).
@@ -332,6 +327,23 @@ fn spawn_caches(
         bootstrap_configs,
         secrets,
     }
+}
+
+/// What of a ManagedCluster the handler decides on, so a change of it (and only of it: the
+/// registration agent rewrites status often) wakes the handler: its identity (a re-created
+/// cluster is a new one), its deletion (`let_go`, the rollback), labels (a selector, tenancy,
+/// the carry-over), annotations, spec and conditions.
+fn cluster_fingerprint(mc: &ManagedCluster) -> String {
+    let m = &mc.metadata;
+    serde_json::to_string(&(
+        &m.uid,
+        &m.deletion_timestamp,
+        &m.labels,
+        &m.annotations,
+        &mc.spec,
+        mc.conditions(),
+    ))
+    .unwrap_or_default()
 }
 
 /// Runs the handler until aborted.

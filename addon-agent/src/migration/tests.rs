@@ -999,3 +999,57 @@ fn what_is_remembered_of_a_task_goes_with_the_task() {
         [("b".to_owned(), "c1".to_owned())]
     );
 }
+
+#[test]
+fn a_clusters_deletion_labels_and_identity_wake_the_handler_its_status_churn_does_not() {
+    type Edit = dyn Fn(&mut ManagedCluster);
+    let base = cluster_with(&[("a", "1")], true, true);
+    let print = cluster_fingerprint(&base);
+    let changed = |f: &Edit| {
+        let mut mc = base.clone();
+        f(&mut mc);
+        cluster_fingerprint(&mc) != print
+    };
+    // What the handler decides on: `let_go` and the rollback read the deletion, the
+    // selector, tenancy and carry-over read labels, a re-created cluster is a new one.
+    let deciding: [(&str, &Edit); 6] = [
+        ("deletion", &|mc| {
+            mc.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at("2026-01-01T00:00:01Z")),
+            )
+        }),
+        ("labels", &|mc| {
+            mc.metadata.labels = Some([("env".to_owned(), "prod".to_owned())].into())
+        }),
+        ("annotations", &|mc| {
+            mc.metadata.annotations = Some(BTreeMap::new())
+        }),
+        ("acceptance", &|mc| mc.spec.hub_accepts_client = false),
+        ("conditions", &|mc| {
+            *mc = cluster_with(&[("a", "1")], true, false);
+        }),
+        ("uid", &|mc| mc.metadata.uid = Some("u2".into())),
+    ];
+    for (what, f) in deciding {
+        assert!(changed(f), "a change of {what} must wake the handler");
+    }
+    // What it does not: the registration agent's and the API server's churn.
+    let churn: [(&str, &Edit); 2] = [
+        ("resourceVersion", &|mc| {
+            mc.metadata.resource_version = Some("2".into())
+        }),
+        ("version", &|mc| {
+            if let Some(st) = mc.status.as_mut() {
+                st.version = Some(migration_api::ocm::cluster::ManagedClusterVersion {
+                    kubernetes: Some("v1.33.0".into()),
+                });
+            }
+        }),
+    ];
+    for (what, f) in churn {
+        assert!(
+            !changed(f),
+            "a change of {what} alone must not wake the handler"
+        );
+    }
+}
