@@ -381,19 +381,11 @@ mod tests {
 
     /// A `<cluster>-klusterlet` work of `manifests` (kind, name), applied at its generation or not.
     fn work(cluster: &str, manifests: &[(&str, &str)], applied: bool) -> ManifestWork {
-        let manifests: Vec<Value> = manifests
-            .iter()
-            .map(|(kind, name)| serde_json::json!({"kind": kind, "metadata": {"name": name}}))
-            .collect();
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
-            "metadata": {"name": format!("{cluster}-klusterlet"), "namespace": cluster, "generation": 2},
-            "spec": {"workload": {"manifests": manifests}},
-            "status": {"conditions": [{"type": "Applied", "status": if applied { "True" } else { "False" },
-                "observedGeneration": 2, "reason": "AppliedManifestWorkComplete", "message": "",
-                "lastTransitionTime": "2026-11-28T00:00:00Z"}]}
-        }))
-        .expect("a valid ManifestWork")
+        migration_api::ocm::work::fixtures::klusterlet_work(
+            cluster,
+            manifests,
+            applied.then_some(2),
+        )
     }
 
     /// The import took over once its work, with the Klusterlet under whatever name the import

@@ -393,32 +393,65 @@ pub fn feedback_value<'a>(values: &'a [FeedbackValue], name: &str) -> Option<&'a
         .map(|v| &v.field_value)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Builders for tests (feature `test-util`).
+#[cfg(any(test, feature = "test-util"))]
+pub mod fixtures {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    /// A klusterlet work of `manifests` (kind, name) at generation 2, applied at `applied`.
-    fn work(manifests: &[(&str, &str)], applied: Option<i64>) -> ManifestWork {
+    use crate::common::{Condition, Time};
+
+    use super::{ManifestWork, ManifestWorkSpec, ManifestWorkStatus, ManifestsTemplate};
+
+    /// The import's `<cluster>-klusterlet` work of `manifests` (kind, name) at generation 2, its
+    /// Applied condition True at generation `applied_at`, or absent (`None`).
+    pub fn klusterlet_work(
+        cluster: &str,
+        manifests: &[(&str, &str)],
+        applied_at: Option<i64>,
+    ) -> ManifestWork {
         let manifests: Vec<serde_json::Value> = manifests
             .iter()
             .map(|(kind, name)| {
-                serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name}})
+                let api_version = if *kind == "Klusterlet" {
+                    "operator.open-cluster-management.io/v1"
+                } else {
+                    "v1"
+                };
+                serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}})
             })
             .collect();
-        let conditions: Vec<serde_json::Value> = applied
-            .map(|g| {
-                serde_json::json!({"type": "Applied", "status": "True", "reason": "r", "message": "",
-                    "observedGeneration": g, "lastTransitionTime": "2026-01-01T00:00:00Z"})
-            })
-            .into_iter()
-            .collect();
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "c1-klusterlet", "namespace": "c1", "generation": 2},
-            "spec": {"workload": {"manifests": manifests}},
-            "status": {"conditions": conditions},
-        }))
-        .unwrap()
+        let conditions = applied_at.map(|g| Condition {
+            type_: "Applied".into(),
+            status: "True".into(),
+            reason: "AppliedManifestWorkComplete".into(),
+            message: String::new(),
+            observed_generation: Some(g),
+            last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+        });
+        ManifestWork {
+            metadata: ObjectMeta {
+                name: Some(format!("{cluster}-klusterlet")),
+                namespace: Some(cluster.into()),
+                generation: Some(2),
+                ..Default::default()
+            },
+            spec: ManifestWorkSpec {
+                workload: Some(ManifestsTemplate {
+                    manifests: Some(manifests),
+                }),
+                ..Default::default()
+            },
+            status: Some(ManifestWorkStatus {
+                conditions: Some(conditions.into_iter().collect()),
+                ..Default::default()
+            }),
+        }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::klusterlet_work;
 
     #[test]
     fn a_work_is_applied_with_a_manifest_it_carries_at_its_latest_generation() {
@@ -428,7 +461,7 @@ mod tests {
             ("Secret", "open-cluster-management-image-pull-credentials"),
             ("Klusterlet", "klusterlet"),
         ];
-        let current = work(&carried, Some(2));
+        let current = klusterlet_work("c1", &carried, Some(2));
         // (kind, name) -> carried and applied
         for (kind, name, expected) in [
             ("Secret", Some("bootstrap-hub-kubeconfig"), true),
@@ -447,7 +480,7 @@ mod tests {
         }
         // Applied at an earlier generation, or not at all: not yet.
         for applied in [Some(1), None] {
-            let older = work(&carried, applied);
+            let older = klusterlet_work("c1", &carried, applied);
             assert!(!older.applied_with("Klusterlet", None), "{applied:?}");
             assert!(!older.applied_with("Secret", Some("bootstrap-hub-kubeconfig")));
         }

@@ -13,6 +13,11 @@ pub mod migration;
 /// Image repository the kubelets run the agent for.
 pub const AGENT_IMAGE: &str = "quay.io/cluster-migration-addon/addon-agent";
 
+/// The user the addon's agent acts as on its hub (its ServiceAccount in the addon's default
+/// install namespace), as an API server's access log names it.
+pub const AGENT_USER: &str =
+    "system:serviceaccount:open-cluster-management-agent-addon:cluster-migration-agent";
+
 /// A workspace binary next to the running test (`target/<profile>/<name>`).
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();

@@ -814,7 +814,7 @@ async fn agents_do_not_repeat_their_writes_on_a_hub_whose_watches_lag() {
         expected.insert(c.clone(), 2);
     }
     s.invariant(&expected).await;
-    let agent = "system:serviceaccount:open-cluster-management-agent-addon:cluster-migration-agent";
+    let agent = e2e::AGENT_USER;
     for (i, hub) in s.fleet.hubs.iter().enumerate() {
         // The test's watch lags too: it has heard every change once it holds each task's
         // status as the hub serves it.
@@ -932,7 +932,7 @@ fn agent_lines(s: &Setup, hub: usize, needles: &[&str]) -> String {
 async fn a_hub_validates_a_revision_once_however_many_events_follow() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let s = Setup::new(2, 3).await;
-    let agent = "system:serviceaccount:open-cluster-management-agent-addon:cluster-migration-agent";
+    let agent = e2e::AGENT_USER;
     let target_faults = s.fleet.hubs[1].cluster.api.faults();
     target_faults.add_error(kube_sim::ErrorRule {
         verb: Some("patch".into()),

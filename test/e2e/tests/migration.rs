@@ -240,9 +240,7 @@ async fn happy_path_moves_every_cluster_and_leaves_nothing_behind() {
         .access_log()
         .iter()
         .filter(|(a, _)| {
-            a.user == "system:serviceaccount:open-cluster-management-agent-addon:cluster-migration-agent"
-                && a.resource == "managedclusteraddons"
-                && a.verb == "patch"
+            a.user == e2e::AGENT_USER && a.resource == "managedclusteraddons" && a.verb == "patch"
         })
         .map(|(_, n)| n)
         .sum();
