@@ -27,7 +27,7 @@ use crate::in_process;
 use crate::meta::{FieldSelector, LabelSelector};
 use crate::resources::{Builtin, ResourceType};
 use crate::sim::{DeleteOpts, FieldValidation, Sim, WriteOpts};
-use crate::table::IncludeObject;
+use crate::table::Shape;
 use crate::watch::{self, Selection, WatchParams};
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -277,13 +277,6 @@ fn authenticate_direct(
     Ok(UserInfo::anonymous())
 }
 
-fn wants_table(req: &Request<Incoming>) -> bool {
-    req.headers()
-        .get("accept")
-        .and_then(|h| h.to_str().ok())
-        .is_some_and(|a| a.contains("as=Table"))
-}
-
 fn parse_body(content_type: &str, body: &[u8]) -> ApiResult<Value> {
     if body.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
@@ -439,8 +432,21 @@ async fn dispatch(
     {
         return Err(fail(verb, &resource, ApiError::injected(code)));
     }
-    let table = wants_table(&req)
-        .then(|| IncludeObject::parse(params.get("includeObject").map(String::as_str)));
+    let shape = if matches!(verb, "get" | "list" | "watch") {
+        let accept = req
+            .headers()
+            .get("accept")
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default();
+        Shape::parse(
+            accept,
+            verb,
+            params.get("includeObject").map(String::as_str),
+        )
+        .map_err(|m| fail(verb, &resource, ApiError::not_acceptable(m)))?
+    } else {
+        Shape::Full
+    };
     let content_type = req
         .headers()
         .get(CONTENT_TYPE)
@@ -471,7 +477,7 @@ async fn dispatch(
         &rr,
         verb,
         &params,
-        table,
+        shape,
         &content_type,
         &user_agent,
         &body,
@@ -543,7 +549,7 @@ fn serve_resource(
     rr: &ResourceRequest,
     verb: &str,
     params: &HashMap<String, String>,
-    table: Option<IncludeObject>,
+    shape: Shape,
     content_type: &str,
     user_agent: &str,
     body: &[u8],
@@ -557,15 +563,19 @@ fn serve_resource(
         )));
     }
     match verb {
-        "get" => match table {
-            Some(include) => {
+        "get" => match shape {
+            Shape::Table(include) => {
                 let obj = sim.get(rt, ns, &rr.name)?;
                 Ok(json_response(
                     200,
                     &crate::table::table(rt, &[obj], include, json!({})),
                 ))
             }
-            None => {
+            Shape::Metadata => {
+                let obj = sim.get(rt, ns, &rr.name)?;
+                Ok(json_response(200, &crate::table::partial_metadata(&obj)))
+            }
+            Shape::Full => {
                 let stored = sim.get_stored(rt, ns, &rr.name)?;
                 Ok(json_bytes_response(
                     200,
@@ -585,7 +595,7 @@ fn serve_resource(
                     &sel,
                     limit,
                     params.get("continue").map(String::as_str),
-                    table,
+                    shape,
                 )?;
                 return Ok(json_response(200, &v));
             }
@@ -599,7 +609,7 @@ fn serve_resource(
                     .and_then(|t| t.parse().ok())
                     .map(Duration::from_secs),
                 send_initial_events: params.get("sendInitialEvents").is_some_and(|b| b == "true"),
-                as_table: table,
+                shape,
             };
             let mut rx = watch::watch(sim, sel, wp);
             let stream = futures::stream::poll_fn(move |cx| {
@@ -671,7 +681,7 @@ fn serve_resource(
         }
         "deletecollection" => {
             let sel = selection(rt, ns, params)?;
-            let listed = watch::list(sim, &sel, None, None, None)?;
+            let listed = watch::list(sim, &sel, None, None, Shape::Full)?;
             let opts = delete_opts(params, content_type, body)?;
             let mut items = Vec::new();
             for item in listed["items"].as_array().cloned().unwrap_or_default() {

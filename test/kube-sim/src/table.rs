@@ -26,6 +26,57 @@ impl IncludeObject {
     }
 }
 
+/// How a read presents its objects, from its `Accept` header: whole; as a Table (`as=Table`,
+/// kubectl's); or as their metadata alone (`as=PartialObjectMetadata` for a get or a watch,
+/// `as=PartialObjectMetadataList` for a list: client-go's metadata informers and kube-rs's
+/// `Api<PartialObjectMeta<K>>`; k8s.io/apiserver `pkg/endpoints/handlers/response.go`,
+/// `transformObject`). Any other `as=` is refused with 406, as the apiserver refuses it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Shape {
+    #[default]
+    Full,
+    Table(IncludeObject),
+    Metadata,
+}
+
+impl Shape {
+    /// The shape a request asks for with `accept` (its header) for `verb`, negotiated as the
+    /// apiserver does (`k8s.io/apiserver` `pkg/endpoints/handlers/negotiation`): the first
+    /// media type it can serve wins, one with an `as=` it cannot serve to this verb is passed
+    /// over, and 406 when none is left. `include` is the `includeObject` parameter.
+    pub fn parse(accept: &str, verb: &str, include: Option<&str>) -> Result<Self, String> {
+        let wanted = if verb == "list" {
+            "PartialObjectMetadataList"
+        } else {
+            "PartialObjectMetadata"
+        };
+        let media: Vec<&str> = accept.split(',').map(str::trim).collect();
+        if accept.trim().is_empty() {
+            return Ok(Self::Full);
+        }
+        for m in &media {
+            let target = m.split(';').find_map(|p| p.trim().strip_prefix("as="));
+            match target {
+                None => return Ok(Self::Full),
+                Some("Table") => return Ok(Self::Table(IncludeObject::parse(include))),
+                Some(t) if t == wanted => return Ok(Self::Metadata),
+                Some(_) => {}
+            }
+        }
+        Err(format!(
+            "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as={wanted};v=v1;g=meta.k8s.io"
+        ))
+    }
+}
+
+/// An object as a PartialObjectMetadata: its metadata alone.
+pub fn partial_metadata(obj: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or(json!({})),
+    })
+}
+
 /// Kubernetes' short human duration: `45s`, `3m2s`, `25m`, `5h3m`, `20h`, `3d4h`, `45d`, `2y`.
 pub fn human_duration(secs: i64) -> String {
     let s = secs.max(0);
@@ -284,12 +335,7 @@ fn row(rt: &ResourceType, obj: &Value, include: IncludeObject) -> Value {
     match include {
         IncludeObject::None => {}
         IncludeObject::Object => r["object"] = obj.clone(),
-        IncludeObject::Metadata => {
-            r["object"] = json!({
-                "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                "metadata": obj.get("metadata").cloned().unwrap_or(json!({})),
-            })
-        }
+        IncludeObject::Metadata => r["object"] = partial_metadata(obj),
     }
     r
 }
@@ -318,5 +364,27 @@ mod tests {
         assert_eq!(human_duration(20 * 3600), "20h");
         assert_eq!(human_duration(3 * 86400 + 4 * 3600), "3d4h");
         assert_eq!(human_duration(45 * 86400), "45d");
+    }
+
+    #[test]
+    fn a_reads_shape_is_the_first_media_type_it_can_be_served_as() {
+        let kubectl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        let client_go_meta = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        let kube_rs_watch = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+        for (accept, verb, want) in [
+            ("", "list", Ok(Shape::Full)),
+            ("application/json", "get", Ok(Shape::Full)),
+            ("*/*", "watch", Ok(Shape::Full)),
+            (kubectl, "list", Ok(Shape::Table(IncludeObject::Metadata))),
+            (client_go_meta, "list", Ok(Shape::Metadata)),
+            // A list's metadata is not served to a single object's read: the fallback is.
+            (client_go_meta, "get", Ok(Shape::Full)),
+            (kube_rs_watch, "watch", Ok(Shape::Metadata)),
+            (kube_rs_watch, "get", Ok(Shape::Metadata)),
+        ] {
+            assert_eq!(Shape::parse(accept, verb, None), want, "{verb} {accept}");
+        }
+        assert!(Shape::parse(kube_rs_watch, "list", None).is_err());
+        assert!(Shape::parse("application/json;as=Unknown;g=x;v=v1", "get", None).is_err());
     }
 }

@@ -14,7 +14,7 @@ use crate::meta::{FieldSelector, LabelSelector, labels, meta_str};
 use crate::resources::ResourceType;
 use crate::sim::Sim;
 use crate::store::{Event, EventType, Next, Scope, Store};
-use crate::table::{IncludeObject, table};
+use crate::table::{Shape, partial_metadata, table};
 
 /// What a list or watch selects.
 #[derive(Clone, Debug)]
@@ -74,7 +74,7 @@ pub fn list(
     sel: &Selection,
     limit: Option<usize>,
     cont: Option<&str>,
-    as_table: Option<IncludeObject>,
+    shape: Shape,
 ) -> ApiResult<Value> {
     let store = sim.store();
     let start = match cont.filter(|c| !c.is_empty()) {
@@ -131,8 +131,18 @@ pub fn list(
         meta["remainingItemCount"] = json!(remaining);
     }
     drop(store);
-    if let Some(include) = as_table {
-        return Ok(table(&sel.rt, &items, include, meta));
+    match shape {
+        Shape::Table(include) => return Ok(table(&sel.rt, &items, include, meta)),
+        Shape::Metadata => {
+            let items: Vec<Value> = items.iter().map(partial_metadata).collect();
+            return Ok(json!({
+                "kind": "PartialObjectMetadataList",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": meta,
+                "items": items,
+            }));
+        }
+        Shape::Full => {}
     }
     Ok(json!({
         "kind": sel.rt.list_kind,
@@ -149,7 +159,8 @@ pub struct WatchParams {
     pub bookmarks: bool,
     pub timeout: Option<Duration>,
     pub send_initial_events: bool,
-    pub as_table: Option<IncludeObject>,
+    /// How its objects are presented.
+    pub shape: Shape,
 }
 
 fn line(v: &Value) -> Bytes {
@@ -158,22 +169,25 @@ fn line(v: &Value) -> Bytes {
     Bytes::from(s)
 }
 
-fn event_json(kind: &str, obj: Value, sel: &Selection, as_table: Option<IncludeObject>) -> Value {
-    let object = match as_table {
-        Some(include) if kind != "BOOKMARK" && kind != "ERROR" => {
+fn event_json(kind: &str, obj: Value, sel: &Selection, shape: Shape) -> Value {
+    let object = match shape {
+        Shape::Table(include) if kind != "BOOKMARK" && kind != "ERROR" => {
             table(&sel.rt, &[obj], include, json!({}))
         }
+        // A bookmark too: the apiserver transforms every object it sends.
+        Shape::Metadata if kind != "ERROR" => partial_metadata(&obj),
         _ => obj,
     };
     json!({"type": kind, "object": object})
 }
 
-fn bookmark(sel: &Selection, rv: u64, initial_end: bool) -> Value {
+fn bookmark(sel: &Selection, rv: u64, initial_end: bool, shape: Shape) -> Value {
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if initial_end {
         meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    json!({"type": "BOOKMARK", "object": {"kind": sel.rt.kind, "apiVersion": sel.rt.api_version(), "metadata": meta}})
+    let object = json!({"kind": sel.rt.kind, "apiVersion": sel.rt.api_version(), "metadata": meta});
+    event_json("BOOKMARK", object, sel, shape)
 }
 
 fn gone(message: String) -> Value {
@@ -200,17 +214,12 @@ fn translate(sel: &Selection, ev: &Event) -> Option<&'static str> {
     }
 }
 
-/// An event's line for this watch. Without a table, the object's encoding is made once
+/// An event's line for this watch. Whole objects (no table, no metadata alone): the object's encoding is made once
 /// per version and shared by every watcher (as the apiserver's watch cache does); the
 /// line is what `event_json` gives, written around it.
-fn event_line(kind: &str, ev: &Event, sel: &Selection, as_table: Option<IncludeObject>) -> Bytes {
-    if as_table.is_some() {
-        return line(&event_json(
-            kind,
-            present(&sel.rt, &ev.object),
-            sel,
-            as_table,
-        ));
+fn event_line(kind: &str, ev: &Event, sel: &Selection, shape: Shape) -> Bytes {
+    if shape != Shape::Full {
+        return line(&event_json(kind, present(&sel.rt, &ev.object), sel, shape));
     }
     let rt = &sel.rt;
     let object = ev
@@ -277,12 +286,7 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
                 // No resourceVersion, "0", or a streaming list: start with the current state.
                 for (_, obj) in store.list(&sel.rt.storage, sel.namespace.as_deref(), None) {
                     if let Some(o) = sel.select(obj) {
-                        initial.push(Initial::Listed(event_json(
-                            "ADDED",
-                            o,
-                            &sel,
-                            params.as_table,
-                        )));
+                        initial.push(Initial::Listed(event_json("ADDED", o, &sel, params.shape)));
                     }
                 }
                 if params.send_initial_events {
@@ -300,7 +304,7 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
     tokio::spawn(async move {
         for ev in initial {
             let sent = match ev {
-                Initial::Replayed(kind, ev) => event_line(kind, &ev, &sel, params.as_table),
+                Initial::Replayed(kind, ev) => event_line(kind, &ev, &sel, params.shape),
                 Initial::Listed(event) => line(&event),
             };
             if tx.send(sent).await.is_err() {
@@ -308,7 +312,10 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
             }
         }
         if let Some(rv) = initial_end
-            && tx.send(line(&bookmark(&sel, rv, true))).await.is_err()
+            && tx
+                .send(line(&bookmark(&sel, rv, true, params.shape)))
+                .await
+                .is_err()
         {
             return;
         }
@@ -333,7 +340,7 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
                             last_rv = last_rv.max(store.current_rv());
                         }
                     }
-                    if tx.send(line(&bookmark(&sel, last_rv, false))).await.is_err() {
+                    if tx.send(line(&bookmark(&sel, last_rv, false, params.shape))).await.is_err() {
                         return;
                     }
                 }
@@ -350,7 +357,7 @@ pub fn watch(sim: &Sim, sel: Selection, params: WatchParams) -> mpsc::Receiver<B
                             tokio::time::sleep_until((ev.at + lag).into()).await;
                         }
                         if let Some(kind) = translate(&sel, &ev)
-                            && tx.send(event_line(kind, &ev, &sel, params.as_table)).await.is_err() {
+                            && tx.send(event_line(kind, &ev, &sel, params.shape)).await.is_err() {
                                 return;
                             }
                     }
@@ -384,7 +391,12 @@ mod tests {
     /// The line as built before encodings were shared: the event's object presented for
     /// this watch and the whole event serialized.
     fn unshared_line(kind: &str, ev: &Event, sel: &Selection) -> Bytes {
-        line(&event_json(kind, present(&sel.rt, &ev.object), sel, None))
+        line(&event_json(
+            kind,
+            present(&sel.rt, &ev.object),
+            sel,
+            Shape::Full,
+        ))
     }
 
     #[test]
@@ -429,13 +441,14 @@ mod tests {
             let kind = translate(sel, event).expect("every event watcher sees it");
             assert_eq!(kind, "ADDED");
             assert_eq!(
-                event_line(kind, event, sel, None),
+                event_line(kind, event, sel, Shape::Full),
                 unshared_line(kind, event, sel)
             );
         }
         assert_eq!(event.encoded.len(), 2, "one encoding per version watched");
         let as_events_api: Value =
-            serde_json::from_slice(&event_line("ADDED", event, &events_api, None)).expect("json");
+            serde_json::from_slice(&event_line("ADDED", event, &events_api, Shape::Full))
+                .expect("json");
         assert_eq!(as_events_api["object"]["apiVersion"], "events.k8s.io/v1");
         assert_eq!(as_events_api["object"]["note"], "hi");
         // A label selector still turns changes into what they are to the watch.
@@ -447,7 +460,7 @@ mod tests {
         for ev in [added, modified, left] {
             let kind = translate(&in_a, ev).expect("selected before or after");
             assert_eq!(
-                event_line(kind, ev, &in_a, None),
+                event_line(kind, ev, &in_a, Shape::Full),
                 unshared_line(kind, ev, &in_a)
             );
         }

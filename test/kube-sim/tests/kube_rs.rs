@@ -533,3 +533,95 @@ async fn a_throttled_client_sends_past_its_burst_at_its_rate() {
         8
     );
 }
+
+/// Metadata-only reads (kube-rs's `Api<PartialObjectMeta<K>>`, client-go's metadata informers):
+/// lists, gets and watches carry each object's metadata and nothing else; a media type the
+/// server cannot serve to the verb is passed over for the next, and 406 when none is left.
+#[tokio::test]
+async fn metadata_only_reads_carry_the_metadata_alone() {
+    use futures::StreamExt;
+    use kube::core::PartialObjectMeta;
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let sim = start().await;
+    let client = sim.client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "big", "labels": {"app": "x"}, "finalizers": ["example.com/keep"]},
+        "data": {"payload": "x".repeat(10_000)}
+    }))
+    .unwrap();
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+
+    let listed = cms.list_metadata(&ListParams::default()).await.unwrap();
+    let item = listed.items.iter().find(|m| m.name_any() == "big").unwrap();
+    assert_eq!(item.labels().get("app").map(String::as_str), Some("x"));
+    assert_eq!(item.finalizers(), ["example.com/keep"]);
+    let got = cms.get_metadata("big").await.unwrap();
+    assert_eq!(got.metadata.uid, item.metadata.uid);
+
+    // On the wire: metadata alone, of the kinds the apiserver names.
+    let raw = |accept: &str| {
+        http::Request::get("/api/v1/namespaces/default/configmaps")
+            .header("Accept", accept)
+            .body(Vec::new())
+            .unwrap()
+    };
+    let text = client
+        .request_text(raw(
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+        ))
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["kind"], "PartialObjectMetadataList");
+    assert_eq!(v["items"][0]["kind"], "PartialObjectMetadata");
+    assert!(v["items"][0].get("data").is_none(), "{text}");
+    assert!(
+        !text.contains(&"x".repeat(100)),
+        "no data on the wire: {text}"
+    );
+    // A list asked for as single objects' metadata is not served; with a fallback, the
+    // fallback is.
+    let refused = client
+        .request_text(raw(
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(code(refused), 406);
+    let text = client
+        .request_text(raw(
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json",
+        ))
+        .await
+        .unwrap();
+    assert!(text.contains(&"x".repeat(100)), "the whole list: {text}");
+
+    // A watch of metadata: the object as it is, then its changes, without the data.
+    let metas: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(client.clone(), "default");
+    let stream = watcher(metas, watcher::Config::default()).applied_objects();
+    let mut stream = std::pin::pin!(stream);
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.name_any(), "big");
+    cms.patch(
+        "big",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"changed": "yes"}}})),
+    )
+    .await
+    .unwrap();
+    let changed = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        changed.annotations().get("changed").map(String::as_str),
+        Some("yes")
+    );
+}
