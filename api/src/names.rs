@@ -215,6 +215,10 @@ pub const HUB_CONNECTION_TIMEOUT_SECONDS: i64 = 180;
 
 /// Labels.
 pub mod labels {
+    /// Set (to "true") by ACM's import controller on a cluster's klusterlet works
+    /// (`<cluster>-klusterlet`, `<cluster>-klusterlet-crds`; stolostron/
+    /// managedcluster-import-controller `pkg/constants/constants.go`, `KlusterletWorksLabel`).
+    pub const KLUSTERLET_WORKS: &str = "import.open-cluster-management.io/klusterlet-works";
     /// Names the addon an object belongs to (deploy works, hub RBAC).
     pub const ADDON_NAME: &str = "open-cluster-management.io/addon-name";
     /// Exclusive cluster-set membership of a ManagedCluster.

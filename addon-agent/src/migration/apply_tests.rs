@@ -42,7 +42,9 @@ async fn hub_and_ctx(
     let (clusters, writer) = reflector::store();
     let caches = Caches {
         clusters,
-        works: reflector::store().0,
+        import_works: reflector::store().0,
+        own_works: reflector::store().0,
+        work_metas: reflector::store().0,
         leases: reflector::store().0,
         awaited: Awaited::default(),
         csrs: reflector::store().0,

@@ -1,6 +1,7 @@
 //! The klusterlet works of a plain OCM migration (probe, switch, restore, settle) and the works the hub releases; a moved cluster's own bootstrap kubeconfig on a plain target.
 
 use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Whether the cluster's klusterlet work on this hub carries a manifest of `kind` (named `name`
 /// when given) and has been applied at its latest generation.
@@ -114,7 +115,7 @@ pub(super) fn klusterlet_work(
     cluster: &str,
 ) -> Option<Arc<ManifestWork>> {
     get(
-        &ctx.caches.works,
+        &ctx.caches.own_works,
         Some(cluster),
         &names::migration_klusterlet_work(task.spec.key()),
     )
@@ -197,7 +198,7 @@ pub(super) async fn delete_klusterlet_work(
         return Ok(());
     };
     if abandon {
-        return force_delete_work(ctx, &work).await;
+        return force_delete_work(ctx, &work.metadata).await;
     }
     if work.metadata.deletion_timestamp.is_none() {
         let name = work.name_any();
@@ -215,15 +216,15 @@ pub(super) async fn delete_klusterlet_work(
 /// works of a cluster it no longer accepts (managedcluster-import-controller
 /// `pkg/helpers/manifestwork.go`, `ForceDeleteManifestWork`): for a work whose cluster's work
 /// agent serves another hub, the only one that would ever finish it.
-pub(super) async fn force_delete_work(ctx: &Ctx, work: &ManifestWork) -> Result<(), Error> {
-    let name = work.name_any();
-    let ns = work.namespace().unwrap_or_default();
+pub(super) async fn force_delete_work(ctx: &Ctx, work: &ObjectMeta) -> Result<(), Error> {
+    let name = work.name.clone().unwrap_or_default();
+    let ns = work.namespace.clone().unwrap_or_default();
     let works: Api<ManifestWork> = Api::namespaced(ctx.client.clone(), &ns);
-    if work.metadata.deletion_timestamp.is_none() {
+    if work.deletion_timestamp.is_none() {
         ignore_not_found(works.delete(&name, &DeleteParams::default()).await)
             .map_err(ctx_err(format!("deleting ManifestWork {ns}/{name}")))?;
     }
-    if !work.finalizers().is_empty() {
+    if work.finalizers.as_ref().is_some_and(|f| !f.is_empty()) {
         ignore_not_found(
             works
                 .patch(
@@ -250,12 +251,12 @@ pub(super) async fn force_delete_work(ctx: &Ctx, work: &ManifestWork) -> Result<
 pub(super) async fn release_works(ctx: &Ctx, cluster: &str) -> Result<(), Error> {
     for work in ctx
         .caches
-        .works
+        .work_metas
         .state()
         .iter()
         .filter(|w| w.namespace().as_deref() == Some(cluster))
     {
-        force_delete_work(ctx, work).await?;
+        force_delete_work(ctx, &work.metadata).await?;
     }
     Ok(())
 }

@@ -31,6 +31,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -48,7 +49,7 @@ use migration_api::names::annotations::{
 };
 use migration_api::names::condition_status::TRUE;
 use migration_api::names::conditions::{CLUSTER_AVAILABLE, JOINED};
-use migration_api::names::labels::{CLUSTER_NAME, CLUSTER_SET, LOCAL_CLUSTER};
+use migration_api::names::labels::{CLUSTER_NAME, CLUSTER_SET, KLUSTERLET_WORKS, LOCAL_CLUSTER};
 use migration_api::ocm::addon::ManagedClusterAddOn;
 use migration_api::ocm::agent::KlusterletAddonConfig;
 use migration_api::ocm::cluster::{ManagedCluster, ManagedClusterSet};
@@ -219,7 +220,15 @@ pub enum Error {
 /// The agent's caches of its hub, each change that matters to a task sent to `trigger`.
 struct Caches {
     clusters: Store<ManagedCluster>,
-    works: Store<ManifestWork>,
+    /// The import controller's klusterlet works (labelled [`KLUSTERLET_WORKS`]), each
+    /// slimmed to what the agent reads of it ([`slim_import_work`]).
+    import_works: Store<ManifestWork>,
+    /// The migrations' own klusterlet works (plain OCM; labelled managed-by).
+    own_works: Store<ManifestWork>,
+    /// Every ManifestWork of the hub, its metadata alone ([`release_works`] clears what is left
+    /// in a cluster's namespace): a hub's works hold whole manifests, addons' included, which
+    /// on a hub of thousands of clusters would not fit in the agent.
+    work_metas: Store<PartialObjectMeta<ManifestWork>>,
     leases: Store<Lease>,
     awaited: Awaited,
     csrs: Store<CertificateSigningRequest>,
@@ -242,24 +251,36 @@ fn spawn_caches(
         |mc: &ManagedCluster| Some(cluster_fingerprint(mc)),
     );
     // Only klusterlet works matter, and only when their spec or Applied state changes (work
-    // status is rewritten often).
-    let works = spawn_reflector(
+    // status is rewritten often): the import controller's, which it labels (stolostron/
+    // managedcluster-import-controller `pkg/constants/constants.go`, `KlusterletWorksLabel`,
+    // set on both of a cluster's works since 2022), slimmed as they arrive; and the
+    // migrations' own.
+    let import_works = spawn_reflector_with(
         Api::<ManifestWork>::all(client.clone()),
-        watcher::Config::default(),
+        watcher::Config::default().labels(&format!("{KLUSTERLET_WORKS}=true")),
+        slim_import_work,
         trigger.clone(),
-        |w: &ManifestWork| {
-            w.name_any().ends_with("-klusterlet").then(|| {
-                let applied = w
-                    .applied_condition()
-                    .map(|c| (c.status.clone(), c.observed_generation));
-                format!(
-                    "{:?}/{applied:?}/{}/{}",
-                    w.metadata.generation,
-                    kw::probed(w).is_some(),
-                    w.metadata.deletion_timestamp.is_some()
-                )
-            })
-        },
+        klusterlet_work_fingerprint,
+    );
+    let managed = format!(
+        "{}={}",
+        names::labels::MANAGED_BY,
+        names::labels::MANAGED_BY_VALUE
+    );
+    let own_works = spawn_reflector(
+        Api::<ManifestWork>::all(client.clone()),
+        watcher::Config::default().labels(&managed),
+        trigger.clone(),
+        klusterlet_work_fingerprint,
+    );
+    // The rest is only ever cleared away: its metadata suffices, and its changes wake no one
+    // (a cluster whose namespace empties goes, and that wakes the handler).
+    let work_metas = spawn_reflector_with(
+        Api::<PartialObjectMeta<ManifestWork>>::all(client.clone()),
+        watcher::Config::default(),
+        |w: &mut PartialObjectMeta<ManifestWork>| w.metadata.managed_fields = None,
+        trigger.clone(),
+        |_| None,
     );
     // A cluster taken back is back once its lease is renewed: renewals of the clusters
     // awaited wake the handler (the others' are only cached).
@@ -279,11 +300,6 @@ fn spawn_caches(
     // task: their arrival (and removal) wakes the handler. KlusterletConfigs (not served by a
     // plain OCM hub: that watch just retries) and, for plain OCM, the bootstrap Secrets in
     // the agent's namespace.
-    let managed = format!(
-        "{}={}",
-        names::labels::MANAGED_BY,
-        names::labels::MANAGED_BY_VALUE
-    );
     let bootstrap_configs = spawn_reflector(
         Api::<migration_api::ocm::config::KlusterletConfig>::all(client.clone()),
         watcher::Config::default().labels(&managed),
@@ -320,7 +336,9 @@ fn spawn_caches(
     );
     Caches {
         clusters,
-        works,
+        import_works,
+        own_works,
+        work_metas,
         leases,
         awaited,
         csrs,
@@ -346,13 +364,67 @@ fn cluster_fingerprint(mc: &ManagedCluster) -> String {
     .unwrap_or_default()
 }
 
+/// What of a klusterlet work (the import controller's `<cluster>-klusterlet`, or a migration's
+/// own) the handler decides on: its generation, Applied state, probe and deletion (work status
+/// is rewritten often). Other works (the import's CRDs) wake no one.
+fn klusterlet_work_fingerprint(w: &ManifestWork) -> Option<String> {
+    w.name_any().ends_with("-klusterlet").then(|| {
+        let applied = w
+            .applied_condition()
+            .map(|c| (c.status.clone(), c.observed_generation));
+        format!(
+            "{:?}/{applied:?}/{}/{}",
+            w.metadata.generation,
+            kw::probed(w).is_some(),
+            w.metadata.deletion_timestamp.is_some()
+        )
+    })
+}
+
+/// An import work as the agent keeps it: each manifest's identity (apiVersion, kind, name,
+/// namespace) without its body, no managed fields, no per-manifest status. What the agent
+/// reads of it ([`ManifestWork::applied_with`]: the Applied condition, the manifests' kinds
+/// and names) stays; the rest (the klusterlet's Deployment, RBAC, CRDs, secrets with
+/// tokens and image pull credentials) was most of its size, and secrets besides.
+fn slim_import_work(w: &mut ManifestWork) {
+    w.metadata.managed_fields = None;
+    if let Some(manifests) = w.spec.workload.as_mut().and_then(|t| t.manifests.as_mut()) {
+        for m in manifests.iter_mut() {
+            let meta = m.get("metadata");
+            let identity = serde_json::json!({
+                "apiVersion": m.get("apiVersion"),
+                "kind": m.get("kind"),
+                "metadata": {
+                    "name": meta.and_then(|x| x.get("name")),
+                    "namespace": meta.and_then(|x| x.get("namespace")),
+                },
+            });
+            *m = identity;
+        }
+    }
+    if let Some(status) = w.status.as_mut() {
+        status.resource_status = None;
+    }
+}
+
 /// Runs the handler until aborted.
 pub async fn run(client: Client, opts: Options) {
     let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded::<()>();
     let caches = spawn_caches(&client, &opts.namespace, trigger_tx);
     for (what, ready) in [
         ("ManagedClusters", caches.clusters.wait_until_ready().await),
-        ("ManifestWorks", caches.works.wait_until_ready().await),
+        (
+            "import ManifestWorks",
+            caches.import_works.wait_until_ready().await,
+        ),
+        (
+            "own ManifestWorks",
+            caches.own_works.wait_until_ready().await,
+        ),
+        (
+            "ManifestWorks' metadata",
+            caches.work_metas.wait_until_ready().await,
+        ),
         ("CSRs", caches.csrs.wait_until_ready().await),
         ("Leases", caches.leases.wait_until_ready().await),
     ] {
@@ -428,8 +500,32 @@ where
         + 'static,
     F: Fn(&K) -> Option<String> + Send + 'static,
 {
+    spawn_reflector_with(api, config, |_: &mut K| {}, trigger, fingerprint)
+}
+
+/// [`spawn_reflector`], each object passed through `modify` before it is stored (what the
+/// handler never reads need not stay in memory).
+fn spawn_reflector_with<K, M, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    modify: M,
+    trigger: futures::channel::mpsc::UnboundedSender<()>,
+    fingerprint: F,
+) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    M: FnMut(&mut K) + Send + 'static,
+    F: Fn(&K) -> Option<String> + Send + 'static,
+{
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+    let stream =
+        reflector::reflector(writer, watcher(api, config).modify(modify)).default_backoff();
     tokio::spawn(async move {
         let mut seen: std::collections::HashMap<String, Option<String>> = Default::default();
         let mut stream = std::pin::pin!(stream);

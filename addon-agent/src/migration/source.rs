@@ -112,7 +112,7 @@ async fn source_register_all(
         };
         let switched = plain(task) && !release && klusterlet_done(ctx, task, name, true);
         let delivered = bootstrap_delivered(
-            &ctx.caches.works,
+            &ctx.caches.import_works,
             name,
             &spec.bootstrap_secret_at(index).unwrap_or_default(),
         );

@@ -323,7 +323,7 @@ pub(super) async fn target_register(
             settles,
             settled: settles && klusterlet_done(ctx, task, name, false),
             acm_target,
-            import_took_over: acm_target && import_took_over(&ctx.caches.works, name),
+            import_took_over: acm_target && import_took_over(&ctx.caches.import_works, name),
             requests: &requests,
             now,
             carries_objects: carried(task, name).is_some_and(|r| !r.objects.is_empty()),

@@ -1053,3 +1053,58 @@ fn a_clusters_deletion_labels_and_identity_wake_the_handler_its_status_churn_doe
         );
     }
 }
+
+#[test]
+fn an_import_work_is_kept_as_what_the_agent_reads_of_it_without_its_contents() {
+    use migration_api::ocm::work::fixtures::klusterlet_work;
+    let mut work = klusterlet_work(
+        "c1",
+        &[
+            ("Secret", "bootstrap-hub-kubeconfig"),
+            ("Deployment", "klusterlet"),
+            ("Klusterlet", "klusterlet"),
+        ],
+        Some(2),
+    );
+    let token = "secret-token-".repeat(200);
+    let manifests = work
+        .spec
+        .workload
+        .as_mut()
+        .and_then(|t| t.manifests.as_mut())
+        .unwrap();
+    manifests[0]["data"] = json!({"kubeconfig": token});
+    manifests[0]["metadata"]["namespace"] = json!("open-cluster-management-agent");
+    manifests[1]["spec"] =
+        json!({"template": {"spec": {"containers": [{"image": "x".repeat(1000)}]}}});
+    work.metadata.managed_fields = Some(vec![Default::default()]);
+    work.status.as_mut().unwrap().resource_status = Some(Default::default());
+    let asked = [
+        ("Secret", Some("bootstrap-hub-kubeconfig")),
+        ("Secret", Some("bootstrap-hub-kubeconfig-hub2")),
+        ("Klusterlet", None),
+        ("Deployment", Some("klusterlet")),
+        ("ConfigMap", None),
+    ];
+    let before: Vec<bool> = asked
+        .iter()
+        .map(|(kind, name)| work.applied_with(kind, *name))
+        .collect();
+    let size = serde_json::to_string(&work).unwrap().len();
+    slim_import_work(&mut work);
+    let after: Vec<bool> = asked
+        .iter()
+        .map(|(kind, name)| work.applied_with(kind, *name))
+        .collect();
+    assert_eq!(before, [true, false, true, true, false]);
+    assert_eq!(after, before, "the same answers from the slimmed work");
+    let text = serde_json::to_string(&work).unwrap();
+    assert!(!text.contains("secret-token"), "no credential kept: {text}");
+    assert!(text.len() * 4 < size, "{} of {size} bytes kept", text.len());
+    assert!(work.metadata.managed_fields.is_none());
+    assert!(work.status.as_ref().unwrap().resource_status.is_none());
+    assert_eq!(
+        work.manifests()[0]["metadata"]["namespace"],
+        "open-cluster-management-agent"
+    );
+}

@@ -784,7 +784,7 @@ async fn apply_klusterlet_work(
             &Patch::Apply(json!({
                 "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
                 "metadata": {"name": name, "namespace": cluster,
-                             "labels": {"import.open-cluster-management.io/klusterlet-works": "true"}},
+                             "labels": {migration_api::names::labels::KLUSTERLET_WORKS: "true"}},
                 "spec": spec
             })),
         )
