@@ -291,7 +291,8 @@ impl Drop for Hub {
 /// Timing of a klusterlet.
 #[derive(Clone, Copy, Debug)]
 pub struct AgentOptions {
-    /// Simulated time to join.
+    /// Simulated time to join a hub, spent by a klusterlet's life that bootstraps (not by one
+    /// that resumes with its saved hub kubeconfig: `klusterlet::KlusterletOptions`).
     pub join_delay: Duration,
     pub lease_duration_secs: i32,
     /// How often the work agent re-reads applied resources for status feedback.

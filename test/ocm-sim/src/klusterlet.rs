@@ -82,7 +82,9 @@ pub struct KlusterletOptions {
     /// URL and CA (PEM) of the managed cluster's own API, reported to the hub.
     pub api_url: String,
     pub api_ca_pem: String,
-    /// Simulated time to join (image pulls, pod start-up); zero in fast tests.
+    /// Simulated time to join a hub (pod start-up, the bootstrap's round trips), spent by a
+    /// life that bootstraps, not by one that resumes with its saved hub kubeconfig; zero in
+    /// fast tests.
     pub join_delay: Duration,
     pub lease_duration_secs: i32,
     /// Replaces the Klusterlet's `hubConnectionTimeoutSeconds` (at least 180 upstream) so
@@ -448,11 +450,41 @@ async fn life(managed: Client, opts: &KlusterletOptions) -> Result<Life, Error> 
     )
     .await
     .map_err(|e| Error::Setup(format!("waiting for the bootstrap kubeconfig: {e}")))?;
-    if !opts.join_delay.is_zero() {
+    let mut choice = choose(&managed, &secrets, &opts).await?;
+    // Joining takes its time only where the life bootstraps: one that finds its saved hub
+    // kubeconfig valid for the selected hub skips the bootstrap (ocm
+    // `pkg/registration/spoke/spokeagent.go`, `internalHubConfigValidFunc` before the
+    // bootstrap controller), as after a restart for a rewritten bootstrap kubeconfig.
+    if choice.resumes.is_none() && !opts.join_delay.is_zero() {
         tokio::time::sleep(opts.join_delay).await;
+        choice = choose(&managed, &secrets, &opts).await?;
     }
-    let found = candidates(&managed, &secrets).await?;
-    opts.deployed.send_replace(Some(found.settings.clone()));
+    opts.deployed
+        .send_replace(Some(choice.found.settings.clone()));
+    tracing::debug!(cluster = %opts.cluster_name, server = %choice.selected.0, "bootstrap kubeconfig selected");
+    let hub_text = match choice.resumes.take() {
+        Some(t) => t,
+        None => bootstrap(&secrets, &choice.boot_text, &choice.selected, &opts).await?,
+    };
+    connected_life(&managed, &secrets, &hub_text, &opts, &choice.found).await
+}
+
+/// What a life of the agent starts from: the bootstrap kubeconfigs it found, the one it
+/// selected (and its server), and the saved hub kubeconfig when that is for the selected hub
+/// (no bootstrap then).
+struct Choice {
+    found: Candidates,
+    boot_text: String,
+    selected: (String, Option<String>),
+    resumes: Option<String>,
+}
+
+async fn choose(
+    managed: &Client,
+    secrets: &Api<Secret>,
+    opts: &KlusterletOptions,
+) -> Result<Choice, Error> {
+    let found = candidates(managed, secrets).await?;
     let current = secrets
         .get_opt(HUB_KUBECONFIG_SECRET)
         .await?
@@ -461,21 +493,24 @@ async fn life(managed: Client, opts: &KlusterletOptions) -> Result<Life, Error> 
         .as_deref()
         .and_then(kubeconfig_server)
         .map(|(s, _)| s);
-    let Some(boot_text) = select(&found, current_server.as_deref(), &opts).await else {
+    let Some(boot_text) = select(&found, current_server.as_deref(), opts)
+        .await
+        .cloned()
+    else {
         return Err(Error::Setup(format!(
             "no bootstrap kubeconfig is available for managed cluster {}",
             opts.cluster_name
         )));
     };
-    let selected = kubeconfig_server(boot_text)
+    let selected = kubeconfig_server(&boot_text)
         .ok_or_else(|| Error::Setup("bootstrap kubeconfig has no cluster".into()))?;
-    tracing::debug!(cluster = %opts.cluster_name, server = %selected.0, "bootstrap kubeconfig selected");
-    let hub_text = match current {
-        // The saved hub kubeconfig is for the selected hub: no bootstrap.
-        Some(t) if kubeconfig_server(&t).as_ref() == Some(&selected) => t,
-        _ => bootstrap(&secrets, boot_text, &selected, &opts).await?,
-    };
-    connected_life(&managed, &secrets, &hub_text, &opts, &found).await
+    let resumes = current.filter(|t| kubeconfig_server(t).as_ref() == Some(&selected));
+    Ok(Choice {
+        found,
+        boot_text,
+        selected,
+        resumes,
+    })
 }
 
 /// Bootstrap: the ManagedCluster, then a CSR, waited for until it is issued; saves

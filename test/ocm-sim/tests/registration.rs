@@ -386,6 +386,40 @@ async fn a_klusterlet_that_restarts_itself_twice_waits_out_the_kubelets_back_off
     );
 }
 
+/// Joining takes its time only where the klusterlet bootstraps: its first life does (the join
+/// delay), while a restart that finds its saved hub kubeconfig valid for the hub it selects
+/// skips the bootstrap and is back at once (ocm `pkg/registration/spoke/spokeagent.go`).
+#[tokio::test]
+async fn a_klusterlet_that_restarts_with_a_valid_hub_kubeconfig_does_not_join_again() {
+    let join = Duration::from_secs(3);
+    let hub = Hub::start(
+        "hub1",
+        HubOptions {
+            kind: ocm_sim::hub::HubKind::Plain,
+            ..common::fast_hub()
+        },
+    )
+    .await
+    .unwrap();
+    let c = SimCluster::start("cluster1", Role::Managed).await.unwrap();
+    let started = Instant::now();
+    let agent = Agent::start(
+        &c,
+        &hub.bootstrap_kubeconfig,
+        ocm_sim::hub::AgentOptions {
+            join_delay: join,
+            ..common::fast_agent()
+        },
+    )
+    .await
+    .unwrap();
+    let first = next_life(&agent, 0, started).await;
+    assert!(first >= join, "joined after {first:?}");
+    let secrets: Api<Secret> = Api::namespaced(c.admin.clone(), ocm_sim::names::AGENT_NAMESPACE);
+    let again = next_life(&agent, 1, touch_bootstrap(&secrets, 1).await).await;
+    assert!(again < join, "back after {again:?}, without joining again");
+}
+
 /// A klusterlet whose process exited and waits out the kubelet's back-off is not held by it
 /// when the operator replaces its pod meanwhile: a change of the Klusterlet's registration
 /// settings changes the agent Deployment's pod template (ocm
