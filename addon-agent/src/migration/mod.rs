@@ -482,6 +482,29 @@ pub async fn run(client: Client, opts: Options) {
         .await;
 }
 
+/// What a reflector of the agent can cache.
+trait Cached:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Cached for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Mirrors `api` into a store and triggers the controller when an object appears, goes, or its
 /// `fingerprint` (what the handler cares about; `None`: never) changes.
 fn spawn_reflector<K, F>(
@@ -491,13 +514,7 @@ fn spawn_reflector<K, F>(
     fingerprint: F,
 ) -> Store<K>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Cached,
     F: Fn(&K) -> Option<String> + Send + 'static,
 {
     spawn_reflector_with(api, config, |_: &mut K| {}, trigger, fingerprint)
@@ -513,13 +530,7 @@ fn spawn_reflector_with<K, M, F>(
     fingerprint: F,
 ) -> Store<K>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Cached,
     M: FnMut(&mut K) + Send + 'static,
     F: Fn(&K) -> Option<String> + Send + 'static,
 {
