@@ -1,7 +1,6 @@
 //! The klusterlet works of a plain OCM migration (probe, switch, restore, settle) and the works the hub releases; a moved cluster's own bootstrap kubeconfig on a plain target.
 
 use super::*;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Whether the cluster's klusterlet work on this hub carries a manifest of `kind` (named `name`
 /// when given) and has been applied at its latest generation.

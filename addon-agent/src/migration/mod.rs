@@ -30,6 +30,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
@@ -273,14 +274,18 @@ fn spawn_caches(
         trigger.clone(),
         klusterlet_work_fingerprint,
     );
-    // The rest is only ever cleared away: its metadata suffices, and its changes wake no one
-    // (a cluster whose namespace empties goes, and that wakes the handler).
+    // The rest is only ever cleared away, from the namespace of a cluster that goes: its
+    // metadata suffices, and only what keeps such a cluster from going wakes the handler.
+    let going = clusters.clone();
     let work_metas = spawn_reflector_with(
         Api::<PartialObjectMeta<ManifestWork>>::all(client.clone()),
         watcher::Config::default(),
         |w: &mut PartialObjectMeta<ManifestWork>| w.metadata.managed_fields = None,
         trigger.clone(),
-        |_| None,
+        move |w: &PartialObjectMeta<ManifestWork>| {
+            let ns = w.metadata.namespace.as_deref()?;
+            work_meta_fingerprint(&w.metadata, get(&going, None, ns).as_deref())
+        },
     );
     // A cluster taken back is back once its lease is renewed: renewals of the clusters
     // awaited wake the handler (the others' are only cached).
@@ -379,6 +384,23 @@ fn klusterlet_work_fingerprint(w: &ManifestWork) -> Option<String> {
             w.metadata.deletion_timestamp.is_some()
         )
     })
+}
+
+/// What of a work's metadata wakes the handler: only for a work in the namespace of a cluster
+/// that is going (`cluster`: its ManagedCluster, deleting, or none left), whose deletion waits
+/// for every work there ([`release_works`] clears them), whether it is being deleted and the
+/// finalizers that hold it. Works of the clusters that stay (their status, their churn) wake
+/// no one.
+fn work_meta_fingerprint(work: &ObjectMeta, cluster: Option<&ManagedCluster>) -> Option<String> {
+    cluster
+        .is_none_or(|mc| mc.metadata.deletion_timestamp.is_some())
+        .then(|| {
+            format!(
+                "{}/{:?}",
+                work.deletion_timestamp.is_some(),
+                work.finalizers
+            )
+        })
 }
 
 /// An import work as the agent keeps it: each manifest's identity (apiVersion, kind, name,

@@ -1108,3 +1108,38 @@ fn an_import_work_is_kept_as_what_the_agent_reads_of_it_without_its_contents() {
         "open-cluster-management-agent"
     );
 }
+
+#[test]
+fn a_work_wakes_the_handler_only_where_its_cluster_is_going() {
+    let staying = cluster_with(&[], true, true);
+    let mut going = staying.clone();
+    going.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        at("2026-01-01T00:00:01Z"),
+    ));
+    let held = ObjectMeta {
+        name: Some("addon-x-deploy".into()),
+        namespace: Some("c1".into()),
+        finalizers: Some(vec![
+            "cluster.open-cluster-management.io/manifest-work-cleanup".into(),
+        ]),
+        ..Default::default()
+    };
+    let mut deleting = held.clone();
+    deleting.deletion_timestamp = going.metadata.deletion_timestamp.clone();
+    let mut released = deleting.clone();
+    released.finalizers = None;
+    // A cluster that stays: none of its works' changes wake the handler.
+    for w in [&held, &deleting, &released] {
+        assert_eq!(work_meta_fingerprint(w, Some(&staying)), None);
+    }
+    // A cluster that goes (deleting, or gone already): each step of its works' removal does.
+    for cluster in [Some(&going), None] {
+        let prints: Vec<Option<String>> = [&held, &deleting, &released]
+            .into_iter()
+            .map(|w| work_meta_fingerprint(w, cluster))
+            .collect();
+        assert!(prints.iter().all(Option::is_some), "{prints:?}");
+        assert_ne!(prints[0], prints[1], "its deletion");
+        assert_ne!(prints[1], prints[2], "its finalizers' release");
+    }
+}
