@@ -301,20 +301,30 @@ impl Setup {
     /// Every cluster is accepted and Available on exactly one hub: `expected[cluster]`; and,
     /// no migration being in flight, no ManagedCluster on any hub carries the migrating taint.
     pub async fn invariant(&self, expected: &BTreeMap<String, usize>) {
-        eventually(
-            Duration::from_secs(30),
-            "every cluster Available on exactly its expected hub",
-            || async {
-                let homes = self.fleet.cluster_homes().await.ok()?;
-                let wrong: Vec<_> = expected
+        let limit = Duration::from_secs(30);
+        let start = std::time::Instant::now();
+        loop {
+            let wrong = match self.fleet.cluster_homes().await {
+                Ok(homes) => expected
                     .iter()
                     .filter(|(c, h)| homes.get(*c) != Some(&vec![**h]))
                     .map(|(c, h)| format!("{c}: want hub{h}, on {:?}", homes.get(c)))
-                    .collect();
-                wrong.is_empty().then_some(())
-            },
-        )
-        .await;
+                    .collect(),
+                Err(e) => vec![format!("homes not read: {e}")],
+            };
+            if wrong.is_empty() {
+                break;
+            }
+            if start.elapsed() > limit {
+                panic!(
+                    "timed out after {limit:?} waiting for every cluster Available on exactly its expected hub: {wrong:?}\n{}\n{}\n--- manager log (tail) ---\n{}",
+                    self.fleet_view().await,
+                    self.agent_logs(40),
+                    tail(&self.logs(), 40),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         eventually(
             Duration::from_secs(30),
             "no ManagedCluster tainted as migrating",

@@ -30,7 +30,8 @@ impl IncludeObject {
 /// kubectl's); or as their metadata alone (`as=PartialObjectMetadata` for a get or a watch,
 /// `as=PartialObjectMetadataList` for a list: client-go's metadata informers and kube-rs's
 /// `Api<PartialObjectMeta<K>>`; k8s.io/apiserver `pkg/endpoints/handlers/response.go`,
-/// `transformObject`). Any other `as=` is refused with 406, as the apiserver refuses it.
+/// `transformObject`). A media type with any other `as=` is passed over for the next one the
+/// header lists; a header that lists none the server can serve gets 406, as the apiserver's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Shape {
     #[default]
@@ -50,11 +51,10 @@ impl Shape {
         } else {
             "PartialObjectMetadata"
         };
-        let media: Vec<&str> = accept.split(',').map(str::trim).collect();
         if accept.trim().is_empty() {
             return Ok(Self::Full);
         }
-        for m in &media {
+        for m in accept.split(',').map(str::trim) {
             let target = m.split(';').find_map(|p| p.trim().strip_prefix("as="));
             match target {
                 None => return Ok(Self::Full),
