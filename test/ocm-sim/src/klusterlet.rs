@@ -796,6 +796,18 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// When the lease is renewed: at once, then a period after each renewal however late it came.
+/// Upstream's updater runs `wait.JitterUntilWithContext(update, leaseDuration, 0.25, true)`
+/// (ocm `pkg/registration/spoke/lease/lease_controller.go`): sliding, so a late renewal is
+/// never followed by a catch-up one, and two renewals of one process are a period or more
+/// apart (the addon agent reads a sooner one as a new process). A plain `interval` would burst
+/// the ticks a busy loop missed.
+fn renewal_ticker(period: Duration) -> tokio::time::Interval {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
+}
+
 /// The lease controller and (with `hub_timeout`, i.e. MultipleHubs) the hub-timeout
 /// controller: `restart` fires when the cluster's lease on the hub has not been renewed for
 /// longer than the timeout (its first failed read counts as the last renewal; never in the
@@ -809,7 +821,7 @@ async fn heartbeat(
     let name = opts.cluster_name.clone();
     let leases: Api<Lease> = Api::namespaced(hub.clone(), &name);
     let period = Duration::from_secs(u64::try_from(opts.lease_duration_secs).unwrap_or(60).max(1));
-    let mut tick = tokio::time::interval(period);
+    let mut tick = renewal_ticker(period);
     let check_every = hub_timeout.map_or(Duration::from_secs(60), |t| {
         (t / 4).clamp(Duration::from_secs(1), Duration::from_secs(60))
     });
@@ -1052,6 +1064,23 @@ async fn sync_status(
 
 #[cfg(test)]
 mod tests {
+    #[tokio::test]
+    async fn a_late_renewal_is_not_followed_by_a_catch_up_one() {
+        let period = Duration::from_millis(50);
+        let mut tick = super::renewal_ticker(period);
+        tick.tick().await;
+        // The loop is busy for more than three periods (a slow patch, a loaded machine).
+        std::thread::sleep(period * 3 + period / 2);
+        tick.tick().await;
+        let late = Instant::now();
+        tick.tick().await;
+        let gap = late.elapsed();
+        assert!(
+            gap + Duration::from_millis(5) >= period,
+            "the next renewal came {gap:?} after a late one"
+        );
+    }
+
     use super::*;
 
     /// Upstream's `available_reconcile.go`: an answer makes the cluster Available at once and
