@@ -47,6 +47,7 @@ async fn hub_and_ctx(
         work_metas: reflector::store().0,
         leases: reflector::store().0,
         awaited: Awaited::default(),
+        lives: Default::default(),
         csrs: reflector::store().0,
         bootstrap_configs: reflector::store().0,
         secrets: reflector::store().0,
@@ -202,4 +203,65 @@ async fn a_target_looks_its_clusters_records_up_in_them_sorted_once_per_generati
             "{name}"
         );
     }
+}
+
+/// A klusterlet whose new process renews its lease before this agent sees its import work
+/// applied (the old process stopped before it could report it), while the handler runs for
+/// other clusters in between: the restart counts, where before the baseline took that renewal
+/// in and the cluster waited a whole lease period for the next one. A renewal a period after
+/// the last (the old process's) does not count.
+#[tokio::test]
+async fn a_restart_seen_before_the_work_is_seen_applied_counts() {
+    use super::tests::{cluster_with, source_task};
+    let (_hub, mut ctx, _) = hub_and_ctx(&[]).await;
+    let (leases, mut lease_cache) = reflector::store();
+    ctx.caches.leases = leases;
+    let task = source_task(BootstrapDelivery::KlusterletConfig);
+    let mc = cluster_with(&[], true, true);
+    let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+    let mut renew = |secs: i64| {
+        let at = t0 + jiff::SignedDuration::from_secs(secs);
+        let lease: Lease = serde_json::from_value(json!({
+            "metadata": {"name": CLUSTER_LEASE, "namespace": "c1"},
+            "spec": {"renewTime": at.to_string()},
+        }))
+        .unwrap();
+        lease_cache.apply_watcher_event(&Event::Apply(lease));
+        restarts::record(&ctx.caches.lives, "c1", |l| {
+            l.renewed(at, std::time::Instant::now())
+        });
+    };
+    let restarted = |ctx: &Ctx, configured: bool| {
+        source::restarted_since_configured(ctx, &task, &mc, configured, false)
+    };
+    renew(0);
+    assert!(!restarted(&ctx, false));
+    restarts::record(&ctx.caches.lives, "c1", |l| {
+        l.work_generation(2, std::time::Instant::now())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    // The new process renews; the handler runs (for another cluster) before the work is
+    // seen applied.
+    renew(20);
+    assert!(!restarted(&ctx, false));
+    assert!(
+        restarted(&ctx, true),
+        "the renewal by the process started after the work changed counts"
+    );
+
+    // Another task, the same steps, but the renewal after the change is the old process's
+    // periodic one: not a restart.
+    let mut task = task.clone();
+    task.metadata.name = Some("other".into());
+    let restarted = |ctx: &Ctx, configured: bool| {
+        source::restarted_since_configured(ctx, &task, &mc, configured, false)
+    };
+    assert!(!restarted(&ctx, false));
+    restarts::record(&ctx.caches.lives, "c1", |l| {
+        l.work_generation(3, std::time::Instant::now())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    renew(80);
+    assert!(!restarted(&ctx, false));
+    assert!(!restarted(&ctx, true), "a periodic renewal is no restart");
 }

@@ -80,6 +80,7 @@ mod objects;
 mod objects_tests;
 mod own_writes;
 mod pace;
+mod restarts;
 mod source;
 mod target;
 #[cfg(test)]
@@ -232,6 +233,9 @@ struct Caches {
     work_metas: Store<PartialObjectMeta<ManifestWork>>,
     leases: Store<Lease>,
     awaited: Awaited,
+    /// Per cluster, its lease's last renewals and its import work's last spec change, with
+    /// when this agent saw them ([`restarts`]).
+    lives: restarts::Seen,
     csrs: Store<CertificateSigningRequest>,
     /// The KlusterletConfigs migrations render and derive (labelled managed-by).
     bootstrap_configs: Store<migration_api::ocm::config::KlusterletConfig>,
@@ -256,12 +260,24 @@ fn spawn_caches(
     // managedcluster-import-controller `pkg/constants/constants.go`, `KlusterletWorksLabel`,
     // set on both of a cluster's works since 2022), slimmed as they arrive; and the
     // migrations' own.
+    let lives = restarts::Seen::default();
+    let changes = lives.clone();
     let import_works = spawn_reflector_with(
         Api::<ManifestWork>::all(client.clone()),
         watcher::Config::default().labels(&format!("{KLUSTERLET_WORKS}=true")),
         slim_import_work,
         trigger.clone(),
-        klusterlet_work_fingerprint,
+        move |w: &ManifestWork| {
+            let print = klusterlet_work_fingerprint(w);
+            if let (Some(_), Some(ns), Some(generation)) =
+                (&print, w.namespace(), w.metadata.generation)
+            {
+                restarts::record(&changes, &ns, |l| {
+                    l.work_generation(generation, std::time::Instant::now())
+                });
+            }
+            print
+        },
     );
     let managed = format!(
         "{}={}",
@@ -289,16 +305,24 @@ fn spawn_caches(
     );
     // A cluster taken back is back once its lease is renewed: renewals of the clusters
     // awaited wake the handler (the others' are only cached).
+    // Every cluster's renewals are recorded (`restarts`).
     let awaited: Awaited = Arc::default();
     let watching = awaited.clone();
+    let renewals = lives.clone();
     let leases = spawn_reflector(
         Api::<Lease>::all(client.clone()),
         watcher::Config::default().fields(&format!("metadata.name={CLUSTER_LEASE}")),
         trigger.clone(),
         move |l: &Lease| {
             let ns = l.namespace().unwrap_or_default();
+            let renewed = l.spec.as_ref().and_then(|s| s.renew_time.as_ref());
+            if let Some(t) = renewed {
+                restarts::record(&renewals, &ns, |r| {
+                    r.renewed(t.0, std::time::Instant::now())
+                });
+            }
             let awaited = watching.lock().is_ok_and(|a| a.contains(&ns));
-            awaited.then(|| format!("{:?}", l.spec.as_ref().and_then(|s| s.renew_time.as_ref())))
+            awaited.then(|| format!("{renewed:?}"))
         },
     );
     // The migrations' bootstrap objects arrive in a ManifestWork of their own, maybe after the
@@ -346,6 +370,7 @@ fn spawn_caches(
         work_metas,
         leases,
         awaited,
+        lives,
         csrs,
         bootstrap_configs,
         secrets,
@@ -412,15 +437,22 @@ fn slim_import_work(w: &mut ManifestWork) {
     w.metadata.managed_fields = None;
     if let Some(manifests) = w.spec.workload.as_mut().and_then(|t| t.manifests.as_mut()) {
         for m in manifests.iter_mut() {
-            let meta = m.get("metadata");
-            let identity = serde_json::json!({
-                "apiVersion": m.get("apiVersion"),
-                "kind": m.get("kind"),
-                "metadata": {
-                    "name": meta.and_then(|x| x.get("name")),
-                    "namespace": meta.and_then(|x| x.get("namespace")),
-                },
-            });
+            // Only the fields the manifest has: none is written as null.
+            let pick = |from: Option<&serde_json::Value>, keys: &[&str]| {
+                let mut out = serde_json::Map::new();
+                for k in keys {
+                    if let Some(v) = from.and_then(|f| f.get(*k)) {
+                        out.insert((*k).to_owned(), v.clone());
+                    }
+                }
+                out
+            };
+            let mut identity = pick(Some(&*m), &["apiVersion", "kind"]);
+            identity.insert(
+                "metadata".to_owned(),
+                pick(m.get("metadata"), &["name", "namespace"]).into(),
+            );
+            let identity = serde_json::Value::Object(identity);
             *m = identity;
         }
     }

@@ -124,7 +124,7 @@ async fn source_register_all(
             derived_ready,
             switched,
             delivered,
-            restarted: renewed_since_configured(ctx, task, name, configured),
+            restarted: restarted_since_configured(ctx, task, &mc, configured, release),
         };
         let (state, effects) = register(task, &seen);
         planned.push(Planned::new(name, Some(&mc), effects));
@@ -132,6 +132,36 @@ async fn source_register_all(
     }
     apply_all(ctx, task, planned).await?;
     Ok(states)
+}
+
+/// Whether the cluster's klusterlet restarted since its settings were put in place: its lease
+/// renewed since ([`renewed_since_configured`]), or, on an ACM hub, by a process started
+/// after its import work changed ([`restarts`]: the renewal the baseline took in before the
+/// work was seen applied).
+pub(super) fn restarted_since_configured(
+    ctx: &Ctx,
+    task: &MigrationTask,
+    mc: &ManagedCluster,
+    configured: bool,
+    released: bool,
+) -> bool {
+    let name = mc.name_any();
+    let period = std::time::Duration::from_secs(
+        mc.spec
+            .lease_duration_seconds
+            .filter(|s| *s > 0)
+            .map_or(60, |s| s.unsigned_abs().into()),
+    );
+    if renewed_since_configured(ctx, task, &name, configured) {
+        return true;
+    }
+    let started = configured
+        && !plain(task)
+        && super::restarts::started_since_work_changed(&ctx.caches.lives, &name, period);
+    if started && !released {
+        tracing::debug!(cluster = %name, "restarted: renewed by a process started after its import work changed, before the work was seen applied");
+    }
+    started
 }
 
 /// Whether the cluster's lease here was renewed since its settings were put in place: the

@@ -1107,6 +1107,12 @@ fn an_import_work_is_kept_as_what_the_agent_reads_of_it_without_its_contents() {
         work.manifests()[0]["metadata"]["namespace"],
         "open-cluster-management-agent"
     );
+    // A cluster-scoped manifest keeps no namespace, not even a null one.
+    assert_eq!(
+        work.manifests()[2]["metadata"],
+        json!({"name": "klusterlet"}),
+        "{text}"
+    );
 }
 
 #[test]
