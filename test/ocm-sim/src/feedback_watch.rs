@@ -10,7 +10,10 @@
 //!   for it (upstream queues the works its index finds for the object);
 //! - the watch is made with the work agent's own identity: where that may not list and watch
 //!   the resource, it never syncs and upstream falls back to a GET at each status sync, which
-//!   the simulated agent does anyway (it polls every work at its status sync interval).
+//!   the simulated agent does anyway (it polls every work at its status sync interval);
+//! - a status sync reads a manifest whose resource and namespace have a watch that has synced
+//!   from that watch's cache, not from the API server, whichever work registered it
+//!   (`objectReader.getObject`: the informer's lister once `HasSynced`, else a GET).
 //!
 //! A manifest whose config no longer asks for `Watch` is unregistered; a work being deleted
 //! unregisters all of its manifests (`UnRegisterInformerFromAppliedManifestWork`).
@@ -22,7 +25,7 @@ use futures::StreamExt;
 use futures::channel::mpsc;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::ocm::work::ManifestWork;
@@ -44,6 +47,8 @@ type Registrations = BTreeSet<(String, String)>;
 
 struct Watch {
     registrations: Arc<Mutex<Registrations>>,
+    /// What the watch has seen (upstream's informer cache).
+    store: Store<DynamicObject>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -110,8 +115,11 @@ impl FeedbackWatches {
             Some(ns) => Api::namespaced_with(self.managed.clone(), ns, ar),
             None => Api::all_with(self.managed.clone(), ar),
         };
+        let writer = reflector::store::Writer::new(ar.clone());
+        let store = writer.as_reader();
         let task = tokio::spawn(watch(
             api,
+            writer,
             registrations.clone(),
             self.cluster.clone(),
             self.wake.clone(),
@@ -120,9 +128,27 @@ impl FeedbackWatches {
             key,
             Watch {
                 registrations,
+                store,
                 task,
             },
         );
+    }
+
+    /// Object `name` of `ar` in `namespace` as the watch of that resource and namespace holds it
+    /// (`Some(None)`: the watch has synced and has no such object), or `None` where no such
+    /// watch runs or it has not synced yet: the caller reads the API server.
+    pub fn cached(
+        &self,
+        ar: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Option<Arc<DynamicObject>>> {
+        let watches = lock(&self.watches);
+        let w = watches.get(&Self::key(ar, namespace))?;
+        futures::FutureExt::now_or_never(w.store.wait_until_ready())?.ok()?;
+        let mut at = ObjectRef::new_with(name, ar.clone());
+        at.namespace = namespace.map(str::to_owned);
+        Some(w.store.get(&at))
     }
 
     /// Unregisters `work`'s manifest `name`; the watch stops with its last registration.
@@ -176,15 +202,18 @@ impl Drop for FeedbackWatches {
     }
 }
 
-/// Watches `api` and wakes the works registered for each object added or changed.
+/// Watches `api` into `writer`'s store and wakes the works registered for each object added
+/// or changed.
 async fn watch(
     api: Api<DynamicObject>,
+    writer: reflector::store::Writer<DynamicObject>,
     registrations: Arc<Mutex<Registrations>>,
     cluster: String,
     wake: mpsc::UnboundedSender<ObjectRef<ManifestWork>>,
 ) {
     let events = watcher(api, watcher::Config::default())
         .default_backoff()
+        .reflect(writer)
         .applied_objects();
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {

@@ -905,7 +905,10 @@ fn observe(
         None,
     );
     let (values, synced) = feedback_values(cfg, obj, ar, ctx.raw_feedback_json);
-    let (status, reason, message) = match (cfg, synced) {
+    // No rules (no config, or one that only sets a strategy or the scrape type): nothing fed
+    // back (upstream `getFeedbackValues`, availablestatus_controller.go).
+    let rules = cfg.filter(|c| c.feedback_rules.as_ref().is_some_and(|r| !r.is_empty()));
+    let (status, reason, message) = match (rules, synced) {
         (None, _) => ("True", "NoStatusFeedbackSynced", String::new()),
         (Some(_), Ok(())) => ("True", "StatusFeedbackSynced", String::new()),
         (Some(_), Err(e)) => ("False", "StatusFeedbackSyncFailed", e),
@@ -920,7 +923,7 @@ fn observe(
     );
     Observed {
         available: true,
-        feedback: cfg.is_some().then_some(values),
+        feedback: rules.is_some().then_some(values),
     }
 }
 
@@ -1003,12 +1006,13 @@ async fn write_applied_status(
 }
 
 /// The status controller alone, for a work applied as it is now (see [`APPLY_RESYNC`]): each
-/// manifest the last apply reported is read again (from the cluster; a watched one's change
-/// is what woke this sync) and its availability and feedback written, nothing applied. Its
+/// manifest the last apply reported is read again (from the watch of its resource and
+/// namespace where one has synced, else from the cluster; a watched one's change may be what
+/// woke this sync) and its availability and feedback written, nothing applied. Its
 /// caller, [`reconcile_status`], has seen the work report `Applied`.
 async fn sync_status(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError> {
-    // Again at the status sync interval, whatever this sync found.
-    let requeue = ctx.resync;
+    // Again after the status sync interval, jittered, whatever this sync found.
+    let requeue = next_status_sync(ctx.resync, rand::random());
     let Some(status) = work.status.as_ref() else {
         return Ok(Action::requeue(requeue));
     };
@@ -1055,12 +1059,17 @@ async fn sync_status(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError
             Some(ns) => Api::<DynamicObject>::namespaced_with(ctx.managed.clone(), ns, &ar),
             None => Api::<DynamicObject>::all_with(ctx.managed.clone(), &ar),
         };
-        let live = match api.get_opt(name).await {
-            Ok(o) => Some(o.and_then(|o| serde_json::to_value(o).ok())),
-            Err(e) => {
-                tracing::debug!(cluster = %ctx.cluster, work = %work.name_any(), manifest = %name, error = %e, "manifest not read");
-                None
-            }
+        // From the watch of its resource and namespace once that has synced, else a GET
+        // (upstream `objectReader.getObject`, ocm `pkg/work/spoke/objectreader/reader.go`).
+        let live = match ctx.feedback.cached(&ar, ns, name) {
+            Some(cached) => Some(cached.and_then(|o| serde_json::to_value(&*o).ok())),
+            None => match api.get_opt(name).await {
+                Ok(o) => Some(o.and_then(|o| serde_json::to_value(o).ok())),
+                Err(e) => {
+                    tracing::debug!(cluster = %ctx.cluster, work = %work.name_any(), manifest = %name, error = %e, "manifest not read");
+                    None
+                }
+            },
         };
         let cfg = config_for(work, &ar, ns, name);
         let seen = observe(
@@ -1085,6 +1094,19 @@ async fn sync_status(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError
     let status = json!({"conditions": work_conditions, "resourceStatus": {"manifests": statuses}});
     write_status(ctx, work, status).await?;
     Ok(Action::requeue(requeue))
+}
+
+/// How much later than the status sync interval a work's next sync may come, as a fraction of
+/// the interval.
+const STATUS_SYNC_JITTER: f64 = 0.9;
+
+/// When a work's status is synced again after a sync: the interval plus up to
+/// [`STATUS_SYNC_JITTER`] of it, `sample` in [0, 1) choosing where (upstream requeues each
+/// work with `wait.Jitter(c.syncInterval, 0.9)`, ocm
+/// `pkg/work/spoke/controllers/statuscontroller/availablestatus_controller.go`), so the works
+/// of an agent spread their reads over 1 to 1.9 intervals.
+fn next_status_sync(interval: Duration, sample: f64) -> Duration {
+    interval.mul_f64(1.0 + STATUS_SYNC_JITTER * sample.clamp(0.0, 1.0))
 }
 
 /// Applies one manifest per its update strategy; returns the live object (None if absent).
@@ -1859,6 +1881,18 @@ mod tests {
 
     /// Upstream `rules/rule.go`: Deployments report ready, total and available replicas
     /// (no observedGeneration); kinds without well-known statuses are an error.
+    #[test]
+    fn a_works_next_status_sync_comes_one_to_one_point_nine_intervals_later() {
+        let interval = Duration::from_secs(10);
+        for (sample, secs) in [(0.0, 10.0), (0.5, 14.5), (0.999, 18.991), (1.0, 19.0)] {
+            let got = next_status_sync(interval, sample).as_secs_f64();
+            assert!((got - secs).abs() < 1e-6, "{sample}: {got} s, not {secs} s");
+        }
+        // Out of range samples stay within the bounds.
+        assert_eq!(next_status_sync(interval, -1.0), interval);
+        assert_eq!(next_status_sync(interval, 7.0), Duration::from_secs(19));
+    }
+
     #[test]
     fn well_known_status_by_kind() {
         let cfg: ManifestConfigOption = serde_json::from_value(json!({

@@ -569,6 +569,35 @@ fn feedback_of(work: &ManifestWork, name: &str) -> Option<String> {
         .clone()
 }
 
+/// Read-only work `name` of ConfigMap `cm` in `ns`: the agent never writes the object, it only
+/// reports its `mode`, read as `scrape` says (`Watch` or `Poll`).
+fn read_only(name: &str, ns: &str, cm: &str, scrape: &str) -> ManifestWork {
+    serde_json::from_value(json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": name, "namespace": "cluster1"},
+        "spec": {
+            "workload": {"manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm, "namespace": ns}}]},
+            "manifestConfigs": [{
+                "resourceIdentifier": {"resource": "configmaps", "namespace": ns, "name": cm},
+                "updateStrategy": {"type": "ReadOnly"},
+                "feedbackScrapeType": scrape,
+                "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [{"name": "mode", "path": ".data.mode"}]}]
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+/// Waits until each of `works` reports the first `mode`, blue.
+async fn first_feedback(works: &Api<ManifestWork>, names: &[&str]) {
+    for name in names {
+        eventually(LIMIT, "the first feedback", || async {
+            (feedback(works, name, "mode").await.as_deref() == Some("blue")).then_some(())
+        })
+        .await;
+    }
+}
+
 #[tokio::test]
 async fn watched_feedback_is_reported_when_the_object_changes() {
     // A status sync far beyond the test: only a watch can report a change in time.
@@ -585,42 +614,23 @@ async fn watched_feedback_is_reported_when_the_object_changes() {
         .await
         .unwrap();
     }
-    // Read-only works: the agent never writes the objects, it only reports them.
-    let read = |name: &str, scrape: &str| -> ManifestWork {
-        serde_json::from_value(json!({
-            "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
-            "metadata": {"name": name, "namespace": "cluster1"},
-            "spec": {
-                "workload": {"manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "app"}}]},
-                "manifestConfigs": [{
-                    "resourceIdentifier": {"resource": "configmaps", "namespace": "app", "name": name},
-                    "updateStrategy": {"type": "ReadOnly"},
-                    "feedbackScrapeType": scrape,
-                    "feedbackRules": [{"type": "JSONPaths", "jsonPaths": [{"name": "mode", "path": ".data.mode"}]}]
-                }]
-            }
-        }))
-        .unwrap()
-    };
     let works: Api<ManifestWork> = Api::namespaced(hub.cluster.admin.clone(), "cluster1");
     works
-        .create(&PostParams::default(), &read("watched", "Watch"))
+        .create(
+            &PostParams::default(),
+            &read_only("watched", "app", "watched", "Watch"),
+        )
         .await
         .unwrap();
     works
-        .create(&PostParams::default(), &read("polled", "Poll"))
+        .create(
+            &PostParams::default(),
+            &read_only("polled", "app", "polled", "Poll"),
+        )
         .await
         .unwrap();
     // Both are read when their work is applied.
-    for name in ["watched", "polled"] {
-        eventually(LIMIT, "the first feedback", || {
-            let works = works.clone();
-            async move {
-                (feedback(&works, name, "mode").await.as_deref() == Some("blue")).then_some(())
-            }
-        })
-        .await;
-    }
+    first_feedback(&works, &["watched", "polled"]).await;
     for name in ["watched", "polled"] {
         cms.patch(
             name,
@@ -642,6 +652,64 @@ async fn watched_feedback_is_reported_when_the_object_changes() {
     // availablestatus_controller.go`, the work informer), its own status write included, so
     // the object's change may be read at that follow-up rather than at the next sync; only the
     // watched one is sure to be reported without a sync.
+}
+
+/// Upstream's status controller reads a manifest from the watch of its resource and namespace
+/// once that watch has synced, and only otherwise with a GET (`objectReader.getObject`, ocm
+/// `pkg/work/spoke/objectreader/reader.go`): a watched manifest costs no request per status
+/// sync, a polled one a GET each time.
+#[tokio::test]
+async fn a_watched_manifest_is_read_from_its_watch_at_each_status_sync() {
+    let (hub, clusters) = joined_pair_syncing(Duration::from_millis(200)).await;
+    let c1 = &clusters[0].0;
+    let works: Api<ManifestWork> = Api::namespaced(hub.cluster.admin.clone(), "cluster1");
+    for (ns, scrape) in [("watched", "Watch"), ("polled", "Poll")] {
+        c1.ensure_namespace(ns).await.unwrap();
+        let cms: Api<ConfigMap> = Api::namespaced(c1.admin.clone(), ns);
+        cms.create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "settings"}, "data": {"mode": "blue"}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+        works
+            .create(
+                &PostParams::default(),
+                &read_only(ns, ns, "settings", scrape),
+            )
+            .await
+            .unwrap();
+    }
+    first_feedback(&works, &["watched", "polled"]).await;
+    // The ConfigMaps read with a GET in each namespace, by anyone (nobody else reads them).
+    let gets = |ns: &str| -> u64 {
+        c1.api
+            .metrics()
+            .access_log()
+            .iter()
+            .filter(|(a, _)| a.verb == "get" && a.resource == "configmaps" && a.namespace == ns)
+            .map(|(_, n)| *n)
+            .sum()
+    };
+    // The watch starts at the work's first status sync and has synced soon after; from then
+    // on ten status syncs of both works fetch the polled one ten times and never the watched
+    // one.
+    eventually(
+        LIMIT,
+        "ten status syncs of the polled work without a GET of the watched one",
+        || async {
+            let (watched, polled) = (gets("watched"), gets("polled"));
+            eventually(LIMIT, "ten status syncs of the polled work", || async {
+                (gets("polled") >= polled + 10).then_some(())
+            })
+            .await;
+            (gets("watched") == watched).then_some(())
+        },
+    )
+    .await;
 }
 
 /// Work `name` for cluster1 carrying `manifests`.
