@@ -1,4 +1,5 @@
 use migration_api::migration::{CarriedCluster, TaskStage};
+use migration_api::ocm::work::{FeedbackScrapeType, ManifestWork};
 
 use super::*;
 
@@ -630,6 +631,27 @@ fn bootstrap_objects_are_spread_over_works_the_agent_applies_side_by_side() {
                     kinds.chunks(2).all(|p| p == ["Secret", "KlusterletConfig"]),
                     "{kinds:?}"
                 );
+            }
+            // Its KlusterletConfigs, and nothing else, are watched rather than polled.
+            let configs: Vec<Value> = w["spec"]["workload"]["manifests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|o| o["kind"] == "KlusterletConfig")
+                .map(|o| json!({
+                    "resourceIdentifier": {"group": "config.open-cluster-management.io", "resource": "klusterletconfigs", "name": o["metadata"]["name"]},
+                    "feedbackScrapeType": "Watch"
+                }))
+                .collect();
+            if configs.is_empty() {
+                assert!(w["spec"].get("manifestConfigs").is_none(), "{shape:?}");
+            } else {
+                assert_eq!(w["spec"]["manifestConfigs"], json!(configs), "{shape:?}");
+                let typed: ManifestWork = serde_json::from_value(w.clone()).unwrap();
+                assert!(typed.spec.manifest_configs.unwrap().iter().all(|c| {
+                    c.feedback_scrape_type == Some(FeedbackScrapeType::Watch)
+                        && c.feedback_rules.is_none()
+                }));
             }
         }
         // The first keeps the work's own name, the rest are its numbered parts.
