@@ -1879,8 +1879,6 @@ mod tests {
         assert!(done.due_in() >= Duration::from_secs(239));
     }
 
-    /// Upstream `rules/rule.go`: Deployments report ready, total and available replicas
-    /// (no observedGeneration); kinds without well-known statuses are an error.
     #[test]
     fn a_works_next_status_sync_comes_one_to_one_point_nine_intervals_later() {
         let interval = Duration::from_secs(10);
@@ -1893,6 +1891,8 @@ mod tests {
         assert_eq!(next_status_sync(interval, 7.0), Duration::from_secs(19));
     }
 
+    /// Upstream `rules/rule.go`: Deployments report ready, total and available replicas
+    /// (no observedGeneration); kinds without well-known statuses are an error.
     #[test]
     fn well_known_status_by_kind() {
         let cfg: ManifestConfigOption = serde_json::from_value(json!({
