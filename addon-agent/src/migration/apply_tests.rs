@@ -219,7 +219,10 @@ async fn a_restart_seen_before_the_work_is_seen_applied_counts() {
     let task = source_task(BootstrapDelivery::KlusterletConfig);
     let mc = cluster_with(&[], true, true);
     let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
-    let mut renew = |secs: i64| {
+    // When the agent saw each event: `ms` after the start, on its own clock.
+    let base = std::time::Instant::now();
+    let seen = move |ms: u64| base + std::time::Duration::from_millis(ms);
+    let mut renew = |secs: i64, seen_ms: u64| {
         let at = t0 + jiff::SignedDuration::from_secs(secs);
         let lease: Lease = serde_json::from_value(json!({
             "metadata": {"name": CLUSTER_LEASE, "namespace": "c1"},
@@ -227,22 +230,17 @@ async fn a_restart_seen_before_the_work_is_seen_applied_counts() {
         }))
         .unwrap();
         lease_cache.apply_watcher_event(&Event::Apply(lease));
-        restarts::record(&ctx.caches.lives, "c1", |l| {
-            l.renewed(at, std::time::Instant::now())
-        });
+        restarts::record(&ctx.caches.lives, "c1", |l| l.renewed(at, seen(seen_ms)));
     };
     let restarted = |ctx: &Ctx, configured: bool| {
         source::restarted_since_configured(ctx, &task, &mc, configured, false)
     };
-    renew(0);
+    renew(0, 0);
     assert!(!restarted(&ctx, false));
-    restarts::record(&ctx.caches.lives, "c1", |l| {
-        l.work_generation(2, std::time::Instant::now())
-    });
-    std::thread::sleep(std::time::Duration::from_millis(2));
+    restarts::record(&ctx.caches.lives, "c1", |l| l.work_generation(2, seen(1)));
     // The new process renews; the handler runs (for another cluster) before the work is
     // seen applied.
-    renew(20);
+    renew(20, 2);
     assert!(!restarted(&ctx, false));
     assert!(
         restarted(&ctx, true),
@@ -257,11 +255,8 @@ async fn a_restart_seen_before_the_work_is_seen_applied_counts() {
         source::restarted_since_configured(ctx, &task, &mc, configured, false)
     };
     assert!(!restarted(&ctx, false));
-    restarts::record(&ctx.caches.lives, "c1", |l| {
-        l.work_generation(3, std::time::Instant::now())
-    });
-    std::thread::sleep(std::time::Duration::from_millis(2));
-    renew(80);
+    restarts::record(&ctx.caches.lives, "c1", |l| l.work_generation(3, seen(3)));
+    renew(80, 4);
     assert!(!restarted(&ctx, false));
     assert!(!restarted(&ctx, true), "a periodic renewal is no restart");
 }
