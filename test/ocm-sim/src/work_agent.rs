@@ -617,6 +617,15 @@ fn dynamic_api(
     }
 }
 
+/// The API of `ar` in namespace `ns` (all of it for `None`: cluster-scoped), to read a
+/// manifest's object where the status was reported with its namespace, or without.
+fn read_api(client: &Client, ar: &ApiResource, ns: Option<&str>) -> Api<DynamicObject> {
+    match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    }
+}
+
 fn config_for<'a>(
     work: &'a ManifestWork,
     ar: &ApiResource,
@@ -1055,15 +1064,11 @@ async fn sync_status(ctx: &Ctx, work: &ManifestWork) -> Result<Action, WorkError
             plural: resource.to_owned(),
         };
         let ns = m.namespace.as_deref().filter(|n| !n.is_empty());
-        let api = match ns {
-            Some(ns) => Api::<DynamicObject>::namespaced_with(ctx.managed.clone(), ns, &ar),
-            None => Api::<DynamicObject>::all_with(ctx.managed.clone(), &ar),
-        };
         // From the watch of its resource and namespace once that has synced, else a GET
         // (upstream `objectReader.getObject`, ocm `pkg/work/spoke/objectreader/reader.go`).
         let live = match ctx.feedback.cached(&ar, ns, name) {
             Some(cached) => Some(cached.and_then(|o| serde_json::to_value(&*o).ok())),
-            None => match api.get_opt(name).await {
+            None => match read_api(&ctx.managed, &ar, ns).get_opt(name).await {
                 Ok(o) => Some(o.and_then(|o| serde_json::to_value(o).ok())),
                 Err(e) => {
                     tracing::debug!(cluster = %ctx.cluster, work = %work.name_any(), manifest = %name, error = %e, "manifest not read");
