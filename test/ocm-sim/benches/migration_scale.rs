@@ -106,6 +106,16 @@ fn in_process_connections() -> bool {
     std::env::var("BENCH_IN_PROCESS_CONNECTIONS").is_ok_and(|v| v == "1")
 }
 
+/// `BENCH_TARGET_MULTIPLE_HUBS=1`: hub2's `global` KlusterletConfig lists bootstrap kubeconfigs
+/// (`multipleHubsConfig`, IncludeCurrentHub, no secrets of its own), as a hub administrator may
+/// set it: hub2's import then renders every klusterlet with its own hub's bootstrap kubeconfig
+/// under `bootstrap-hub-kubeconfig-current-hub` instead of `bootstrap-hub-kubeconfig`, so its
+/// take-over of an arrived cluster changes the Klusterlet (a new pod) and not the Secret the
+/// running agent restarts on (a second restart within the kubelet's back-off window).
+fn target_multiple_hubs() -> bool {
+    std::env::var("BENCH_TARGET_MULTIPLE_HUBS").is_ok_and(|v| v == "1")
+}
+
 /// The work agents' status sync: `BENCH_STATUS_SYNC_SECS`, or the fleet's default.
 fn status_sync() -> Duration {
     std::env::var("BENCH_STATUS_SYNC_SECS")
@@ -169,6 +179,27 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     let fleet = &running.fleet;
     let hub1 = &fleet.hubs[0].cluster;
     let hub2 = &fleet.hubs[1].cluster;
+    if target_multiple_hubs() {
+        let kc = kube::api::ApiResource::erase::<migration_api::ocm::config::KlusterletConfig>(&());
+        let configs: Api<kube::api::DynamicObject> = Api::all_with(hub2.admin.clone(), &kc);
+        let global = serde_json::json!({
+            "apiVersion": "config.open-cluster-management.io/v1alpha1", "kind": "KlusterletConfig",
+            "metadata": {"name": ocm_sim::import::GLOBAL_KLUSTERLET_CONFIG},
+            "spec": {"multipleHubsConfig": {"genBootstrapKubeConfigStrategy": "IncludeCurrentHub",
+                "bootstrapKubeConfigs": {"type": "LocalSecrets", "localSecretsConfig": {"kubeConfigSecrets": []}}}}
+        });
+        configs
+            .patch(
+                ocm_sim::import::GLOBAL_KLUSTERLET_CONFIG,
+                &kube::api::PatchParams::apply("bench"),
+                &kube::api::Patch::Apply(&global),
+            )
+            .await
+            .expect("hub2's global KlusterletConfig");
+        println!(
+            "hub2's global KlusterletConfig lists bootstrap kubeconfigs (MultipleHubs, the current hub alone)"
+        );
+    }
     // Clusters already on hub2 are Available there from the start; only the moving ones count.
     let (released_at, w1) = watch_first(Api::all(hub1.admin.clone()), released);
     let (arrived_at, w2) = watch_first(Api::all(hub2.admin.clone()), available);

@@ -255,18 +255,21 @@ pub fn listed_secrets(spec: &Value, older: Option<OlderMce>) -> (Vec<String>, bo
     let local = boot
         .filter(|b| b.get("type").and_then(Value::as_str) == Some("LocalSecrets"))
         .and_then(|b| b.get("localSecretsConfig"));
+    let Some(local) = local else {
+        return (Vec::new(), false);
+    };
+    // An empty (or absent) list is still a list: with IncludeCurrentHub it holds the current
+    // hub alone (upstream appends it whatever the list holds, `pkg/bootstrap/render.go`).
     let names = local
-        .and_then(|l| l.get("kubeConfigSecrets"))
+        .get("kubeConfigSecrets")
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
                 .filter_map(|s| s.get("name").and_then(Value::as_str).map(str::to_owned))
                 .collect()
-        });
-    match names {
-        Some(n) => (n, include_current),
-        None => (Vec::new(), false),
-    }
+        })
+        .unwrap_or_default();
+    (names, include_current)
 }
 
 /// A cluster's klusterlet manifests (pure), in upstream's order ([`in_upstream_order`]).
@@ -309,7 +312,13 @@ pub fn render(input: &RenderInput<'_>) -> Result<Vec<Value>, RenderError> {
     }
     let mut registration = json!({});
     let (names, include_current) = listed_secrets(spec, input.older);
-    if !names.is_empty() {
+    // MultipleHubs whenever the KlusterletConfig has a LocalSecrets list that renders at least
+    // one Secret: the chart renders `bootstrap-hub-kubeconfig` only when
+    // `multiHubBootstrapHubKubeConfigs` is empty, and the current hub alone (an empty list
+    // with IncludeCurrentHub) is not (stolostron/managedcluster-import-controller
+    // `pkg/bootstrap/render.go`, which enables MultipleHubs for any LocalSecrets
+    // `multipleHubsConfig`, not only a non-empty one).
+    if !names.is_empty() || include_current {
         let mut listed = Vec::new();
         for name in &names {
             let Some((_, Some(kubeconfig))) = input.secrets.iter().find(|(n, _)| n == name) else {
@@ -1147,6 +1156,39 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("not found")
+        );
+    }
+
+    /// `pkg/bootstrap/render.go` enables MultipleHubs for any LocalSecrets
+    /// `multipleHubsConfig`: with IncludeCurrentHub and no secrets of its own, the Klusterlet
+    /// lists the current hub alone, and `bootstrap-hub-kubeconfig` is not rendered (the
+    /// chart's `multiHubBootstrapHubKubeConfigs` holds the current hub).
+    #[test]
+    fn include_current_hub_with_no_secrets_lists_the_current_hub_alone() {
+        let spec = json!({"multipleHubsConfig": {"genBootstrapKubeConfigStrategy": "IncludeCurrentHub",
+                              "bootstrapKubeConfigs": {"type": "LocalSecrets", "localSecretsConfig": {
+                                  "kubeConfigSecrets": []}}}});
+        let m = render(&RenderInput {
+            cluster: "c1",
+            spec: &spec,
+            hub_bootstrap_kubeconfig: HUB,
+            secrets: &[],
+            older: None,
+        })
+        .unwrap();
+        let secrets: Vec<String> = names_of(&m)
+            .into_iter()
+            .filter(|n| n.starts_with("Secret/bootstrap"))
+            .collect();
+        assert_eq!(secrets, [format!("Secret/{CURRENT_HUB_SECRET}")]);
+        let k = &m.iter().find(|o| o["kind"] == "Klusterlet").unwrap()["spec"];
+        assert_eq!(
+            k["registrationConfiguration"]["bootstrapKubeConfigs"]["localSecretsConfig"]["kubeConfigSecrets"],
+            json!([{"name": CURRENT_HUB_SECRET}])
+        );
+        assert_eq!(
+            k["registrationConfiguration"]["featureGates"],
+            json!([{"feature": "MultipleHubs", "mode": "Enable"}])
         );
     }
 
