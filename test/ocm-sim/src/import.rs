@@ -40,7 +40,7 @@ use std::time::Duration;
 use base64::Engine;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -835,8 +835,27 @@ async fn auto_import(
             }
             _ => Api::all_with(managed.clone(), &ar),
         };
-        api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(m))
-            .await?;
+        // Created, or written whole over what is there: upstream's `ApplyResources`
+        // (`pkg/helpers/helpers.go`) replaces an existing Klusterlet's spec (`applyKlusterlet`)
+        // and a Secret's data (library-go `resourceapply.ApplySecret`), merging only the
+        // metadata, so nothing another writer set (a MultipleHubs list a hub's klusterlet work
+        // left, say) outlives the import.
+        match api.get_opt(name).await? {
+            None => {
+                let object: DynamicObject = serde_json::from_value(m.clone())
+                    .map_err(|e| RenderError::Config(e.to_string()))?;
+                api.create(&PostParams::default(), &object).await?;
+            }
+            Some(existing) => {
+                let existing = serde_json::to_value(existing)
+                    .map_err(|e| RenderError::Config(e.to_string()))?;
+                if let Some(required) = crate::work_agent::updated(&existing, m.clone(), None) {
+                    let object: DynamicObject = serde_json::from_value(required)
+                        .map_err(|e| RenderError::Config(e.to_string()))?;
+                    api.replace(name, &PostParams::default(), &object).await?;
+                }
+            }
+        }
     }
     tracing::info!(%cluster, "auto-imported: the klusterlet manifests applied onto the cluster");
     if !secret.annotations().contains_key(KEEP_AUTO_IMPORT_SECRET) {

@@ -1264,7 +1264,11 @@ async fn apply_manifest(
 /// AppliedManifestWork that owns the object keeps owning it), finalizers are kept, and the
 /// rest of the object is replaced by the manifest (a PUT at the existing resourceVersion,
 /// which needs `update`, not `patch`), unless it is already the same.
-fn updated(existing: &Value, mut required: Value, disown: Option<&str>) -> Option<Value> {
+pub(crate) fn updated(
+    existing: &Value,
+    mut required: Value,
+    disown: Option<&str>,
+) -> Option<Value> {
     let mut modified = false;
     for key in ["labels", "annotations"] {
         let mut merged = existing

@@ -829,3 +829,65 @@ async fn a_bootstrap_kubeconfig_changed_as_the_agent_starts_restarts_it() {
     })
     .await;
 }
+
+/// Auto-import writes the klusterlet's manifests whole, as upstream's `ApplyResources`
+/// (stolostron/managedcluster-import-controller `pkg/helpers/helpers.go`, `applyKlusterlet`)
+/// replaces an existing Klusterlet's spec: a MultipleHubs list another writer left (here, as
+/// another hub's klusterlet work leaves it) does not outlive the import.
+#[tokio::test]
+async fn auto_import_replaces_what_the_klusterlet_listed_before() {
+    common::logs();
+    let hub1 = Hub::start("hub1", common::fast_hub()).await.unwrap();
+    let cluster = SimCluster::start("cluster1", Role::Managed).await.unwrap();
+    let klusterlets: Api<Klusterlet> = Api::all(cluster.admin.clone());
+    klusterlets
+        .patch("klusterlet", &PatchParams::apply("work-agent"), &Patch::Apply(json!({
+            "apiVersion": "operator.open-cluster-management.io/v1", "kind": "Klusterlet", "metadata": {"name": "klusterlet"},
+            "spec": {"clusterName": "cluster1", "namespace": "open-cluster-management-agent",
+                "registrationConfiguration": {
+                "featureGates": [{"feature": "MultipleHubs", "mode": "Enable"}],
+                "bootstrapKubeConfigs": {"type": "LocalSecrets", "localSecretsConfig": {
+                    "kubeConfigSecrets": [{"name": "hub2-bootstrap"}],
+                    "hubConnectionTimeoutSeconds": 180}}}}
+        })))
+        .await
+        .unwrap();
+    let admin = hub1.cluster.admin.clone();
+    Api::<ManagedCluster>::all(admin.clone())
+        .patch("cluster1", &PatchParams::apply("test"), &Patch::Apply(json!({
+            "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+            "metadata": {"name": "cluster1"}, "spec": {"hubAcceptsClient": true}
+        })))
+        .await
+        .unwrap();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .patch("cluster1", &PatchParams::apply("test"), &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cluster1"}
+        })))
+        .await
+        .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "cluster1");
+    secrets
+        .patch("auto-import-secret", &PatchParams::apply("test"), &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "auto-import-secret", "namespace": "cluster1"},
+            "stringData": {"kubeconfig": cluster.api.kubeconfig()}
+        })))
+        .await
+        .unwrap();
+    eventually(LIMIT, "cluster1 imported (its auto-import-secret gone)", || async {
+        let gone = secrets.get_opt("auto-import-secret").await.ok()?.is_none();
+        gone.then_some(())
+    })
+    .await;
+    let k = klusterlets.get("klusterlet").await.unwrap();
+    let reg = k.spec.registration_configuration.unwrap_or_default();
+    assert!(reg.bootstrap_kube_configs.is_none(), "{reg:?}");
+    assert!(
+        !reg.feature_gates
+            .iter()
+            .flatten()
+            .any(|g| g.feature == "MultipleHubs"),
+        "{reg:?}"
+    );
+}
