@@ -464,7 +464,17 @@ async fn life(managed: Client, opts: &KlusterletOptions) -> Result<Life, Error> 
     tracing::debug!(cluster = %opts.cluster_name, server = %choice.selected.0, "bootstrap kubeconfig selected");
     let hub_text = match choice.resumes.take() {
         Some(t) => t,
-        None => bootstrap(&secrets, &choice.boot_text, &choice.selected, &opts).await?,
+        // The operator replaces the pod when the Klusterlet's settings change whatever its
+        // process does (it applies the agent's Deployment at each change,
+        // `klusterlet_runtime_reconcile.go`, and the Deployment rolls the pod), a process that
+        // waits for its bootstrap CSR too.
+        None => tokio::select! {
+            r = bootstrap(&secrets, &choice.boot_text, &choice.selected, &opts) => r?,
+            () = replaced(managed.clone(), Some(choice.found.settings.clone())) => {
+                tracing::info!(cluster = %opts.cluster_name, "the Klusterlet's pod settings changed while it bootstrapped; the operator redeploys the agent");
+                return Ok(Life::Replaced);
+            }
+        },
     };
     connected_life(&managed, &secrets, &hub_text, &opts, &choice.found).await
 }

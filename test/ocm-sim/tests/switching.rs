@@ -854,31 +854,47 @@ async fn auto_import_replaces_what_the_klusterlet_listed_before() {
         .unwrap();
     let admin = hub1.cluster.admin.clone();
     Api::<ManagedCluster>::all(admin.clone())
-        .patch("cluster1", &PatchParams::apply("test"), &Patch::Apply(json!({
-            "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
-            "metadata": {"name": "cluster1"}, "spec": {"hubAcceptsClient": true}
-        })))
+        .patch(
+            "cluster1",
+            &PatchParams::apply("test"),
+            &Patch::Apply(json!({
+                "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+                "metadata": {"name": "cluster1"}, "spec": {"hubAcceptsClient": true}
+            })),
+        )
         .await
         .unwrap();
     Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
-        .patch("cluster1", &PatchParams::apply("test"), &Patch::Apply(json!({
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cluster1"}
-        })))
+        .patch(
+            "cluster1",
+            &PatchParams::apply("test"),
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cluster1"}
+            })),
+        )
         .await
         .unwrap();
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), "cluster1");
     secrets
-        .patch("auto-import-secret", &PatchParams::apply("test"), &Patch::Apply(json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "auto-import-secret", "namespace": "cluster1"},
-            "stringData": {"kubeconfig": cluster.api.kubeconfig()}
-        })))
+        .patch(
+            "auto-import-secret",
+            &PatchParams::apply("test"),
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "auto-import-secret", "namespace": "cluster1"},
+                "stringData": {"kubeconfig": cluster.api.kubeconfig()}
+            })),
+        )
         .await
         .unwrap();
-    eventually(LIMIT, "cluster1 imported (its auto-import-secret gone)", || async {
-        let gone = secrets.get_opt("auto-import-secret").await.ok()?.is_none();
-        gone.then_some(())
-    })
+    eventually(
+        LIMIT,
+        "cluster1 imported (its auto-import-secret gone)",
+        || async {
+            let gone = secrets.get_opt("auto-import-secret").await.ok()?.is_none();
+            gone.then_some(())
+        },
+    )
     .await;
     let k = klusterlets.get("klusterlet").await.unwrap();
     let reg = k.spec.registration_configuration.unwrap_or_default();
@@ -890,4 +906,53 @@ async fn auto_import_replaces_what_the_klusterlet_listed_before() {
             .any(|g| g.feature == "MultipleHubs"),
         "{reg:?}"
     );
+}
+
+/// The klusterlet operator redeploys the agent when the Klusterlet's settings change, whatever
+/// its process does (ocm `klusterlet_runtime_reconcile.go` applies the agent's Deployment,
+/// and the Deployment rolls its pod): one that switched to a hub whose CSR approval never
+/// comes, waiting there for its certificate, starts again with the new settings.
+#[tokio::test]
+async fn a_klusterlet_waiting_for_its_certificate_restarts_with_new_settings() {
+    let (hub1, _, cluster, agent) = cluster_on_hub1_of_two_with(plain_hub()).await;
+    let hub2 = Hub::start(
+        "hub2-manual",
+        HubOptions {
+            auto_approve: false,
+            ..plain_hub()
+        },
+    )
+    .await
+    .unwrap();
+    offer_second_hub(&cluster, &hub2.bootstrap_kubeconfig).await;
+    stop_accepting(&hub1, "cluster1").await;
+    let csrs: Api<k8s_openapi::api::certificates::v1::CertificateSigningRequest> =
+        Api::all(hub2.cluster.admin.clone());
+    eventually(LIMIT, "cluster1 asking hub2 for a certificate", || async {
+        let asked = !csrs.list(&Default::default()).await.ok()?.items.is_empty();
+        (asked && agent.connected().is_none()).then_some(())
+    })
+    .await;
+    // Its settings back to hub1 alone, and hub1 accepting it again.
+    Api::<Klusterlet>::all(cluster.admin.clone())
+        .patch("klusterlet", &PatchParams::apply("import-controller").force(), &Patch::Apply(json!({
+            "apiVersion": "operator.open-cluster-management.io/v1", "kind": "Klusterlet", "metadata": {"name": "klusterlet"},
+            "spec": {"registrationConfiguration": {"featureGates": []}}
+        })))
+        .await
+        .unwrap();
+    Api::<ManagedCluster>::all(hub1.cluster.admin.clone())
+        .patch(
+            "cluster1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hubAcceptsClient": true}})),
+        )
+        .await
+        .unwrap();
+    let hub1_url = hub1.cluster.api.url();
+    eventually(LIMIT, "cluster1 connected to hub1 again", || async {
+        let c = agent.connected()?;
+        c.text.contains(&hub1_url).then_some(())
+    })
+    .await;
 }
