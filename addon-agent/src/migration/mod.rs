@@ -209,6 +209,17 @@ fn forget_tasks(ctx: &Ctx, removed: &BTreeSet<String>) {
     }
 }
 
+/// Forgets what this agent saw of the leases and works of clusters that left the hub: neither
+/// their ManagedCluster nor their lease is in the caches any more. Run at each change of the
+/// tasks, so that a migration's detached clusters go at the latest with the next migration's
+/// first task event (or the tasks' removal at its end, if they are gone by then).
+fn forget_departed_clusters(caches: &Caches) {
+    restarts::forget_gone(&caches.lives, |cluster| {
+        get(&caches.clusters, None, cluster).is_some()
+            || get(&caches.leases, Some(cluster), CLUSTER_LEASE).is_some()
+    });
+}
+
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -518,6 +529,7 @@ pub async fn run(client: Client, opts: Options) {
                 let state = counted.state();
                 metrics.tasks_seen(state.iter().map(|t| &**t));
                 forget_removed_tasks(&forgetting, state.iter().map(|t| t.name_any()).collect());
+                forget_departed_clusters(&forgetting.caches);
                 futures::future::ready(())
             }),
     );
@@ -592,28 +604,70 @@ where
     let stream =
         reflector::reflector(writer, watcher(api, config).modify(modify)).default_backoff();
     tokio::spawn(async move {
-        let mut seen: std::collections::HashMap<String, Option<String>> = Default::default();
+        let mut prints = Fingerprints::default();
         let mut stream = std::pin::pin!(stream);
         while let Some(ev) = stream.next().await {
-            let changed = match ev {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                    let key = format!("{:?}/{}", o.meta().namespace, o.name_any());
-                    let print = fingerprint(&o);
-                    print.is_some() && seen.insert(key, print.clone()) != Some(print)
-                }
-                Ok(watcher::Event::Delete(o)) => {
-                    seen.remove(&format!("{:?}/{}", o.meta().namespace, o.name_any()));
-                    fingerprint(&o).is_some()
-                }
-                Ok(watcher::Event::InitDone) => true,
-                Ok(watcher::Event::Init) | Err(_) => false,
-            };
+            let changed = ev.is_ok_and(|ev| prints.changed(&ev, &fingerprint));
             if changed && trigger.unbounded_send(()).is_err() {
                 return;
             }
         }
     });
     store
+}
+
+/// The fingerprint last seen of each object a reflector shows, to tell the changes that matter
+/// from the rest. An object gone while the watch was down (a re-list shows what is left, with
+/// no event for what went) is forgotten when that re-list ends, so that the map holds what
+/// the hub holds, not every object it ever held.
+#[derive(Debug, Default)]
+struct Fingerprints {
+    seen: std::collections::HashMap<String, String>,
+    /// The objects a re-list under way has shown so far.
+    relisted: Option<std::collections::HashSet<String>>,
+}
+
+impl Fingerprints {
+    /// Whether `ev` is a change the handler is to be woken for: an object that matters
+    /// (`fingerprint` not `None`) appears, changes what matters or goes, or a re-list ends.
+    fn changed<K: kube::Resource>(
+        &mut self,
+        ev: &watcher::Event<K>,
+        fingerprint: impl Fn(&K) -> Option<String>,
+    ) -> bool {
+        let key = |o: &K| format!("{:?}/{}", o.meta().namespace, o.name_any());
+        match ev {
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                let key = key(o);
+                if let (watcher::Event::InitApply(_), Some(relisted)) = (ev, &mut self.relisted) {
+                    relisted.insert(key.clone());
+                }
+                let Some(print) = fingerprint(o) else {
+                    return false;
+                };
+                self.seen.insert(key, print.clone()).as_ref() != Some(&print)
+            }
+            watcher::Event::Delete(o) => {
+                self.seen.remove(&key(o));
+                fingerprint(o).is_some()
+            }
+            watcher::Event::Init => {
+                self.relisted = Some(Default::default());
+                false
+            }
+            watcher::Event::InitDone => {
+                if let Some(relisted) = self.relisted.take() {
+                    self.seen.retain(|k, _| relisted.contains(k));
+                }
+                true
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.seen.len()
+    }
 }
 
 fn get<K: kube::Resource<DynamicType = ()> + Clone>(

@@ -78,6 +78,21 @@ pub(super) fn record(seen: &Seen, cluster: &str, f: impl FnOnce(&mut Lives)) {
     }
 }
 
+/// Forgets the clusters for which `here` is false (those this hub no longer holds): what a
+/// cluster's lease and work showed matters only while it is here, and the map would otherwise
+/// keep every cluster that ever passed through the hub.
+pub(super) fn forget_gone(seen: &Seen, here: impl Fn(&str) -> bool) {
+    if let Ok(mut all) = seen.lock() {
+        all.retain(|cluster, _| here(cluster));
+    }
+}
+
+/// How many clusters `seen` holds.
+#[cfg(test)]
+pub(super) fn len(seen: &Seen) -> usize {
+    seen.lock().map_or(0, |all| all.len())
+}
+
 /// Whether `cluster`'s last renewal came from a process started after its work changed.
 pub(super) fn started_since_work_changed(seen: &Seen, cluster: &str, period: Duration) -> bool {
     seen.lock().is_ok_and(|all| {

@@ -1149,3 +1149,86 @@ fn a_work_wakes_the_handler_only_where_its_cluster_is_going() {
         assert_ne!(prints[1], prints[2], "its finalizers' release");
     }
 }
+
+#[test]
+fn what_is_seen_of_a_cluster_goes_when_the_cluster_leaves_the_hub() {
+    let (clusters, mut clusters_w) = reflector::store::<ManagedCluster>();
+    let (leases, mut leases_w) = reflector::store::<Lease>();
+    let caches = Caches {
+        clusters,
+        import_works: reflector::store().0,
+        own_works: reflector::store().0,
+        work_metas: reflector::store().0,
+        leases,
+        awaited: Awaited::default(),
+        lives: Default::default(),
+        csrs: reflector::store().0,
+        bootstrap_configs: reflector::store().0,
+        secrets: reflector::store().0,
+    };
+    let lease = |ns: &str| -> Lease {
+        serde_json::from_value(json!({"metadata": {"name": CLUSTER_LEASE, "namespace": ns}}))
+            .unwrap()
+    };
+    let cluster = |name: &str| -> ManagedCluster {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {}})).unwrap()
+    };
+    let now = std::time::Instant::now();
+    // c1 registered (cluster and lease), c2 deleted but its namespace (and lease) not yet
+    // gone, c3 gone altogether, c4 pre-created without a lease yet.
+    for c in ["c1", "c4"] {
+        clusters_w.apply_watcher_event(&watcher::Event::Apply(cluster(c)));
+    }
+    for ns in ["c1", "c2"] {
+        leases_w.apply_watcher_event(&watcher::Event::Apply(lease(ns)));
+    }
+    for c in ["c1", "c2", "c3", "c4"] {
+        restarts::record(&caches.lives, c, |l| l.work_generation(1, now));
+    }
+    forget_departed_clusters(&caches);
+    assert_eq!(restarts::len(&caches.lives), 3, "c3 is forgotten");
+    assert!(!restarts::started_since_work_changed(
+        &caches.lives,
+        "c3",
+        std::time::Duration::from_secs(60)
+    ));
+    // Its lease goes with its namespace: c2 is forgotten too.
+    leases_w.apply_watcher_event(&watcher::Event::Delete(lease("c2")));
+    forget_departed_clusters(&caches);
+    assert_eq!(restarts::len(&caches.lives), 2);
+}
+
+#[test]
+fn a_reflector_remembers_the_fingerprints_of_the_objects_it_shows_only() {
+    let lease = |ns: &str, holder: &str| -> Lease {
+        serde_json::from_value(json!({
+            "metadata": {"name": CLUSTER_LEASE, "namespace": ns},
+            "spec": {"holderIdentity": holder},
+        }))
+        .unwrap()
+    };
+    let print = |l: &Lease| l.spec.as_ref()?.holder_identity.clone();
+    let mut prints = Fingerprints::default();
+    use watcher::Event::*;
+    // (event, wakes the handler, fingerprints remembered after)
+    let steps: Vec<(watcher::Event<Lease>, bool, usize)> = vec![
+        (Init, false, 0),
+        (InitApply(lease("a", "1")), true, 1),
+        (InitApply(lease("b", "1")), true, 2),
+        (InitDone, true, 2),
+        (Apply(lease("a", "1")), false, 2),
+        (Apply(lease("a", "2")), true, 2),
+        (Apply(lease("c", "1")), true, 3),
+        (Delete(lease("c", "1")), true, 2),
+        // The watch restarts; b went meanwhile (no event for it), a did not change.
+        (Init, false, 2),
+        (InitApply(lease("a", "2")), false, 2),
+        (InitDone, true, 1),
+        // Back later, b is new again.
+        (Apply(lease("b", "1")), true, 2),
+    ];
+    for (i, (ev, wakes, remembered)) in steps.into_iter().enumerate() {
+        assert_eq!(prints.changed(&ev, print), wakes, "step {i}");
+        assert_eq!(prints.len(), remembered, "step {i}");
+    }
+}
