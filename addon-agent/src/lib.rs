@@ -195,6 +195,41 @@ mod tests {
 
     use super::*;
 
+    /// An API server that answers 503 gets its answer back to the caller at once, for the
+    /// controller to requeue: not retried inside the request for minutes (kube-client's default
+    /// retry policy, 15 tries doubling from 5 ms, held a reconcile past a 3-minute e2e deadline
+    /// after the server was back).
+    #[tokio::test]
+    async fn an_unavailable_api_server_answers_the_caller_at_once() {
+        use k8s_openapi::api::core::v1::Secret;
+        let hub = kube_sim::KubeSim::start(kube_sim::Options::default())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(&path, hub.kubeconfig()).unwrap();
+        let requests = Default::default();
+        let client = runtime::client(Some(&path), &requests).await.unwrap();
+        hub.faults().add_error(kube_sim::ErrorRule {
+            verb: Some("get".into()),
+            resource: Some("secrets".into()),
+            rate: 1.0,
+            code: 503,
+            user: None,
+        });
+        let secrets: kube::Api<Secret> = kube::Api::namespaced(client, "default");
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            secrets.get_opt("anything"),
+        )
+        .await
+        .expect("answered within 20 s, not retried for minutes");
+        assert!(
+            matches!(answer, Err(kube::Error::Api(ref s)) if s.code == 503),
+            "{answer:?}"
+        );
+    }
+
     #[test]
     fn every_flag_has_help_and_an_env_fallback() {
         Args::command().debug_assert();

@@ -133,6 +133,13 @@ pub async fn client(
         None => kube::Config::infer().await?,
     };
     let url = config.cluster_url.to_string();
+    // kube-client's own retry, on by default, answers a 429, 503 or 504 with up to 15 more
+    // tries, 5 ms apart doubling up to 1000 s: a write to an API server that answered 503 for
+    // a minute then sleeps a minute or more inside the reconcile that made it, long after the
+    // server is back. client-go retries only when the server asks (`Retry-After`); here the
+    // error reaches the controller, which requeues (every reconcile is idempotent).
+    let mut config = config;
+    config.default_retry = false;
     let counted = requests.clone();
     let count = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
         counted
