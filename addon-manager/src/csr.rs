@@ -10,7 +10,7 @@ use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use migration_api::names::condition_status::TRUE;
 use migration_api::names::{self, KUBE_APISERVER_CLIENT_SIGNER, labels};
@@ -75,7 +75,7 @@ pub async fn run(
 ) {
     let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
     let cfg = watcher::Config::default().labels(&format!("{}={addon}", labels::ADDON_NAME));
-    Controller::new(csrs, cfg)
+    migration_api::runtime::controller(csrs, cfg)
         .graceful_shutdown_on(stop)
         .run(
             reconcile,

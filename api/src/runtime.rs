@@ -606,30 +606,113 @@ impl ApiError {
     }
 }
 
-/// A watch of `api` and the cache it fills: each event comes out of the stream once the cache
-/// holds it, so a controller woken by the stream reads what woke it (for `watches_stream`).
-pub fn cached_watch<K>(
-    api: kube::Api<K>,
-    config: kube::runtime::watcher::Config,
-) -> (
-    kube::runtime::reflector::Store<K>,
-    impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static,
-)
-where
+/// What a watch feeding a controller can hold.
+pub trait Watched:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
         + Sync
-        + 'static,
+        + 'static
 {
+}
+
+/// A watch of `api` and the cache it fills: each event comes out of the stream once the cache
+/// holds it, so a controller woken by the stream reads what woke it (for `watches_stream`).
+/// The watch retries on its own (see [`errors_stay_in_the_watch`]).
+pub fn cached_watch<K: Watched>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+) -> (
+    kube::runtime::reflector::Store<K>,
+    impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static,
+) {
     use kube::runtime::WatchStreamExt;
     let (store, writer) = kube::runtime::reflector::store();
     let events = kube::runtime::reflector(writer, kube::runtime::watcher(api, config))
         .default_backoff()
         .touched_objects();
-    (store, events)
+    (store, errors_stay_in_the_watch::<K, _>(events))
+}
+
+/// The objects of `api` that change, appear or go, for a controller's `watches_stream` (in
+/// place of `watches`, whose watch has no back-off of its own); see
+/// [`errors_stay_in_the_watch`].
+pub fn watch_events<K: Watched>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+) -> impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + 'static {
+    use kube::runtime::WatchStreamExt;
+    errors_stay_in_the_watch::<K, _>(
+        kube::runtime::watcher(api, config)
+            .default_backoff()
+            .touched_objects(),
+    )
+}
+
+/// A controller of the objects of `api` (in place of `Controller::new`, whose own watch has
+/// no back-off of its own); see [`errors_stay_in_the_watch`].
+pub fn controller<K: Watched>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+) -> kube::runtime::Controller<K> {
+    use kube::runtime::WatchStreamExt;
+    let (store, writer) = kube::runtime::reflector::store();
+    let objects = kube::runtime::reflector(writer, kube::runtime::watcher(api, config))
+        .default_backoff()
+        .applied_objects();
+    kube::runtime::Controller::for_stream(errors_stay_in_the_watch::<K, _>(objects), store)
+}
+
+/// The events of one watch, which backs off on its own (`default_backoff()`: 0.8 s doubling
+/// up to 30 s, client-go's reflector defaults), with its errors logged and dropped here, so
+/// that none reaches a kube-runtime `Controller`.
+///
+/// A `Controller` merges its watches into one stream and backs that stream off as a whole at
+/// every error it yields: while it sleeps (up to 30 s, jittered up to twice that) none of its
+/// watches is read. A request one of them had started meanwhile (a re-list waiting for the
+/// HTTP/2 connection another request was opening) fails while nobody reads it, and its error
+/// comes out at the next wake-up, long after the API server is back: another back-off. After
+/// an outage of a minute the import controller of our simulated hub slept through three
+/// minutes of such stale errors, one per watch, with the server answering all along (the e2e
+/// test `a_target_down_past_the_timeout_rolls_back_to_the_source` failed so in CI); the
+/// addon-manager's two controllers, with seven and five watches, had the same shape
+/// (stackabletech/trino-operator#936 reports operators stuck so). client-go gives every
+/// informer its own reflector and back-off (`tools/cache/reflector.go`): one watch's error
+/// never holds up the others, which is what this restores.
+pub fn errors_stay_in_the_watch<T, S>(
+    events: S,
+) -> impl futures::Stream<Item = Result<T, kube::runtime::watcher::Error>> + Send + 'static
+where
+    T: Send + 'static,
+    S: futures::Stream<Item = Result<T, kube::runtime::watcher::Error>> + Send + 'static,
+{
+    use futures::StreamExt;
+    let what = std::any::type_name::<T>()
+        .rsplit("::")
+        .next()
+        .unwrap_or_default();
+    events.filter_map(move |event| {
+        futures::future::ready(match event {
+            Ok(object) => Some(Ok(object)),
+            Err(e) => {
+                tracing::warn!(kind = what, error = %e, "watch failed; it is retried after its back-off");
+                None
+            }
+        })
+    })
 }
 
 /// Whether an error is a 409 Conflict (see [`ApiError::is_conflict`]).

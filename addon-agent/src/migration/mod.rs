@@ -33,7 +33,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -533,7 +533,7 @@ pub async fn run(client: Client, opts: Options) {
                 futures::future::ready(())
             }),
     );
-    let controller = Controller::new(tasks, watcher::Config::default());
+    let controller = migration_api::runtime::controller(tasks, watcher::Config::default());
     controller
         .reconcile_all_on(trigger_rx)
         .run(
@@ -549,27 +549,7 @@ pub async fn run(client: Client, opts: Options) {
 }
 
 /// What a reflector of the agent can cache.
-trait Cached:
-    kube::Resource<DynamicType = ()>
-    + Clone
-    + std::fmt::Debug
-    + serde::de::DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<K> Cached for K where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static
-{
-}
+use migration_api::runtime::Watched as Cached;
 
 /// Mirrors `api` into a store and triggers the controller when an object appears, goes, or its
 /// `fingerprint` (what the handler cares about; `None`: never) changes.

@@ -22,7 +22,7 @@ use futures::StreamExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, condition_is_true, set_condition};
 use migration_api::names::annotations as ann;
@@ -39,6 +39,7 @@ use migration_api::ocm::addon::{
 };
 use migration_api::ocm::cluster::{ManagedCluster, PlacementDecision};
 use migration_api::ocm::work::{ManifestWork, feedback_value};
+use migration_api::runtime;
 use serde_json::{Value, json};
 
 use migration_api::runtime::{ApiError, Context, apply_status_if_changed, ignore_not_found};
@@ -186,25 +187,33 @@ pub async fn run(
         cfg,
     });
     let (k1, k2, k3, k4) = (key.clone(), key.clone(), key.clone(), key);
-    Controller::new(cmas, by_name.clone())
+    // Each watch backs off on its own (see `runtime::errors_stay_in_the_watch`).
+    runtime::controller(cmas, by_name.clone())
         .watches_stream(
-            watcher(Api::<ManagedClusterAddOn>::all(client.clone()), by_name)
-                .default_backoff()
-                .touched_objects()
-                .predicate_filter(what_decides, Default::default()),
+            runtime::errors_stay_in_the_watch(
+                watcher(Api::<ManagedClusterAddOn>::all(client.clone()), by_name)
+                    .default_backoff()
+                    .touched_objects()
+                    .predicate_filter(what_decides, Default::default()),
+            ),
             move |_| Some(k1.clone()),
         )
-        .watches(Api::<ManifestWork>::all(client.clone()), ours, move |_| {
-            Some(k2.clone())
-        })
-        .watches(
-            Api::<AddOnDeploymentConfig>::all(client.clone()),
-            watcher::Config::default(),
+        .watches_stream(
+            runtime::watch_events(Api::<ManifestWork>::all(client.clone()), ours),
+            move |_| Some(k2.clone()),
+        )
+        .watches_stream(
+            runtime::watch_events(
+                Api::<AddOnDeploymentConfig>::all(client.clone()),
+                watcher::Config::default(),
+            ),
             move |_| Some(k3.clone()),
         )
-        .watches(
-            Api::<PlacementDecision>::all(client.clone()),
-            watcher::Config::default(),
+        .watches_stream(
+            runtime::watch_events(
+                Api::<PlacementDecision>::all(client.clone()),
+                watcher::Config::default(),
+            ),
             move |_| Some(k4.clone()),
         )
         .graceful_shutdown_on(stop)

@@ -156,7 +156,8 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), kube::Error> {
     let mcms: Api<ManagedClusterMigration> = Api::all(client.clone());
-    let controller = Controller::new(mcms.clone(), watcher::Config::default());
+    // Each watch backs off on its own (`runtime::controller`, `runtime::watch_events`).
+    let controller = migration_api::runtime::controller(mcms.clone(), watcher::Config::default());
     let store = controller.store();
     let (observed, controller) = observed::Observed::start(&client, controller);
     let recorder = Recorder::new(
@@ -179,9 +180,8 @@ pub async fn run(
         // A migration waiting for another on the same hub pair starts when that one ends; one
         // waiting for free names of a target's pool of bootstrap identities gets them when
         // another gives them back (and ends).
-        .watches(
-            mcms,
-            watcher::Config::default(),
+        .watches_stream(
+            migration_api::runtime::watch_events(mcms, watcher::Config::default()),
             move |changed: ManagedClusterMigration| {
                 store
                     .state()

@@ -122,7 +122,13 @@ impl Manager {
         let mut cmd = Command::new(binary("addon-manager"));
         cmd.env("KUBECONFIG", kubeconfig)
             .env("HEALTH_ADDR", "127.0.0.1:0")
-            .env("LOG_LEVEL", "info,kube=warn")
+            // `DEMO_LOG_LEVEL` (as for the demo) sets the manager's log filter, e.g.
+            // `info,addon_manager=debug` to follow a failing test's reconciles.
+            .env(
+                "LOG_LEVEL",
+                std::env::var(ocm_sim::demo::LOG_LEVEL_ENV)
+                    .unwrap_or_else(|_| "info,kube=warn".into()),
+            )
             .stdout(out)
             .stderr(err);
         for (k, v) in env {

@@ -19,7 +19,7 @@ use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, set_condition};
 use migration_api::ocm::cluster::{ManagedClusterSet, ManagedClusterSetBinding};
@@ -54,18 +54,22 @@ pub async fn run(client: Client) {
         }
     }
     let bindings: Api<ManagedClusterSetBinding> = Api::all(client.clone());
-    let controller = Controller::new(bindings, watcher::Config::default());
+    // Each watch backs off on its own (`migration_api::runtime::errors_stay_in_the_watch`).
+    let controller = migration_api::runtime::controller(bindings, watcher::Config::default());
     let store = controller.store();
     controller
-        .watches(sets, watcher::Config::default(), move |set| {
-            let name = set.name_any();
-            store
-                .state()
-                .into_iter()
-                .filter(|b| b.spec.cluster_set.as_deref() == Some(name.as_str()))
-                .map(|b| ObjectRef::from_obj(&*b))
-                .collect::<Vec<_>>()
-        })
+        .watches_stream(
+            migration_api::runtime::watch_events(sets, watcher::Config::default()),
+            move |set: ManagedClusterSet| {
+                let name = set.name_any();
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|b| b.spec.cluster_set.as_deref() == Some(name.as_str()))
+                    .map(|b| ObjectRef::from_obj(&*b))
+                    .collect::<Vec<_>>()
+            },
+        )
         .run(
             |binding, ctx| async move {
                 let done = reconcile(binding.clone(), ctx.clone()).await;

@@ -44,7 +44,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use migration_api::names::BOOTSTRAP_HUB_KUBECONFIG;
 use migration_api::names::annotations::KLUSTERLET_CONFIG;
@@ -574,12 +574,17 @@ pub async fn run(client: Client, bootstrap_kubeconfig: String, older: Option<Old
     let secrets_api: Api<Secret> = Api::namespaced(client.clone(), BOOTSTRAP_SECRETS_NAMESPACE);
     let kc_writer = Writer::<DynamicObject>::new(kc_type.clone());
     let configs = kc_writer.as_reader();
-    let config_events = reflector::reflector(
-        kc_writer,
-        watcher::watcher(configs_api, watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects();
+    // Each watch backs off on its own (`migration_api::runtime::errors_stay_in_the_watch`), as
+    // each informer's reflector does upstream: one merged back-off held every watch here for
+    // minutes after a hub's API server came back.
+    let config_events = migration_api::runtime::errors_stay_in_the_watch(
+        reflector::reflector(
+            kc_writer,
+            watcher::watcher(configs_api, watcher::Config::default()),
+        )
+        .default_backoff()
+        .touched_objects(),
+    );
     let (secrets, secret_events) =
         migration_api::runtime::cached_watch(secrets_api, watcher::Config::default());
     let (auto_import, auto_import_events) = migration_api::runtime::cached_watch(
@@ -594,7 +599,7 @@ pub async fn run(client: Client, bootstrap_kubeconfig: String, older: Option<Old
         Api::<Namespace>::all(client.clone()),
         watcher::Config::default(),
     );
-    let controller = Controller::new(clusters, watcher::Config::default());
+    let controller = migration_api::runtime::controller(clusters, watcher::Config::default());
     let store = controller.store();
     let by_config = store.clone();
     let by_secret = store.clone();

@@ -25,7 +25,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -118,17 +118,18 @@ pub async fn run(client: Client, opts: KubeletOptions) {
         pods: Mutex::new(HashMap::new()),
         jobs: Mutex::new(Default::default()),
     });
-    let jobs = Controller::new(Api::<Job>::all(client), watcher::Config::default())
-        .run(
-            reconcile_job,
-            |_, e: &kube::Error, _| {
-                tracing::debug!(error = %e, "kubelet job reconcile failed");
-                Action::requeue(Duration::from_millis(500))
-            },
-            ctx.clone(),
-        )
-        .for_each(|_| async {});
-    let deployments = Controller::new(deployments, watcher::Config::default())
+    let jobs =
+        migration_api::runtime::controller(Api::<Job>::all(client), watcher::Config::default())
+            .run(
+                reconcile_job,
+                |_, e: &kube::Error, _| {
+                    tracing::debug!(error = %e, "kubelet job reconcile failed");
+                    Action::requeue(Duration::from_millis(500))
+                },
+                ctx.clone(),
+            )
+            .for_each(|_| async {});
+    let deployments = migration_api::runtime::controller(deployments, watcher::Config::default())
         .run(
             reconcile,
             |_, e: &kube::Error, _| {

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, set_condition};
 use migration_api::names::labels::{DECISION_GROUP_INDEX, DECISION_GROUP_NAME, PLACEMENT};
@@ -31,7 +31,8 @@ struct Ctx {
 /// Runs until aborted.
 pub async fn run(client: Client) {
     let placements: Api<Placement> = Api::all(client.clone());
-    let controller = Controller::new(placements, watcher::Config::default());
+    // Each watch backs off on its own (`migration_api::runtime::errors_stay_in_the_watch`).
+    let controller = migration_api::runtime::controller(placements, watcher::Config::default());
     let store = controller.store();
     let all = move || {
         store
@@ -42,24 +43,32 @@ pub async fn run(client: Client) {
     };
     let (a1, a2, a3, a4) = (all.clone(), all.clone(), all.clone(), all);
     controller
-        .watches(
-            Api::<ManagedCluster>::all(client.clone()),
-            watcher::Config::default(),
+        .watches_stream(
+            migration_api::runtime::watch_events(
+                Api::<ManagedCluster>::all(client.clone()),
+                watcher::Config::default(),
+            ),
             move |_| a1(),
         )
-        .watches(
-            Api::<AddOnPlacementScore>::all(client.clone()),
-            watcher::Config::default(),
+        .watches_stream(
+            migration_api::runtime::watch_events(
+                Api::<AddOnPlacementScore>::all(client.clone()),
+                watcher::Config::default(),
+            ),
             move |_| a2(),
         )
-        .watches(
-            Api::<ManagedClusterSetBinding>::all(client.clone()),
-            watcher::Config::default(),
+        .watches_stream(
+            migration_api::runtime::watch_events(
+                Api::<ManagedClusterSetBinding>::all(client.clone()),
+                watcher::Config::default(),
+            ),
             move |_| a3(),
         )
-        .watches(
-            Api::<ManagedClusterSet>::all(client.clone()),
-            watcher::Config::default(),
+        .watches_stream(
+            migration_api::runtime::watch_events(
+                Api::<ManagedClusterSet>::all(client.clone()),
+                watcher::Config::default(),
+            ),
             move |_| a4(),
         )
         .run(

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use migration_api::common::{Condition, find_condition, set_condition};
 use migration_api::names::conditions::{CLUSTER_AVAILABLE, HUB_ACCEPTED};
@@ -221,7 +221,9 @@ impl Ctx {
 
 async fn run_cluster_controller(client: Client) {
     let clusters: Api<ManagedCluster> = Api::all(client.clone());
-    let controller = Controller::new(clusters, watcher::Config::default());
+    // Each watch backs off on its own (`migration_api::runtime::errors_stay_in_the_watch`), as
+    // each informer's reflector does upstream.
+    let controller = migration_api::runtime::controller(clusters, watcher::Config::default());
     // Deleting clusters wait for what is left in their namespace: watch it go.
     let deleting = controller.store();
     let by_addon = deleting.clone();
@@ -231,14 +233,18 @@ async fn run_cluster_controller(client: Client) {
         retries: crate::backoff::Retries::default(),
     });
     controller
-        .watches(
-            Api::<ManifestWork>::all(client.clone()),
-            watcher::Config::default(),
+        .watches_stream(
+            migration_api::runtime::watch_events(
+                Api::<ManifestWork>::all(client.clone()),
+                watcher::Config::default(),
+            ),
             move |w: ManifestWork| deleting_cluster(&deleting, w.namespace()),
         )
-        .watches(
-            Api::<ManagedClusterAddOn>::all(client),
-            watcher::Config::default(),
+        .watches_stream(
+            migration_api::runtime::watch_events(
+                Api::<ManagedClusterAddOn>::all(client),
+                watcher::Config::default(),
+            ),
             move |a: ManagedClusterAddOn| deleting_cluster(&by_addon, a.namespace()),
         )
         .run(
@@ -725,7 +731,7 @@ async fn judge_cluster(
 async fn run_taint_controller(client: Client) {
     let clusters: Api<ManagedCluster> = Api::all(client.clone());
     let ctx = Arc::new((client, crate::backoff::Retries::default()));
-    Controller::new(clusters, watcher::Config::default())
+    migration_api::runtime::controller(clusters, watcher::Config::default())
         .run(
             |mc: Arc<ManagedCluster>, ctx: Arc<(Client, crate::backoff::Retries)>| async move {
                 if let Some(taints) = availability_taints(&mc) {
