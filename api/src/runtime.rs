@@ -686,7 +686,7 @@ pub fn controller<K: Watched>(
 /// HTTP/2 connection another request was opening) fails while nobody reads it, and its error
 /// comes out at the next wake-up, long after the API server is back: another back-off. After
 /// an outage of a minute the import controller of our simulated hub slept through three
-/// minutes of such stale errors, one per watch, with the server answering all along (the e2e
+/// minutes of such stale errors, one at each wake-up, with the server answering all along (the e2e
 /// test `a_target_down_past_the_timeout_rolls_back_to_the_source` failed so in CI); the
 /// addon-manager's two controllers, with seven and five watches, had the same shape
 /// (stackabletech/trino-operator#936 reports operators stuck so). client-go gives every

@@ -54,7 +54,11 @@ pub async fn run(client: Client) {
         }
     }
     let bindings: Api<ManagedClusterSetBinding> = Api::all(client.clone());
-    // Each watch backs off on its own (`migration_api::runtime::errors_stay_in_the_watch`).
+    // Each watch has its own back-off and keeps its errors (`migration_api::runtime::controller`,
+    // `watch_events`), as every informer's reflector does upstream (ocm's cluster-set controllers,
+    // on library-go informers): client-go `tools/cache/reflector.go` (vendored in ocm) gives each
+    // reflector `NewExponentialBackoffManager(800ms, 30s, 2min, 2.0, 1.0)`, so one watch's error
+    // never pauses another's.
     let controller = migration_api::runtime::controller(bindings, watcher::Config::default());
     let store = controller.store();
     controller

@@ -574,9 +574,12 @@ pub async fn run(client: Client, bootstrap_kubeconfig: String, older: Option<Old
     let secrets_api: Api<Secret> = Api::namespaced(client.clone(), BOOTSTRAP_SECRETS_NAMESPACE);
     let kc_writer = Writer::<DynamicObject>::new(kc_type.clone());
     let configs = kc_writer.as_reader();
-    // Each watch backs off on its own (`migration_api::runtime::errors_stay_in_the_watch`), as
-    // each informer's reflector does upstream: one merged back-off held every watch here for
-    // minutes after a hub's API server came back.
+    // Each watch has its own back-off and keeps its errors (`migration_api::runtime::controller`,
+    // `watch_events`), as every informer's reflector does upstream (the import controller, on
+    // controller-runtime's informers; one back-off over all its watches held them here for minutes
+    // after a hub's API server came back): client-go `tools/cache/reflector.go` (vendored in ocm)
+    // gives each reflector `NewExponentialBackoffManager(800ms, 30s, 2min, 2.0, 1.0)`, so one
+    // watch's error never pauses another's.
     let config_events = migration_api::runtime::errors_stay_in_the_watch(
         reflector::reflector(
             kc_writer,

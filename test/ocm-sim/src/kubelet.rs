@@ -118,6 +118,11 @@ pub async fn run(client: Client, opts: KubeletOptions) {
         pods: Mutex::new(HashMap::new()),
         jobs: Mutex::new(Default::default()),
     });
+    // Each watch has its own back-off and keeps its errors (`migration_api::runtime::controller`,
+    // `watch_events`), as every informer's reflector does upstream (kube-controller-manager's job
+    // and deployment controllers): client-go `tools/cache/reflector.go` (vendored in ocm) gives
+    // each reflector `NewExponentialBackoffManager(800ms, 30s, 2min, 2.0, 1.0)`, so one watch's
+    // error never pauses another's.
     let jobs =
         migration_api::runtime::controller(Api::<Job>::all(client), watcher::Config::default())
             .run(

@@ -221,8 +221,11 @@ impl Ctx {
 
 async fn run_cluster_controller(client: Client) {
     let clusters: Api<ManagedCluster> = Api::all(client.clone());
-    // Each watch backs off on its own (`migration_api::runtime::errors_stay_in_the_watch`), as
-    // each informer's reflector does upstream.
+    // Each watch has its own back-off and keeps its errors (`migration_api::runtime::controller`,
+    // `watch_events`), as every informer's reflector does upstream (ocm's registration hub
+    // controllers, on shared informers): client-go `tools/cache/reflector.go` (vendored in ocm)
+    // gives each reflector `NewExponentialBackoffManager(800ms, 30s, 2min, 2.0, 1.0)`, so one
+    // watch's error never pauses another's.
     let controller = migration_api::runtime::controller(clusters, watcher::Config::default());
     // Deleting clusters wait for what is left in their namespace: watch it go.
     let deleting = controller.store();
@@ -731,6 +734,7 @@ async fn judge_cluster(
 async fn run_taint_controller(client: Client) {
     let clusters: Api<ManagedCluster> = Api::all(client.clone());
     let ctx = Arc::new((client, crate::backoff::Retries::default()));
+    // One watch, with its own back-off (see `run_cluster_controller`).
     migration_api::runtime::controller(clusters, watcher::Config::default())
         .run(
             |mc: Arc<ManagedCluster>, ctx: Arc<(Client, crate::backoff::Retries)>| async move {
