@@ -5,6 +5,9 @@
 //! prints the end-to-end time (migration applied to Completed), the slowest cluster's own
 //! switch (released on hub1 to Available on hub2, seen by watches) and the time beyond it, the
 //! slowest import take-over after that (hub2's `<cluster>-klusterlet` work applied), the
+//! addon's own hop from the source's report that a cluster is ready to switch to its release on
+//! hub1 (the manager's decision and two ManifestWork hops), the timeline of the cluster taken
+//! over last (what the end of Registering waited for), the
 //! API requests per migrated cluster on each hub (the addon's own identities, and everything
 //! the hub served meanwhile), and the manager's peak memory. Asserts nothing but success.
 //! Run: `cargo bench -p ocm-sim --bench migration_scale [-- 300 [0 10 ...]]`;
@@ -26,6 +29,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::watcher;
 use migration_api::common::condition_is_true;
+use migration_api::migration::{ClusterState, MigrationTask};
 use migration_api::names;
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::work::ManifestWork;
@@ -39,14 +43,15 @@ static FLEET_ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 type Seen = Arc<Mutex<BTreeMap<String, Instant>>>;
 
-/// Records, for each cluster, the first time an object of `api` says so (`cluster` gives the
-/// cluster's name when it does).
-fn watch_first<K>(
+/// Records, for each cluster, the first time an object of `api` says so (`clusters` gives
+/// the names of the clusters it says so of).
+fn watch_first<K, I>(
     api: Api<K>,
-    cluster: fn(&K) -> Option<String>,
+    clusters: impl Fn(&K) -> I + Send + 'static,
 ) -> (Seen, tokio::task::JoinHandle<()>)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    I: IntoIterator<Item = String>,
 {
     let seen: Seen = Arc::default();
     let s = seen.clone();
@@ -57,12 +62,34 @@ where
             let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = ev else {
                 continue;
             };
-            if let Some(name) = cluster(&o) {
-                s.lock().unwrap().entry(name).or_insert_with(Instant::now);
+            let now = Instant::now();
+            let mut s = s.lock().unwrap();
+            for name in clusters(&o) {
+                s.entry(name).or_insert(now);
             }
         }
     });
     (seen, task)
+}
+
+/// The clusters a migration task's status (the agent's own report of its decisions, as the
+/// manager reads it) says are in `state`.
+fn in_state(task: &MigrationTask, state: ClusterState) -> Vec<String> {
+    let Some(codes) = task
+        .status
+        .as_ref()
+        .and_then(|s| s.cluster_states.as_deref())
+    else {
+        return Vec::new();
+    };
+    let states = ClusterState::decode(codes, task.spec.clusters.len());
+    task.spec
+        .clusters
+        .iter()
+        .zip(states)
+        .filter(|(_, s)| *s == state)
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 fn released(mc: &ManagedCluster) -> Option<String> {
@@ -204,6 +231,10 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     let (released_at, w1) = watch_first(Api::all(hub1.admin.clone()), released);
     let (arrived_at, w2) = watch_first(Api::all(hub2.admin.clone()), available);
     let (taken_at, w3) = watch_first(Api::all(hub2.admin.clone()), taken_over);
+    // When the source's agent found each cluster ready to switch (its task's report).
+    let (ready_at, w4) = watch_first(Api::all(hub1.admin.clone()), |t: &MigrationTask| {
+        in_state(t, ClusterState::Ready)
+    });
     for api in [&fleet.global.cluster.api, &hub1.api, &hub2.api] {
         api.metrics().reset();
     }
@@ -231,6 +262,7 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     w1.abort();
     w2.abort();
     w3.abort();
+    w4.abort();
     let cpu: Vec<String> = processes
         .iter()
         .zip(&cpu_before)
@@ -253,6 +285,7 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     let released_at = released_at.lock().unwrap().clone();
     let arrived_at = arrived_at.lock().unwrap().clone();
     let taken_at = taken_at.lock().unwrap().clone();
+    let ready_at = ready_at.lock().unwrap().clone();
     // The longest time a moving cluster took from one observation to the next, and which.
     let slowest_between = |from: &BTreeMap<String, Instant>, to: &BTreeMap<String, Instant>| {
         moving
@@ -292,6 +325,30 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         let last = times.iter().copied().fold(0.0, f64::max);
         format!("{first:.1}-{last:.1} s")
     };
+    // From the source's report that a cluster is ready to the source stopping to accept it:
+    // the addon's own hop (the manager's release, its task to the source, the source's write).
+    let mut release_hops: Vec<Duration> = moving
+        .iter()
+        .filter_map(|c| {
+            Some(
+                released_at
+                    .get(c)?
+                    .saturating_duration_since(*ready_at.get(c)?),
+            )
+        })
+        .collect();
+    release_hops.sort();
+    // The cluster whose take-over came last, step by step from the migration's start: what
+    // the end of Registering waited for.
+    let last_taken = moving
+        .iter()
+        .filter_map(|c| Some((*taken_at.get(c)?, c.as_str())))
+        .max();
+    let at = |seen: &BTreeMap<String, Instant>, c: &str| {
+        seen.get(c).map_or("-".to_owned(), |t| {
+            format!("{:.1}", t.saturating_duration_since(started).as_secs_f64())
+        })
+    };
     let n = moving.len() as f64;
     println!(
         "\n{clusters} clusters, join delay {} s: {:?}, {} registered, {} failed, misplaced {}",
@@ -328,6 +385,27 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         spread(&arrived_at),
         spread(&taken_at)
     );
+    if let (Some(median), Some(slowest)) = (
+        release_hops.get(release_hops.len() / 2),
+        release_hops.last(),
+    ) {
+        println!(
+            "  ready (the source's report) to released on hub1: median {:.1} s, slowest {:.1} s ({} clusters)",
+            median.as_secs_f64(),
+            slowest.as_secs_f64(),
+            release_hops.len()
+        );
+    }
+    if let Some((_, c)) = last_taken {
+        println!(
+            "  the last taken over, {c}: ready {} s, released {} s, Available {} s, taken over {} s; Completed {:.1} s",
+            at(&ready_at, c),
+            at(&released_at, c),
+            at(&arrived_at, c),
+            at(&taken_at, c),
+            report.migration_took.as_secs_f64()
+        );
+    }
     let agent = |m: &kube_sim::Metrics| {
         m.access_log()
             .iter()
