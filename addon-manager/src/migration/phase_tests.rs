@@ -316,33 +316,88 @@ fn a_report_on_another_revision_is_no_answer() {
     }
 }
 
+/// The target's report on a revision since replaced (each new release revises its task), with
+/// the releases it recorded (`offsets`: its releaseTimes' offsets), for the task `step`
+/// delivered.
+fn target_behind(step: &Step, offsets: Option<&str>) -> Option<Arc<ManifestWork>> {
+    let more: Vec<(Field, String)> = offsets
+        .map(|o| (Field::Released, o.to_owned()))
+        .into_iter()
+        .collect();
+    let work = answered_with(
+        &step.effects,
+        &work_name(MigrationRole::Target),
+        StageState::Running,
+        &[Created; 3],
+        &more,
+    )?;
+    let mut work = ManifestWork::clone(&work);
+    let values = work
+        .status
+        .as_mut()?
+        .resource_status
+        .as_mut()?
+        .manifests
+        .as_mut()?
+        .first_mut()?
+        .status_feedback
+        .as_mut()?
+        .values
+        .as_mut()?;
+    for v in values.iter_mut().filter(|v| v.name == "revision") {
+        v.field_value.string = Some("an-older-revision".into());
+    }
+    Some(Arc::new(work))
+}
+
 #[test]
 fn a_silent_target_gets_no_more_clusters_released_than_the_source_was_told() {
-    let mcm = in_phase(MigrationPhase::Registering, &[Switching, Switching, Ready]);
+    // c1 joined the target, c2 is released (status), c3 is ready.
+    let mcm = in_phase(MigrationPhase::Registering, &[Joined, Switching, Ready]);
     // The target has not answered: the source's task is read as the API server has it.
-    let (_, result) = decide_at(register, &world(), &mcm, 10);
+    let (step, result) = decide_at(register, &world(), &mcm, 10);
     assert_eq!(result, Decided::Need(Need::SourceTaskNow));
     let told = |released: Option<Vec<&str>>, stage| MigrationTaskSpec {
         stage,
         released: released.map(|r| r.into_iter().map(String::from).collect()),
         ..Default::default()
     };
-    // (the source's task now, what the source is told is released)
+    // (the source's task now, the offsets of the target's releaseTimes on a revision since
+    // replaced, what the source is told is released)
     let table = [
         (
-            Some(told(Some(vec!["c1"]), TaskStage::Registering)),
-            owned(&["c1"]),
-        ),
-        // No task, or one of another stage: what status records as in flight.
-        (None, owned(&["c1", "c2"])),
-        (
-            Some(told(Some(vec!["c1"]), TaskStage::Deploying)),
+            Some(told(Some(vec!["c1", "c2"]), TaskStage::Registering)),
+            None,
             owned(&["c1", "c2"]),
         ),
+        // The first wave: the source's task of this stage lists no release yet, and the
+        // target has not recorded c2's: the source hears of it only once the target has
+        // (it was told at once before, so that its klusterlet could ask the target for a
+        // bootstrap CSR that the target, learning of the release later, never approves).
+        (
+            Some(told(None, TaskStage::Registering)),
+            None,
+            owned(&["c1"]),
+        ),
+        (
+            Some(told(None, TaskStage::Registering)),
+            Some("0,3,"),
+            owned(&["c1", "c2"]),
+        ),
+        // No task, or one of another stage: the clusters the target admitted, and those it
+        // recorded.
+        (None, None, owned(&["c1"])),
+        (
+            Some(told(Some(vec!["c1"]), TaskStage::Deploying)),
+            None,
+            owned(&["c1"]),
+        ),
+        (None, Some("0,3,"), owned(&["c1", "c2"])),
     ];
-    for (i, (now, released)) in table.into_iter().enumerate() {
+    for (i, (now, offsets, released)) in table.into_iter().enumerate() {
         let world = World {
             source_task_now: Some(now),
+            target_work: target_behind(&step, offsets),
             ..world()
         };
         let (step, result) = decide_at(register, &world, &mcm, 10);
@@ -373,38 +428,6 @@ fn a_target_behind_the_latest_revision_still_lets_go_the_clusters_it_recorded_as
         &mcm,
         10,
     );
-    // The target's report on a revision since replaced (each new release revises its task),
-    // with the releases it recorded.
-    let behind = |offsets: Option<&str>| {
-        let more: Vec<(Field, String)> = offsets
-            .map(|o| (Field::Released, o.to_owned()))
-            .into_iter()
-            .collect();
-        let work = answered_with(
-            &step.effects,
-            &work_name(MigrationRole::Target),
-            StageState::Running,
-            &[Created; 3],
-            &more,
-        )?;
-        let mut work = ManifestWork::clone(&work);
-        let values = work
-            .status
-            .as_mut()?
-            .resource_status
-            .as_mut()?
-            .manifests
-            .as_mut()?
-            .first_mut()?
-            .status_feedback
-            .as_mut()?
-            .values
-            .as_mut()?;
-        for v in values.iter_mut().filter(|v| v.name == "revision") {
-            v.field_value.string = Some("an-older-revision".into());
-        }
-        Some(Arc::new(work))
-    };
     // (the offsets of the target's releaseTimes, what the source is told is released)
     let table = [
         (None, owned(&["c1"])),
@@ -416,7 +439,7 @@ fn a_target_behind_the_latest_revision_still_lets_go_the_clusters_it_recorded_as
     ];
     for (i, (offsets, released)) in table.into_iter().enumerate() {
         let world = World {
-            target_work: behind(offsets),
+            target_work: target_behind(&step, offsets),
             source_task_now: Some(Some(told.clone())),
             ..world()
         };

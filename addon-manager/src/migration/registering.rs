@@ -124,17 +124,20 @@ pub(super) fn released(names: &[String], states: &[ClusterState]) -> Vec<String>
     names
         .iter()
         .zip(states)
-        .filter(|(_, s)| {
-            matches!(
-                s,
-                ClusterState::Switching
-                    | ClusterState::Joined
-                    | ClusterState::Available
-                    | ClusterState::Refused
-            )
-        })
+        .filter(|(_, s)| is_released(**s))
         .map(|(n, _)| n.clone())
         .collect()
+}
+
+/// Whether the manager has released a cluster in this state (it may have arrived since).
+fn is_released(s: ClusterState) -> bool {
+    matches!(
+        s,
+        ClusterState::Switching
+            | ClusterState::Joined
+            | ClusterState::Available
+            | ClusterState::Refused
+    )
 }
 
 /// Registering, from what was observed: the release list delivered, the reports merged into
@@ -154,48 +157,56 @@ pub(super) fn register(
     // earliest its bootstrap CSR may be asked for); until then the source keeps what it had.
     let tgt_rev = deliver_target(world, mcm, m, step, stage, vec![], true)?;
     let (target, _) = world.report(MigrationRole::Target, &tgt_rev);
+    // What the target recorded as released, whichever revision it last answered.
+    let recorded = world.recorded_releases(names.len());
     let release = if target.is_some() {
         released(&names, &states)
     } else {
-        // The target is silent: release no more than was released; if the source's work is
-        // gone, what status records as in flight.
-        // (As the API server has it: the watch may not have seen the last delivery yet.)
+        // The target is silent on this revision: release no more than the source was told
+        // (as the API server has it: the watch may not have seen the last delivery yet)...
         let Some(task_now) = &world.source_task_now else {
             return Ok(Decided::Need(Need::SourceTaskNow));
         };
-        let had = task_now
-            .as_ref()
-            .filter(|t| t.stage == stage)
-            .map(|t| {
-                t.released_names()
-                    .into_iter()
-                    .map(str::to_owned)
-                    .collect::<Vec<_>>()
-            })
-            .filter(|released| !released.is_empty())
-            .unwrap_or_else(|| {
-                names
-                    .iter()
-                    .zip(&states)
-                    .filter(|(_, s)| s.in_flight())
-                    .map(|(n, _)| n.clone())
-                    .collect()
-            });
-        // And what the target already recorded as released, whichever revision it last
+        // ... and what the target already recorded as released, whichever revision it last
         // answered: that record (when it learnt of the release, which no earlier bootstrap CSR
         // gets past) is what the wait for its answer stands for. Each wave of releases
         // revises its task, so waiting for an answer on the latest could hold a wave back
         // for as long as new ones keep coming.
-        let recorded = world.recorded_releases(names.len());
-        let now_released: BTreeSet<String> = released(&names, &states).into_iter().collect();
-        let had: BTreeSet<String> = had.into_iter().collect();
+        let told: BTreeSet<&str> = task_now
+            .as_ref()
+            .filter(|t| t.stage == stage)
+            .map(|t| t.released_names())
+            .unwrap_or_default();
+        // And, whatever the source's task says now (its work gone, or re-made), the clusters
+        // the target admitted, so that none already let go is held back (on ACM its
+        // auto-import freeze would go). Never one the target has not recorded: told first,
+        // the source could let a cluster go before the target knew, and the bootstrap CSR
+        // it asked for before that would never be approved.
         names
             .iter()
+            .zip(&states)
             .zip(&recorded)
-            .filter(|(n, r)| had.contains(*n) || (**r && now_released.contains(*n)))
-            .map(|(n, _)| n.clone())
+            .filter(|((n, s), r)| {
+                told.contains(n.as_str())
+                    || **s == ClusterState::Joined
+                    || (**r && is_released(**s))
+            })
+            .map(|((n, _), _)| n.clone())
             .collect()
     };
+    // Where each release stands (for timing a run from the log): decided, recorded by the
+    // target, sent to the source.
+    tracing::debug!(
+        decided = released(&names, &states).len(),
+        target_answered = target.is_some(),
+        recorded = world
+            .recorded_releases(names.len())
+            .iter()
+            .filter(|r| **r)
+            .count(),
+        to_source = release.len(),
+        "releases"
+    );
     let part = SourcePart {
         released: release,
         ..Default::default()
