@@ -197,13 +197,9 @@ pub(super) fn register(
     // Where each release stands (for timing a run from the log): decided, recorded by the
     // target, sent to the source.
     tracing::debug!(
-        decided = released(&names, &states).len(),
+        decided = states.iter().filter(|s| is_released(**s)).count(),
         target_answered = target.is_some(),
-        recorded = world
-            .recorded_releases(names.len())
-            .iter()
-            .filter(|r| **r)
-            .count(),
+        recorded = recorded.iter().filter(|r| **r).count(),
         to_source = release.len(),
         "releases"
     );

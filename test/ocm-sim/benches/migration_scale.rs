@@ -6,7 +6,8 @@
 //! switch (released on hub1 to Available on hub2, seen by watches) and the time beyond it, the
 //! slowest import take-over after that (hub2's `<cluster>-klusterlet` work applied), the
 //! addon's own hop from the source's report that a cluster is ready to switch to its release on
-//! hub1 (the manager's decision and two ManifestWork hops), the timeline of the cluster taken
+//! hub1 (the manager's decision, the target's record of it and the source's write, each through
+//! a task's ManifestWork), the timeline of the cluster taken
 //! over last (what the end of Registering waited for), the
 //! API requests per migrated cluster on each hub (the addon's own identities, and everything
 //! the hub served meanwhile), and the manager's peak memory. Asserts nothing but success.
@@ -326,7 +327,8 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         format!("{first:.1}-{last:.1} s")
     };
     // From the source's report that a cluster is ready to the source stopping to accept it:
-    // the addon's own hop (the manager's release, its task to the source, the source's write).
+    // the addon's own hop (the manager's release, the target's record of it, then the source's
+    // task and its write).
     let mut release_hops: Vec<Duration> = moving
         .iter()
         .filter_map(|c| {
