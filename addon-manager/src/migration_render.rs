@@ -485,17 +485,51 @@ pub fn carry_grants(
     )
 }
 
+/// How the work agent applies and reads back a task.
+///
 /// Feedback rules reading a task's status back: scalars only (the carry-over is one JSON
 /// string), so nothing depends on the work agent's `RawFeedbackJsonString` gate. Watched, not
 /// polled: the work agent reports each status write of the task when it happens (ocm v1.2+,
 /// `feedbackScrapeType: Watch`; it may list and watch MigrationTasks through the addon's
 /// aggregate-to-work role), where a poll waits for its next status sync (10 to 19 s with
 /// upstream's defaults) at every step of the migration. An older work agent polls.
-pub fn task_feedback(m: &Migration, task_namespace: &str) -> Value {
-    json!({
+///
+/// With `server_side_apply`, the task is applied server-side under the manager's field manager
+/// ([`crate::addon::FIELD_MANAGER`], forced). Upstream's default `Update` strategy reads the
+/// object and replaces it at the version it read (ocm `pkg/work/spoke/apply/update_apply.go`),
+/// so each status write of the hub's agent between that read and that write fails the apply
+/// with a conflict and it is retried; an agent reporting progress every second starves a new
+/// spec on a hub whose API server answers that pair slower than that. A server-side apply names
+/// no version (`server_side_apply.go`), and the agent writes only the status, which it does not
+/// touch. See [`task_server_side_apply`] for when it is used.
+pub fn task_config(m: &Migration, task_namespace: &str, server_side_apply: bool) -> Value {
+    let mut config = json!({
         "resourceIdentifier": {"group": names::GROUP, "resource": "migrationtasks", "name": m.key, "namespace": task_namespace},
         "feedbackRules": [migration_api::task_report::feedback_rule()],
         "feedbackScrapeType": "Watch"
+    });
+    if server_side_apply {
+        config["updateStrategy"] = json!({
+            "type": "ServerSideApply",
+            "serverSideApply": {"fieldManager": crate::addon::FIELD_MANAGER, "force": true}
+        });
+    }
+    config
+}
+
+/// Whether a hub's task is to be applied server-side ([`task_config`]), given its work as
+/// observed: always for a new work; for one that exists, as it already is. A task first
+/// applied with `Update` (by a manager from before this rule) has its fields owned by that
+/// update, and a server-side apply would never remove those it stops listing (a list of
+/// releases or rollbacks emptied, say), so such a task keeps `Update` until its work goes.
+pub fn task_server_side_apply(existing: Option<&migration_api::ocm::work::ManifestWork>) -> bool {
+    use migration_api::ocm::work::UpdateStrategyType;
+    existing.is_none_or(|w| {
+        w.spec.manifest_configs.iter().flatten().any(|c| {
+            c.resource_identifier.resource == "migrationtasks"
+                && c.update_strategy.as_ref().map(|u| u.type_)
+                    == Some(UpdateStrategyType::ServerSideApply)
+        })
     })
 }
 

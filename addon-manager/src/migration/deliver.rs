@@ -67,10 +67,11 @@ pub(super) fn deliver(
     m: &Migration,
     role: MigrationRole,
     manifests: Vec<Value>,
-    task_namespace: &str,
+    (task_namespace, existing): (&str, Option<&ManifestWork>),
 ) -> String {
     let revision = task_revision(&manifests);
-    let work = mr::work(m, role, manifests, mr::task_feedback(m, task_namespace));
+    let config = mr::task_config(m, task_namespace, mr::task_server_side_apply(existing));
+    let work = mr::work(m, role, manifests, config);
     step.effects.push(Effect::ApplyWork(work));
     revision
 }
@@ -111,7 +112,8 @@ pub(super) fn deliver_granted(
     }
     let revision = task_revision(&main);
     if ready {
-        let work = mr::work(m, role, main, mr::task_feedback(m, task_namespace));
+        let ssa = mr::task_server_side_apply(world.work(role));
+        let work = mr::work(m, role, main, mr::task_config(m, task_namespace, ssa));
         let task_in_place = world.in_place(&work);
         step.effects.push(Effect::ApplyWork(work));
         if task_in_place {

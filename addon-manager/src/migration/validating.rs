@@ -271,7 +271,13 @@ fn ask(
         MigrationRole::Source => &checks.source_ns,
         MigrationRole::Target => &checks.target_ns,
     };
-    let rev = deliver(step, m, role, manifests, task_namespace);
+    let rev = deliver(
+        step,
+        m,
+        role,
+        manifests,
+        (task_namespace, checks.work(role)),
+    );
     let (report, err) = report(checks.work(role), &rev);
     if let Some(problem) = work_agent_refused(&checks.addon, hub, err.as_deref()) {
         return Err(Outcome::invalid(reasons::HUB_INVALID, problem));

@@ -401,7 +401,7 @@ fn works_and_feedback() {
         &m(),
         MigrationRole::Target,
         vec![],
-        task_feedback(&m(), "ns"),
+        task_config(&m(), "ns", true),
     );
     assert_eq!(w["metadata"]["name"], "migration-move-0a1b2c3d-target");
     assert_eq!(w["metadata"]["namespace"], "hub2");
@@ -419,6 +419,22 @@ fn works_and_feedback() {
     assert_eq!(
         typed.spec.manifest_configs.unwrap()[0].feedback_scrape_type,
         Some(migration_api::ocm::work::FeedbackScrapeType::Watch)
+    );
+    // Applied server-side under the manager's name, so the hub agent's status writes never
+    // make the apply conflict.
+    assert_eq!(
+        w["spec"]["manifestConfigs"][0]["updateStrategy"],
+        json!({"type": "ServerSideApply", "serverSideApply": {"fieldManager": "cluster-migration-addon-manager", "force": true}})
+    );
+    let updated = work(
+        &m(),
+        MigrationRole::Target,
+        vec![],
+        task_config(&m(), "ns", false),
+    );
+    assert_eq!(
+        updated["spec"]["manifestConfigs"][0].get("updateStrategy"),
+        None
     );
     let carried = CarriedCluster {
         name: "c1".into(),
@@ -663,5 +679,50 @@ fn bootstrap_objects_are_spread_over_works_the_agent_applies_side_by_side() {
         for (i, n) in names.iter().enumerate().skip(1) {
             assert_eq!(*n, names::migration_bootstrap_part(&m().key, i));
         }
+    }
+}
+
+/// A task is applied server-side when its work is new or already does so; a work made by a
+/// manager from before (upstream's `Update`) keeps that until it goes, since a server-side apply
+/// would not remove the fields that update owns.
+#[test]
+fn a_task_is_applied_server_side_unless_its_work_already_updates_it() {
+    let made_with = |ssa: bool| -> ManifestWork {
+        serde_json::from_value(work(
+            &m(),
+            MigrationRole::Source,
+            vec![],
+            task_config(&m(), "ns", ssa),
+        ))
+        .unwrap()
+    };
+    let mut create_only = made_with(true);
+    create_only.spec.manifest_configs.as_mut().unwrap()[0]
+        .update_strategy
+        .as_mut()
+        .unwrap()
+        .type_ = migration_api::ocm::work::UpdateStrategyType::CreateOnly;
+    let no_configs: ManifestWork = serde_json::from_value(json!({
+        "metadata": {"name": "migration-move-0a1b2c3d-source", "namespace": "hub1"},
+        "spec": {"workload": {"manifests": []}}
+    }))
+    .unwrap();
+    let rows: [(&str, Option<&ManifestWork>, bool); 5] = [
+        ("no work yet", None, true),
+        (
+            "a work applying it server-side",
+            Some(&made_with(true)),
+            true,
+        ),
+        (
+            "a work of the Update strategy",
+            Some(&made_with(false)),
+            false,
+        ),
+        ("a work of another strategy", Some(&create_only), false),
+        ("a work without manifest configs", Some(&no_configs), false),
+    ];
+    for (what, existing, expected) in rows {
+        assert_eq!(task_server_side_apply(existing), expected, "{what}");
     }
 }

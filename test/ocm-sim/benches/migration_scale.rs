@@ -14,7 +14,8 @@
 //! Run: `cargo bench -p ocm-sim --bench migration_scale [-- 300 [0 10 ...]]`;
 //! `BENCH_TARGET_CLUSTERS=<n>` gives hub2 n clusters of its own (default: as many as move);
 //! `BENCH_IN_PROCESS_CONNECTIONS=1` lets a fleet of thousands of clusters fit in this process's
-//! open files.
+//! open files; `BENCH_PROBE=1` also times a change of a work of the bench's own through each
+//! hub's work agent, a change a second during the migration (no addon in that path).
 //! For comparison, the Global Hub's published figure: 300 clusters in 4 min 40 s on real
 //! hubs, with fixed waits of 45 s and polls every 5 s.
 
@@ -71,6 +72,68 @@ where
         }
     });
     (seen, task)
+}
+
+type Trips = Arc<Mutex<Vec<Duration>>>;
+
+/// Round trips through `hub`'s work agent, with no addon in the path: a ManifestWork of the
+/// bench's own (`bench-probe`, one ConfigMap) in the hub's namespace of the global hub is
+/// changed, and the time until the global hub shows it applied at that generation is recorded
+/// (the agent's watch of its works, the apply on the hub, its status write back); then again,
+/// one change at a time, at most one a second. It shows how quickly the simulated hubs' work agents answer under the
+/// fleet's load, which every hop of the addon's tasks goes through.
+fn probe_work_agent(global: kube::Client, hub: &str) -> (Trips, tokio::task::JoinHandle<()>) {
+    let trips: Trips = Arc::default();
+    let t = trips.clone();
+    let works: Api<ManifestWork> = Api::namespaced(global, hub);
+    let task = tokio::spawn(async move {
+        let name = "bench-probe";
+        // At most one change a second: a sample of the agent's answers, not a load of its own.
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        for n in 0u64.. {
+            every.tick().await;
+            let work = serde_json::json!({
+                "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+                "metadata": {"name": name},
+                "spec": {"workload": {"manifests": [{
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "data": {"n": n.to_string()},
+                }]}},
+            });
+            let sent = Instant::now();
+            let Ok(applied) = works
+                .patch(
+                    name,
+                    &kube::api::PatchParams::apply("bench-probe").force(),
+                    &kube::api::Patch::Apply(&work),
+                )
+                .await
+            else {
+                return;
+            };
+            let generation = applied.metadata.generation;
+            let done = kube::runtime::wait::await_condition(
+                works.clone(),
+                name,
+                move |w: Option<&ManifestWork>| {
+                    w.is_some_and(|w| w.metadata.generation == generation && w.applied())
+                },
+            );
+            if tokio::time::timeout(Duration::from_secs(300), done)
+                .await
+                .is_err()
+            {
+                return;
+            }
+            // The first change creates the work (the agent's finalizer first): not a change.
+            if n > 0 {
+                t.lock().unwrap().push(sent.elapsed());
+            }
+        }
+    });
+    (trips, task)
 }
 
 /// The clusters a migration task's status (the agent's own report of its decisions, as the
@@ -236,6 +299,16 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     let (ready_at, w4) = watch_first(Api::all(hub1.admin.clone()), |t: &MigrationTask| {
         in_state(t, ClusterState::Ready)
     });
+    // BENCH_PROBE=1: probe each hub's work agent during the migration (its own load is small,
+    // a change a second, but it is load: off unless asked for).
+    let probes: Vec<(&str, Trips, tokio::task::JoinHandle<()>)> = ["hub1", "hub2"]
+        .into_iter()
+        .filter(|_| std::env::var("BENCH_PROBE").is_ok_and(|v| v == "1"))
+        .map(|hub| {
+            let (trips, task) = probe_work_agent(fleet.global.cluster.admin.clone(), hub);
+            (hub, trips, task)
+        })
+        .collect();
     for api in [&fleet.global.cluster.api, &hub1.api, &hub2.api] {
         api.metrics().reset();
     }
@@ -264,6 +337,9 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     w2.abort();
     w3.abort();
     w4.abort();
+    for (_, _, task) in &probes {
+        task.abort();
+    }
     let cpu: Vec<String> = processes
         .iter()
         .zip(&cpu_before)
@@ -407,6 +483,18 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
             at(&taken_at, c),
             report.migration_took.as_secs_f64()
         );
+    }
+    for (hub, trips, _) in &probes {
+        let mut trips = trips.lock().unwrap().clone();
+        trips.sort();
+        if let (Some(median), Some(slowest)) = (trips.get(trips.len() / 2), trips.last()) {
+            println!(
+                "  a work's change through {hub}'s work agent (applied, seen on the global hub; no addon in it): median {:.1} s, slowest {:.1} s ({} changes)",
+                median.as_secs_f64(),
+                slowest.as_secs_f64(),
+                trips.len()
+            );
+        }
     }
     let agent = |m: &kube_sim::Metrics| {
         m.access_log()

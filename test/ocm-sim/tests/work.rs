@@ -981,3 +981,99 @@ async fn the_work_agent_applies_no_faster_than_upstreams_client_rate() {
         "150 ConfigMaps applied in {took:?}: faster than 50 requests a second after a burst of 100"
     );
 }
+
+/// Upstream's default `Update` strategy reads the object and replaces it at the version it
+/// read (ocm `pkg/work/spoke/apply/update_apply.go`), so another writer's change in between
+/// (an agent writing the object's status, say) fails the apply with a conflict, and the work
+/// reports it; a server-side apply names no version (`server_side_apply.go`) and lands.
+#[tokio::test]
+async fn an_update_apply_conflicts_with_writes_in_between_a_server_side_apply_does_not() {
+    let (hub, clusters) = joined_pair().await;
+    let c1 = &clusters[0].0;
+    c1.ensure_namespace("app").await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(c1.admin.clone(), "app");
+    let works: Api<ManifestWork> = Api::namespaced(hub.cluster.admin.clone(), "cluster1");
+    let cm = |name: &str, v: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "app"}, "data": {"v": v}})
+    };
+    let ssa = json!([{
+        "resourceIdentifier": {"resource": "configmaps", "namespace": "app", "name": "applied"},
+        "updateStrategy": {"type": "ServerSideApply", "serverSideApply": {"fieldManager": "test", "force": true}}
+    }]);
+    let mut updated = work_of("updated", vec![cm("updated", "1")]);
+    let mut applied = work_of("applied", vec![cm("applied", "1")]);
+    applied.spec.manifest_configs = Some(serde_json::from_value(ssa).unwrap());
+    for w in [&updated, &applied] {
+        works.create(&PostParams::default(), w).await.unwrap();
+    }
+    let data = |name: &'static str| {
+        let cms = cms.clone();
+        async move {
+            cms.get_opt(name)
+                .await
+                .unwrap()
+                .and_then(|c| c.data?.get("v").cloned())
+        }
+    };
+    eventually(LIMIT, "both first applied", || async {
+        (data("updated").await.as_deref() == Some("1")
+            && data("applied").await.as_deref() == Some("1"))
+        .then_some(())
+    })
+    .await;
+    // Other writers change both objects all the time (a label), while every request to
+    // cluster1 takes 100 ms: an apply's read and its write are 100 ms or more apart.
+    c1.api.faults().set_latency(Duration::from_millis(100));
+    let writers: Vec<_> = (0..8)
+        .map(|i| {
+            let cms = cms.clone();
+            tokio::spawn(async move {
+                // Spread over the 100 ms, so that writes land all the time, not in bursts.
+                tokio::time::sleep(Duration::from_millis(i * 12)).await;
+                for n in 0u64.. {
+                    for name in ["updated", "applied"] {
+                        let label = json!({"metadata": {"labels": {"writer": format!("{i}-{n}")}}});
+                        let _ = cms
+                            .patch(name, &PatchParams::default(), &Patch::Merge(label))
+                            .await;
+                    }
+                }
+            })
+        })
+        .collect();
+    updated.spec.workload.as_mut().unwrap().manifests = Some(vec![cm("updated", "2")]);
+    applied.spec.workload.as_mut().unwrap().manifests = Some(vec![cm("applied", "2")]);
+    set_manifests(&works, &updated).await;
+    set_manifests(&works, &applied).await;
+    eventually(
+        LIMIT,
+        "the server-side apply landed among the writes",
+        || async { (data("applied").await.as_deref() == Some("2")).then_some(()) },
+    )
+    .await;
+    eventually(LIMIT, "the update reported a conflict", || {
+        let works = works.clone();
+        async move {
+            let w = works.get("updated").await.unwrap();
+            let manifests = w.status?.resource_status?.manifests?;
+            manifests
+                .iter()
+                .flat_map(|m| m.conditions.iter())
+                .any(|c| {
+                    c.type_ == "Applied" && c.status == "False" && c.message.contains("modified")
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    // Once the other writer stops, the update lands too.
+    for w in writers {
+        w.abort();
+    }
+    c1.api.faults().set_latency(Duration::ZERO);
+    eventually(LIMIT, "the update landed once alone", || async {
+        (data("updated").await.as_deref() == Some("2")).then_some(())
+    })
+    .await;
+}
