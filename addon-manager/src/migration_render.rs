@@ -487,6 +487,9 @@ pub fn carry_grants(
 
 /// How the work agent applies and reads back a task.
 ///
+/// The resource a task's manifest config names (MigrationTask's plural).
+const TASK_RESOURCE: &str = "migrationtasks";
+
 /// Feedback rules reading a task's status back: scalars only (the carry-over is one JSON
 /// string), so nothing depends on the work agent's `RawFeedbackJsonString` gate. Watched, not
 /// polled: the work agent reports each status write of the task when it happens (ocm v1.2+,
@@ -504,7 +507,7 @@ pub fn carry_grants(
 /// touch. See [`task_server_side_apply`] for when it is used.
 pub fn task_config(m: &Migration, task_namespace: &str, server_side_apply: bool) -> Value {
     let mut config = json!({
-        "resourceIdentifier": {"group": names::GROUP, "resource": "migrationtasks", "name": m.key, "namespace": task_namespace},
+        "resourceIdentifier": {"group": names::GROUP, "resource": TASK_RESOURCE, "name": m.key, "namespace": task_namespace},
         "feedbackRules": [migration_api::task_report::feedback_rule()],
         "feedbackScrapeType": "Watch"
     });
@@ -526,7 +529,7 @@ pub fn task_server_side_apply(existing: Option<&migration_api::ocm::work::Manife
     use migration_api::ocm::work::UpdateStrategyType;
     existing.is_none_or(|w| {
         w.spec.manifest_configs.iter().flatten().any(|c| {
-            c.resource_identifier.resource == "migrationtasks"
+            c.resource_identifier.resource == TASK_RESOURCE
                 && c.update_strategy.as_ref().map(|u| u.type_)
                     == Some(UpdateStrategyType::ServerSideApply)
         })

@@ -80,8 +80,8 @@ type Trips = Arc<Mutex<Vec<Duration>>>;
 /// bench's own (`bench-probe`, one ConfigMap) in the hub's namespace of the global hub is
 /// changed, and the time until the global hub shows it applied at that generation is recorded
 /// (the agent's watch of its works, the apply on the hub, its status write back); then again,
-/// one change at a time, at most one a second. It shows how quickly the simulated hubs' work agents answer under the
-/// fleet's load, which every hop of the addon's tasks goes through.
+/// one change at a time, at most one a second. It shows how quickly the simulated hubs' work
+/// agents answer under the fleet's load, which every hop of the addon's tasks goes through.
 fn probe_work_agent(global: kube::Client, hub: &str) -> (Trips, tokio::task::JoinHandle<()>) {
     let trips: Trips = Arc::default();
     let t = trips.clone();
@@ -329,6 +329,15 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         .iter()
         .map(|(_, pid)| demo::cpu_time(*pid).unwrap_or_default())
         .collect();
+    // How long each cluster's klusterlet agent has waited out the kubelet's restart back-off.
+    let backoff = || -> BTreeMap<String, Duration> {
+        fleet
+            .clusters
+            .iter()
+            .map(|(_, c, agent)| (c.name.clone(), agent.restart_backoff()))
+            .collect()
+    };
+    let backoff_before = backoff();
     let started = Instant::now();
     let report = demo::migrate(&running, &opts, &mut quiet)
         .await
@@ -359,6 +368,19 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         })
         .collect();
     let moving = demo::moving(&opts);
+    // The back-off each moving cluster's klusterlet agent waited during the migration: a
+    // second exit of its container within the kubelet's window (hub1 refusing it, then hub2's
+    // import controller rewriting `bootstrap-hub-kubeconfig`) starts it again 10 s later.
+    let backoff_after = backoff();
+    let backoffs: BTreeMap<&str, Duration> = moving
+        .iter()
+        .filter_map(|c| {
+            let waited = backoff_after
+                .get(c)?
+                .saturating_sub(backoff_before.get(c).copied().unwrap_or_default());
+            Some((c.as_str(), waited))
+        })
+        .collect();
     let released_at = released_at.lock().unwrap().clone();
     let arrived_at = arrived_at.lock().unwrap().clone();
     let taken_at = taken_at.lock().unwrap().clone();
@@ -476,12 +498,28 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
     }
     if let Some((_, c)) = last_taken {
         println!(
-            "  the last taken over, {c}: ready {} s, released {} s, Available {} s, taken over {} s; Completed {:.1} s",
+            "  the last taken over, {c}: ready {} s, released {} s, Available {} s, taken over {} s (of that, in the kubelet's restart back-off {:.1} s); Completed {:.1} s",
             at(&ready_at, c),
             at(&released_at, c),
             at(&arrived_at, c),
             at(&taken_at, c),
+            backoffs.get(c).copied().unwrap_or_default().as_secs_f64(),
             report.migration_took.as_secs_f64()
+        );
+    }
+    let mut waits: Vec<Duration> = backoffs
+        .values()
+        .copied()
+        .filter(|w| !w.is_zero())
+        .collect();
+    waits.sort();
+    if let (Some(median), Some(longest)) = (waits.get(waits.len() / 2), waits.last()) {
+        println!(
+            "  klusterlet agents restarted after the kubelet's back-off (their container exited twice within its window): {} of {} clusters, median {:.1} s, longest {:.1} s",
+            waits.len(),
+            backoffs.len(),
+            median.as_secs_f64(),
+            longest.as_secs_f64()
         );
     }
     for (hub, trips, _) in &probes {

@@ -328,6 +328,9 @@ pub struct Agent {
     tasks: Vec<JoinHandle<()>>,
     connection: crate::klusterlet::Connection,
     kill: std::sync::Arc<tokio::sync::Notify>,
+    /// How long the klusterlet agent's container has waited out its restart back-off, in
+    /// all, in milliseconds ([`restarting`]).
+    backoff_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Agent {
@@ -390,11 +393,13 @@ impl Agent {
         let name = cluster.name.clone();
         let deployed = opts.deployed.clone();
         let watched = managed.clone();
+        let backoff_ms = std::sync::Arc::<std::sync::atomic::AtomicU64>::default();
         let registration = restarting(
             name.clone(),
             "registration agent",
             move || klusterlet::run(managed.clone(), opts.clone()),
             move || klusterlet::replaced(watched.clone(), deployed.borrow().clone()),
+            backoff_ms.clone(),
         );
         // The work agent applies under its own identity, not as cluster-admin.
         let work_token = cluster.work_agent_identity(YEAR).await?;
@@ -416,6 +421,7 @@ impl Agent {
                 async move { run.await.map(|()| Life::Exited) }
             },
             std::future::pending,
+            std::sync::Arc::default(),
         );
         let managed = cluster.admin.clone();
         let addon_opts = AddonAgentOptions {
@@ -433,11 +439,13 @@ impl Agent {
                 async move { run.await.map(|()| Life::Exited) }
             },
             std::future::pending,
+            std::sync::Arc::default(),
         );
         Ok(Self {
             tasks: vec![registration, work, addons],
             connection,
             kill,
+            backoff_ms,
         })
     }
 
@@ -445,6 +453,12 @@ impl Agent {
     /// bootstrap kubeconfig and, where its hub kubeconfig does not fit, bootstraps.
     pub fn kill(&self) {
         self.kill.notify_one();
+    }
+
+    /// How long the klusterlet agent's container has waited, in all, for the kubelet to start
+    /// it again after it exited (its CrashLoopBackOff, beyond the kubelet's relist).
+    pub fn restart_backoff(&self) -> Duration {
+        Duration::from_millis(self.backoff_ms.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The hub the klusterlet process is connected to, and in which of its lives.
@@ -467,12 +481,14 @@ impl Agent {
 /// `pkg/kubelet/kubelet.go`). A life that ends with [`Life::Replaced`] is a new pod: it
 /// starts after that relist too, with no back-off yet. So is a pod replaced while its
 /// container waits out its back-off (`replaced`, made at each exit, resolves then): the
-/// Deployment's new pod does not wait for the old one's back-off.
+/// Deployment's new pod does not wait for the old one's back-off. The time waited beyond
+/// the relist is added to `waited` (milliseconds).
 fn restarting<F, Fut, E, R, RFut>(
     cluster: String,
     what: &'static str,
     run: F,
     replaced: R,
+    waited: std::sync::Arc<std::sync::atomic::AtomicU64>,
 ) -> tokio::task::JoinHandle<()>
 where
     F: Fn() -> Fut + Send + 'static,
@@ -499,6 +515,7 @@ where
             }
             let exited = std::time::Instant::now();
             let start = crash.ends(exited).max(exited + PLEG_RELIST);
+            let backs_off = start > exited + PLEG_RELIST;
             tokio::select! {
                 () = tokio::time::sleep_until(start.into()) => {
                     crash.restarted(exited, std::time::Instant::now());
@@ -508,6 +525,13 @@ where
                     crash = CrashLoop::default();
                     tokio::time::sleep(PLEG_RELIST).await;
                 }
+            }
+            if backs_off {
+                let backoff = exited.elapsed().saturating_sub(PLEG_RELIST);
+                waited.fetch_add(
+                    u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
             }
         }
     })
