@@ -707,12 +707,32 @@ where
     events.filter_map(move |event| {
         futures::future::ready(match event {
             Ok(object) => Some(Ok(object)),
+            Err(e) if watch_expired(&e) => {
+                tracing::debug!(kind = what, error = %e, "watch expired; it lists again after its back-off");
+                None
+            }
             Err(e) => {
                 tracing::warn!(kind = what, error = %e, "watch failed; it is retried after its back-off");
                 None
             }
         })
     })
+}
+
+/// Whether a watch ended only because the resource version it resumed from is older than the
+/// API server keeps (410 Gone, "too old resource version"): routine for a long watch, which
+/// lists again (kube-runtime's watcher goes back to its initial list on a 410). client-go's
+/// reflector logs this at verbosity 4 and warns only of other errors
+/// (`tools/cache/reflector.go`, `isExpiredError`); so do we, at debug.
+pub fn watch_expired(e: &kube::runtime::watcher::Error) -> bool {
+    use kube::runtime::watcher::Error as W;
+    match e {
+        W::WatchError(status) => status.code == 410,
+        W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => {
+            matches!(e, kube::Error::Api(s) if s.code == 410)
+        }
+        W::NoResourceVersion => false,
+    }
 }
 
 /// Whether an error is a 409 Conflict (see [`ApiError::is_conflict`]).
@@ -872,6 +892,41 @@ mod tests {
             tokio::time::timeout(std::time::Duration::from_millis(100), sup.first_end()).await;
         assert!(waited.is_err(), "{waited:?}");
         sup.shutdown(std::time::Duration::from_millis(10)).await;
+    }
+
+    #[test]
+    fn only_an_expired_watch_is_routine() {
+        use kube::runtime::watcher::Error as W;
+        let status = |code: u16| {
+            let mut s = kube::core::Status::failure("x", "y");
+            s.code = code;
+            s
+        };
+        let cases = [
+            (W::WatchError(Box::new(status(410))), true),
+            (
+                W::WatchStartFailed(kube::Error::Api(Box::new(status(410)))),
+                true,
+            ),
+            (
+                W::InitialListFailed(kube::Error::Api(Box::new(status(410)))),
+                true,
+            ),
+            (W::WatchError(Box::new(status(500))), false),
+            (W::WatchError(Box::new(status(403))), false),
+            (
+                W::InitialListFailed(kube::Error::Api(Box::new(status(403)))),
+                false,
+            ),
+            (
+                W::WatchFailed(kube::Error::Api(Box::new(status(404)))),
+                false,
+            ),
+            (W::NoResourceVersion, false),
+        ];
+        for (e, want) in cases {
+            assert_eq!(watch_expired(&e), want, "{e}");
+        }
     }
 
     #[test]

@@ -333,6 +333,16 @@ impl Setup {
         .await;
     }
 
+    /// [`Self::invariant`] once `clusters` moved to hub `hub` (1-based) and every other
+    /// cluster stayed where it started.
+    pub async fn moved_to<S: AsRef<str>>(&self, clusters: impl IntoIterator<Item = S>, hub: usize) {
+        let mut expected = self.homes();
+        for c in clusters {
+            expected.insert(c.as_ref().to_owned(), hub);
+        }
+        self.invariant(&expected).await;
+    }
+
     /// `hub<i>/<cluster>` of every ManagedCluster that carries the migrating taint.
     pub async fn migrating_taints(&self) -> Vec<String> {
         let mut tainted = Vec::new();

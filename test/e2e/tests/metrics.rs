@@ -259,10 +259,7 @@ async fn a_migration_shows_in_the_manager_and_agent_metrics() {
         log.contains("addon_manager::migration") && unnamed.is_empty(),
         "migration log lines without the migration's name: {unnamed:#?}"
     );
-    let mut expected = s.homes();
-    expected.insert("cluster1".into(), 2);
-    expected.insert("cluster2".into(), 2);
-    s.invariant(&expected).await;
+    s.moved_to(["cluster1", "cluster2"], 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -129,11 +129,7 @@ async fn happy_path_moves_every_cluster_and_leaves_nothing_behind() {
             .unwrap_or_else(|| panic!("{c} missing: {status:#?}"));
         assert_eq!(cond.status, "True", "{c}: {cond:?}");
     }
-    let mut expected = s.homes();
-    for c in &moving {
-        expected.insert(c.clone(), 2);
-    }
-    s.invariant(&expected).await;
+    s.moved_to(&moving, 2).await;
     // None left on hub1.
     let on_hub1: Vec<String> = Api::<ManagedCluster>::all(s.hub(1))
         .list(&ListParams::default())
@@ -284,11 +280,7 @@ async fn a_carry_over_larger_than_a_work_moves_in_parts() {
     let size = serde_json::to_vec(&status).unwrap().len();
     assert!(size < 32 * 1024, "status of {size} bytes");
     // Every cluster on the target with every label it had.
-    let mut expected = s.homes();
-    for name in &moving {
-        expected.insert(name.clone(), 2);
-    }
-    s.invariant(&expected).await;
+    s.moved_to(&moving, 2).await;
     for name in &moving {
         let mc = Api::<ManagedCluster>::all(s.hub(2))
             .get(name)
@@ -371,11 +363,7 @@ async fn clusters_past_the_task_list_limit_are_released_by_marks_and_move() {
     assert!(marked.await.unwrap() > 0);
     assert!(split.is_finished(), "the bootstrap objects were not split");
     assert!(split.await.unwrap() > 1);
-    let mut expected = s.homes();
-    for name in &moving {
-        expected.insert(name.clone(), 2);
-    }
-    s.invariant(&expected).await;
+    s.moved_to(&moving, 2).await;
     no_leftovers(&s, "long").await;
 }
 
@@ -638,11 +626,7 @@ async fn block_move_holds_a_cluster_conflicts_are_refused_and_delete_rolls_back(
         || async { s.migration("third").await.is_none().then_some(()) },
     )
     .await;
-    let mut expected = s.homes();
-    for c in ["cluster1", "cluster2", "cluster3"] {
-        expected.insert(c.into(), 2);
-    }
-    s.invariant(&expected).await;
+    s.moved_to(["cluster1", "cluster2", "cluster3"], 2).await;
     let c4 = Api::<ManagedCluster>::all(s.hub(1))
         .get("cluster4")
         .await
@@ -787,11 +771,7 @@ async fn a_target_whose_global_klusterlet_config_lists_hubs_takes_the_clusters()
     kubectl_apply(&hub2, &global.to_string());
     let clusters = names(1, 2);
     s.move_all("listed", &clusters).await;
-    let mut expected = s.homes();
-    for c in &clusters {
-        expected.insert(c.clone(), 2);
-    }
-    s.invariant(&expected).await;
+    s.moved_to(&clusters, 2).await;
     // Each runs with the target's list: its backup and the current hub.
     for c in &clusters {
         let (registration, _) = klusterlet_of(&s, c).await;
@@ -831,10 +811,7 @@ async fn a_cluster_the_target_refuses_rolls_back_and_the_rest_complete() {
         (failure.name.as_str(), failure.reason.as_str()),
         ("cluster2", "ClusterRefused")
     );
-    let mut expected = s.homes();
-    expected.insert("cluster1".into(), 2);
-    expected.insert("cluster3".into(), 2);
-    s.invariant(&expected).await;
+    s.moved_to(["cluster1", "cluster3"], 2).await;
 }
 
 /// The condition `type_` of migration `m`: (status, reason, message).
@@ -906,9 +883,7 @@ async fn a_rollback_request_takes_back_the_clusters_not_registered_and_a_retry_m
     );
     let counts = status.clusters.as_ref().unwrap();
     assert_eq!(counts.registered, 1, "{status:#?}");
-    let mut expected = s.homes();
-    expected.insert("cluster1".into(), 2);
-    s.invariant(&expected).await;
+    s.moved_to(["cluster1"], 2).await;
     // Retried once cluster2 is let go (its block-move annotation, the user's, gone): a new
     // migration for the cluster that stayed.
     unblock(&hub1, "cluster2");
@@ -933,8 +908,7 @@ async fn a_rollback_request_takes_back_the_clusters_not_registered_and_a_retry_m
     );
     assert!(message.contains("default/manual-retry"), "{message}");
     assert_eq!(m.status.unwrap().phase, Some(MigrationPhase::Failed));
-    expected.insert("cluster2".into(), 2);
-    s.invariant(&expected).await;
+    s.moved_to(["cluster1", "cluster2"], 2).await;
     no_leftovers(&s, "manual-retry").await;
 }
 
@@ -1017,10 +991,7 @@ async fn a_placement_on_the_source_selects_the_clusters_once() {
         m.status.unwrap().resolved_clusters.as_deref(),
         Some(&["cluster2".to_owned(), "cluster3".to_owned()][..])
     );
-    let mut expected = s.homes();
-    expected.insert("cluster2".into(), 2);
-    expected.insert("cluster3".into(), 2);
-    s.invariant(&expected).await;
+    s.moved_to(["cluster2", "cluster3"], 2).await;
     no_leftovers(&s, "by-placement").await;
 }
 
@@ -1167,10 +1138,7 @@ async fn a_target_placement_sends_the_clusters_to_the_hub_with_the_most_room() {
         ["by-score", "Completed", "hub1", "hub3"],
         "{table}"
     );
-    let mut expected = s.homes();
-    expected.insert("cluster1".into(), 3);
-    expected.insert("cluster2".into(), 3);
-    s.invariant(&expected).await;
+    s.moved_to(["cluster1", "cluster2"], 3).await;
     no_leftovers(&s, "by-score").await;
 }
 
@@ -1295,10 +1263,7 @@ async fn kubectl_mcm_move_creates_a_migration_and_follows_it_to_the_end() {
         Duration::from_secs(60),
     )
     .await;
-    let mut expected = s.homes();
-    expected.insert("cluster1".into(), 2);
-    expected.insert("cluster2".into(), 2);
-    s.invariant(&expected).await;
+    s.moved_to(["cluster1", "cluster2"], 2).await;
     no_leftovers(&s, "by-cli").await;
 }
 
@@ -1699,9 +1664,7 @@ async fn carried_objects_arrive_paused_before_the_switch_and_go_again_on_rollbac
         by_us
     );
     unblock(&hub1, "cluster2");
-    let mut expected = s.homes();
-    expected.insert("cluster1".into(), 2);
-    s.invariant(&expected).await;
+    s.moved_to(["cluster1"], 2).await;
     no_leftovers(&s, "carry").await;
 }
 
@@ -1750,11 +1713,7 @@ async fn a_manager_restarted_in_every_phase_still_completes() {
         "{seen:?}\n{}",
         tail(&s.logs(), 60)
     );
-    let mut expected = s.homes();
-    for c in names(1, 5) {
-        expected.insert(c, 2);
-    }
-    s.invariant(&expected).await;
+    s.moved_to(names(1, 5), 2).await;
     no_leftovers(&s, "restarts").await;
 }
 
@@ -1782,11 +1741,7 @@ async fn agents_killed_mid_registering_pick_up_where_they_were() {
         .await;
     let counts = m.status.unwrap().clusters.unwrap();
     assert_eq!((counts.registered, counts.failed), (4, 0), "{counts:?}");
-    let mut expected = s.homes();
-    for c in names(1, 4) {
-        expected.insert(c, 2);
-    }
-    s.invariant(&expected).await;
+    s.moved_to(names(1, 4), 2).await;
     no_leftovers(&s, "agents").await;
 }
 
@@ -1879,10 +1834,7 @@ async fn a_target_down_past_the_timeout_rolls_back_to_the_source() {
         (2, 1),
         "{counts:?}"
     );
-    let mut expected = s.homes();
-    expected.insert("cluster1".into(), 2);
-    expected.insert("cluster2".into(), 2);
-    s.invariant(&expected).await;
+    s.moved_to(["cluster1", "cluster2"], 2).await;
     no_leftovers(&s, "outage").await;
 }
 
@@ -1952,10 +1904,7 @@ async fn a_plain_ocm_source_hub_moves_clusters_through_klusterlet_works() {
     let status = m.status.unwrap();
     let counts = status.clusters.unwrap();
     assert_eq!((counts.registered, counts.failed), (2, 1), "{status:#?}");
-    let mut expected = s.homes();
-    expected.insert("cluster1".into(), 2);
-    expected.insert("cluster3".into(), 2);
-    s.invariant(&expected).await;
+    s.moved_to(["cluster1", "cluster3"], 2).await;
     no_leftovers(&s, "plain").await;
     let hub1_url = s.fleet.hubs[0].cluster.api.url();
     let hub2_url = s.fleet.hubs[1].cluster.api.url();
@@ -2080,10 +2029,6 @@ async fn an_older_acm_source_hub_switches_a_cluster_only_once_it_is_released() {
         early.is_empty(),
         "joined hub2 before being released: {early:?}"
     );
-    let mut expected = s.homes();
-    for c in ["cluster1", "cluster2", "cluster3"] {
-        expected.insert(c.into(), 2);
-    }
-    s.invariant(&expected).await;
+    s.moved_to(["cluster1", "cluster2", "cluster3"], 2).await;
     no_leftovers(&s, "legacy").await;
 }
