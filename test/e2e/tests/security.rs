@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
 use migration_api::common::find_condition;
-use migration_api::migration::MigrationPhase;
+use migration_api::migration::{MigrationPhase, MigrationTask, TaskStage};
 use migration_api::ocm::cluster::ManagedCluster;
 use migration_api::ocm::work::ManifestWork;
 
@@ -177,6 +177,114 @@ async fn one_clusters_token_gets_no_certificate_for_another_released_cluster() {
     expected.insert("cluster1".into(), 2);
     expected.insert("cluster2".into(), 1);
     s.invariant(&expected).await;
+}
+
+/// The source lets a cluster go only once the target has recorded its release, the first
+/// release of a migration too: the target approves only the bootstrap CSRs filed after it
+/// learnt of a release, so a klusterlet let go earlier would ask it for a certificate it never
+/// grants. Here the migration's one cluster turns ready while the target cannot write its
+/// task's status: the manager tells the target of the release and the source nothing, and the
+/// cluster stays accepted on hub1 until the target's record comes through; then it moves.
+/// (Until 38ab276 a source task that listed no release yet was told of every cluster in flight,
+/// so the first release reached both hubs in one step.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_first_release_reaches_the_source_only_once_the_target_recorded_it() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 1).await;
+    let hub1 = e2e::kubeconfig(s.dir.path(), "hub1");
+    block(&hub1, "cluster1", "first release");
+    s.apply(
+        "first",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"]}"#,
+    );
+    let target_tasks = Api::<MigrationTask>::all(s.hub(2));
+    eventually(LONG, "the target at work on Registering", || async {
+        let list = target_tasks.list(&Default::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|t| {
+                t.spec.stage == TaskStage::Registering
+                    && t.status.as_ref().is_some_and(|st| {
+                        st.observed_stage == Some(TaskStage::Registering)
+                            && st.observed_revision == t.spec.revision
+                    })
+            })
+            .then_some(())
+    })
+    .await;
+    // From here on the target's agent cannot write its task's status (the rule matches the
+    // resource, not the subresource).
+    let agent = e2e::AGENT_USER;
+    let faults = s.fleet.hubs[1].cluster.api.faults();
+    faults.add_error(kube_sim::ErrorRule {
+        verb: Some("patch".into()),
+        resource: Some("migrationtasks".into()),
+        rate: 1.0,
+        code: 500,
+        user: Some(agent.into()),
+    });
+    unblock(&hub1, "cluster1");
+    eventually(LONG, "hub2 told of cluster1's release", || async {
+        let list = target_tasks.list(&Default::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|t| t.spec.released.iter().flatten().any(|c| c == "cluster1"))
+            .then_some(())
+    })
+    .await;
+    // The target has tried to record it since, and could not.
+    let hub2 = s.fleet.hubs[1].cluster.api.metrics();
+    let refused = || {
+        hub2.answers_to(agent)
+            .get(&("patch".into(), "migrationtasks".into(), 500))
+            .copied()
+            .unwrap_or(0)
+    };
+    let before = refused();
+    eventually(LONG, "the target's record refused", || async {
+        (refused() > before).then_some(())
+    })
+    .await;
+    // The manager wrote the target's task before hub2 showed it: the source's task, on the
+    // global hub, lists no release, and hub1 still accepts the cluster.
+    let works = Api::<ManifestWork>::namespaced(s.global.clone(), "hub1")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let source_released: Vec<String> = works
+        .items
+        .iter()
+        .flat_map(|w| {
+            w.spec
+                .workload
+                .iter()
+                .flat_map(|l| l.manifests.iter().flatten())
+                .filter(|m| m["kind"] == "MigrationTask")
+                .flat_map(|m| {
+                    m["spec"]["released"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|c| c.as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        source_released.is_empty(),
+        "the source was told of {source_released:?} before the target recorded it"
+    );
+    let cluster1 = Api::<ManagedCluster>::all(s.hub(1))
+        .get("cluster1")
+        .await
+        .unwrap();
+    assert!(
+        cluster1.spec.hub_accepts_client,
+        "hub1 let cluster1 go before hub2 recorded its release"
+    );
+    faults.clear();
+    s.phase("first", MigrationPhase::Completed, LONG).await;
+    s.moved_to(["cluster1"], 2).await;
 }
 
 /// The source hub's agent cannot act while a cluster must be taken back (every write of a
