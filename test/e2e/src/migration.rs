@@ -333,6 +333,34 @@ impl Setup {
         .await;
     }
 
+    /// From now on, until its faults are cleared, hub `hub` (1-based) answers every status
+    /// write of a MigrationTask by the addon's agent with a 500 (the rule matches the
+    /// resource, not the subresource); the hub's faults, to clear.
+    pub fn fail_task_status_writes(&self, hub: usize) -> &kube_sim::Faults {
+        let faults = self.fleet.hubs[hub - 1].cluster.api.faults();
+        faults.add_error(kube_sim::ErrorRule {
+            verb: Some("patch".into()),
+            resource: Some("migrationtasks".into()),
+            rate: 1.0,
+            code: 500,
+            user: Some(crate::AGENT_USER.into()),
+        });
+        faults
+    }
+
+    /// How many of the agent's MigrationTask writes hub `hub` (1-based) refused so far
+    /// ([`Self::fail_task_status_writes`]).
+    pub fn refused_task_status_writes(&self, hub: usize) -> u64 {
+        self.fleet.hubs[hub - 1]
+            .cluster
+            .api
+            .metrics()
+            .answers_to(crate::AGENT_USER)
+            .get(&("patch".into(), "migrationtasks".into(), 500))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// [`Self::invariant`] once `clusters` moved to hub `hub` (1-based) and every other
     /// cluster stayed where it started.
     pub async fn moved_to<S: AsRef<str>>(&self, clusters: impl IntoIterator<Item = S>, hub: usize) {

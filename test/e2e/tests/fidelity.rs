@@ -917,15 +917,7 @@ async fn a_hub_validates_a_revision_once_however_many_events_follow() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let s = Setup::new(2, 3).await;
     let agent = e2e::AGENT_USER;
-    let target_faults = s.fleet.hubs[1].cluster.api.faults();
-    target_faults.add_error(kube_sim::ErrorRule {
-        verb: Some("patch".into()),
-        // The rule matches the resource, not the subresource: the status write.
-        resource: Some("migrationtasks".into()),
-        rate: 1.0,
-        code: 500,
-        user: Some(agent.into()),
-    });
+    let target_faults = s.fail_task_status_writes(2);
     let moving = ["cluster1", "cluster2", "cluster3"];
     s.apply(
         "once",
@@ -953,12 +945,8 @@ async fn a_hub_validates_a_revision_once_however_many_events_follow() {
     })
     .await;
     // The target has tried to answer and could not: the manager waits for it.
-    let hub2 = s.fleet.hubs[1].cluster.api.metrics();
     eventually(LONG, "the target's answer refused", || async {
-        hub2.answers_to(agent)
-            .get(&("patch".into(), "migrationtasks".into(), 500))
-            .is_some_and(|n| *n > 0)
-            .then_some(())
+        (s.refused_task_status_writes(2) > 0).then_some(())
     })
     .await;
     // Events on the source's clusters meanwhile: each a change of a ManagedCluster there.

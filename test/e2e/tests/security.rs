@@ -212,17 +212,8 @@ async fn the_first_release_reaches_the_source_only_once_the_target_recorded_it()
             .then_some(())
     })
     .await;
-    // From here on the target's agent cannot write its task's status (the rule matches the
-    // resource, not the subresource).
-    let agent = e2e::AGENT_USER;
-    let faults = s.fleet.hubs[1].cluster.api.faults();
-    faults.add_error(kube_sim::ErrorRule {
-        verb: Some("patch".into()),
-        resource: Some("migrationtasks".into()),
-        rate: 1.0,
-        code: 500,
-        user: Some(agent.into()),
-    });
+    // From here on the target's agent cannot write its task's status.
+    let faults = s.fail_task_status_writes(2);
     unblock(&hub1, "cluster1");
     eventually(LONG, "hub2 told of cluster1's release", || async {
         let list = target_tasks.list(&Default::default()).await.ok()?;
@@ -233,16 +224,9 @@ async fn the_first_release_reaches_the_source_only_once_the_target_recorded_it()
     })
     .await;
     // The target has tried to record it since, and could not.
-    let hub2 = s.fleet.hubs[1].cluster.api.metrics();
-    let refused = || {
-        hub2.answers_to(agent)
-            .get(&("patch".into(), "migrationtasks".into(), 500))
-            .copied()
-            .unwrap_or(0)
-    };
-    let before = refused();
+    let before = s.refused_task_status_writes(2);
     eventually(LONG, "the target's record refused", || async {
-        (refused() > before).then_some(())
+        (s.refused_task_status_writes(2) > before).then_some(())
     })
     .await;
     // The manager wrote the target's task before hub2 showed it: the source's task, on the
