@@ -929,6 +929,62 @@ mod tests {
         }
     }
 
+    /// What a logger wrote, shared with the test.
+    #[derive(Clone, Default)]
+    struct Written(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Written {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| std::io::Error::other("poisoned"))?
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_watch_error_is_dropped_and_logged_at_debug_only_when_it_expired() {
+        use futures::StreamExt;
+        use kube::runtime::watcher::Error as W;
+        let written = Written::default();
+        let writer = written.clone();
+        let logger = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _logging = tracing::subscriber::set_default(logger);
+        let status = |code: u16, message: &str| {
+            let mut s = kube::core::Status::failure(message, "x");
+            s.code = code;
+            Box::new(s)
+        };
+        let events = futures::stream::iter(vec![
+            Err(W::WatchError(status(410, "too old resource version"))),
+            Ok(7_u32),
+            Err(W::WatchError(status(500, "etcdserver: leader changed"))),
+        ]);
+        let passed: Vec<_> = errors_stay_in_the_watch(events).collect().await;
+        assert_eq!(passed.len(), 1);
+        assert!(matches!(passed[0], Ok(7)));
+        let text = String::from_utf8(written.0.lock().unwrap().clone()).unwrap();
+        let line = |needle: &str| {
+            text.lines()
+                .find(|l| l.contains(needle))
+                .unwrap_or_else(|| panic!("no line of {needle:?} in:\n{text}"))
+                .to_owned()
+        };
+        let expired = line("too old resource version");
+        assert!(expired.contains("DEBUG"), "{expired}");
+        let failed = line("leader changed");
+        assert!(failed.contains("WARN"), "{failed}");
+    }
+
     #[test]
     fn metrics_carry_build_info() {
         let h = Health::new("addon-manager", "1.2.3");
