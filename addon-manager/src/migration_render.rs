@@ -485,11 +485,11 @@ pub fn carry_grants(
     )
 }
 
-/// How the work agent applies and reads back a task.
-///
 /// The resource a task's manifest config names (MigrationTask's plural).
 const TASK_RESOURCE: &str = "migrationtasks";
 
+/// How the work agent applies and reads back a task.
+///
 /// Feedback rules reading a task's status back: scalars only (the carry-over is one JSON
 /// string), so nothing depends on the work agent's `RawFeedbackJsonString` gate. Watched, not
 /// polled: the work agent reports each status write of the task when it happens (ocm v1.2+,
