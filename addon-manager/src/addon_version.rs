@@ -256,8 +256,7 @@ fn started_ago(r: &Recorded, now: jiff::Timestamp, new_rollout: bool) -> Option<
         return Some(Duration::ZERO);
     }
     let t: jiff::Timestamp = r.rollout_started.as_deref()?.parse().ok()?;
-    let d = now.duration_since(t);
-    Some(Duration::from_secs_f64(d.as_secs_f64().max(0.0)))
+    Some(Duration::try_from(now.duration_since(t)).unwrap_or_default())
 }
 
 /// The change a rollout to `target` makes, from the version that ran before it.

@@ -79,13 +79,16 @@ pub async fn run(
         .graceful_shutdown_on(stop)
         .run(
             reconcile,
-            |_, e: &kube::Error, _| {
-                if migration_api::runtime::is_conflict(e) {
+            |_, e: &Error, _| match e {
+                Error::Kube(e) if migration_api::runtime::is_conflict(e) => {
                     tracing::debug!(error = %e, "csr approval raced a change; retrying");
-                } else {
-                    tracing::warn!(error = %e, "csr approval failed; retrying");
+                    Action::requeue(Duration::from_secs(2))
                 }
-                Action::requeue(Duration::from_secs(2))
+                Error::Kube(e) => {
+                    tracing::warn!(error = %e, "csr approval failed; retrying");
+                    Action::requeue(Duration::from_secs(2))
+                }
+                Error::Panicked(_) => Action::requeue(migration_api::runtime::PANIC_RETRY),
             },
             Arc::new(Ctx {
                 client,
@@ -97,12 +100,19 @@ pub async fn run(
         .await;
 }
 
-async fn reconcile(
-    csr: Arc<CertificateSigningRequest>,
-    ctx: Arc<Ctx>,
-) -> Result<Action, kube::Error> {
+/// Why an approval failed (it is retried).
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Panicked(#[from] migration_api::runtime::Panicked),
+}
+
+async fn reconcile(csr: Arc<CertificateSigningRequest>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let started = std::time::Instant::now();
-    let result = reconcile_one(csr, &ctx).await;
+    let result =
+        migration_api::runtime::unwinding(async { Ok(reconcile_one(csr, &ctx).await?) }).await;
     ctx.metrics
         .reconciled("csr", started.elapsed(), result.is_ok());
     result

@@ -72,6 +72,14 @@ pub struct Args {
     pub leader_election_retry_period: Duration,
 }
 
+/// The longest leader Lease: a day (a Lease holds its duration in whole seconds of an int32,
+/// and a standby waits that long for a leader that died).
+pub const MAX_LEADER_LEASE: Duration = Duration::from_secs(24 * 3600);
+
+fn humantime(d: Duration) -> String {
+    migration_api::migration::format_duration(d)
+}
+
 /// Name of the manager's leader Lease.
 pub const LEADER_LEASE: &str = "cluster-migration-addon-manager";
 
@@ -84,6 +92,45 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 impl Args {
+    /// What the flags cannot say alone, checked as client-go's `NewLeaderElector` checks a
+    /// leader election's settings: the lease outlasts the renew deadline, which outlasts a
+    /// retry period and its jitter (1.2), and none is zero or past what a Lease can hold.
+    pub fn check(&self) -> Result<(), String> {
+        let (lease, renew, retry) = (
+            self.leader_election_lease_duration,
+            self.leader_election_renew_deadline,
+            self.leader_election_retry_period,
+        );
+        if retry < Duration::from_secs(1) {
+            return Err(format!(
+                "--leader-election-retry-period {} must be at least 1s",
+                humantime(retry)
+            ));
+        }
+        if renew <= retry.mul_f64(1.2) {
+            return Err(format!(
+                "--leader-election-renew-deadline {} must be longer than 1.2 × --leader-election-retry-period {}",
+                humantime(renew),
+                humantime(retry)
+            ));
+        }
+        if lease <= renew {
+            return Err(format!(
+                "--leader-election-lease-duration {} must be longer than --leader-election-renew-deadline {}",
+                humantime(lease),
+                humantime(renew)
+            ));
+        }
+        if lease > MAX_LEADER_LEASE {
+            return Err(format!(
+                "--leader-election-lease-duration {} must be at most {}",
+                humantime(lease),
+                humantime(MAX_LEADER_LEASE)
+            ));
+        }
+        Ok(())
+    }
+
     /// The leader election's settings; the identity is the pod name (or host name) with a
     /// random suffix, so a restarted pod is a new candidate.
     pub fn leader_config(&self) -> leader::Config {

@@ -195,16 +195,29 @@ pub fn container_resources(entries: &[ContainerResourceRequirements]) -> Option<
         .and_then(|(_, e)| serde_json::to_value(&e.resources).ok())
 }
 
+/// The longest health lease an agent may be given: an hour (addon-framework's default is a
+/// minute, and the manager judges a hub by five of them).
+pub const MAX_LEASE_DURATION_SECS: u32 = 3600;
+/// The most clusters a hub may be said to hold (a score's denominator).
+pub const MAX_CAPACITY: u32 = 1_000_000;
+
 fn parse_u32(
     config: Option<&AddOnDeploymentConfigSpec>,
     name: &str,
     default: u32,
+    max: u32,
 ) -> Result<u32, RenderError> {
     match variable(config, name) {
         None => Ok(default),
-        Some(v) => v.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
-            RenderError::Config(format!("{name} must be a positive integer, not \"{v}\""))
-        }),
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=max).contains(n))
+            .ok_or_else(|| {
+                RenderError::Config(format!(
+                    "{name} must be an integer from 1 to {max}, not \"{v}\""
+                ))
+            }),
     }
 }
 
@@ -250,8 +263,9 @@ impl AgentValues {
                 config,
                 LEASE_DURATION_VAR,
                 defaults.lease_duration_secs,
+                MAX_LEASE_DURATION_SECS,
             )?,
-            capacity: parse_u32(config, CAPACITY_VAR, defaults.capacity)?,
+            capacity: parse_u32(config, CAPACITY_VAR, defaults.capacity, MAX_CAPACITY)?,
             node_selector: placement
                 .and_then(|p| p.node_selector.clone())
                 .unwrap_or_default(),

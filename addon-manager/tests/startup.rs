@@ -95,6 +95,27 @@ fn bad_log_level_exits_2() {
 }
 
 #[test]
+fn leader_election_settings_client_go_refuses_exit_2() {
+    // (lease, renew deadline, retry period, what the error names)
+    let table = [
+        ("10s", "10s", "2s", "--leader-election-lease-duration"),
+        ("15s", "2s", "2s", "--leader-election-renew-deadline"),
+        ("15s", "10s", "0s", "--leader-election-retry-period"),
+        ("100h", "10s", "2s", "at most 24h"),
+    ];
+    for (lease, renew, retry, named) in table {
+        let mut cmd = manager();
+        cmd.args(["--kubeconfig", "/x", "--leader-elect"]);
+        cmd.args(["--leader-election-lease-duration", lease]);
+        cmd.args(["--leader-election-renew-deadline", renew]);
+        cmd.args(["--leader-election-retry-period", retry]);
+        let (status, _, stderr) = testing::run_to_exit(cmd, Duration::from_secs(30)).unwrap();
+        assert_eq!(status.code(), Some(2), "{lease} {renew} {retry}: {stderr}");
+        assert!(stderr.contains(named), "{named}: {stderr}");
+    }
+}
+
+#[test]
 fn version_and_help() {
     let mut cmd = manager();
     cmd.arg("--version");

@@ -128,6 +128,7 @@ pub struct BootstrapKubeConfigs {
 pub struct LocalSecretsConfig {
     pub kube_config_secrets: Vec<KubeConfigSecret>,
     /// How long the klusterlet waits for an unreachable hub before it reselects (default 600).
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_i32")]
     pub hub_connection_timeout_seconds: Option<i32>,
 }
 
@@ -266,5 +267,156 @@ mod tests {
         ));
         assert!(condition_is_true(&cs, "Ready"));
         assert_eq!(cs.len(), 1);
+    }
+}
+
+/// Tolerant decoding of 32-bit integers from objects anyone may write.
+///
+/// An API server stores any integer within int64 in a field its schema calls `int32` (the
+/// format is not enforced before Kubernetes 1.36, and never for `uint32`), and one such
+/// object would fail the decoding of a whole typed list, stopping every watch of its kind.
+/// A value out of range saturates at the type's bounds instead; validation then judges it
+/// as it judges any large value.
+pub mod saturating {
+    use serde::Deserializer;
+    use serde::de::{Error, Visitor};
+
+    /// An integer of `T`'s range from any JSON number, saturated at its bounds.
+    struct Saturate<T>(std::marker::PhantomData<T>);
+
+    /// What a 32-bit integer type tells the visitor.
+    trait Bounded: Sized {
+        fn from_i128(v: i128) -> Self;
+    }
+
+    impl Bounded for i32 {
+        fn from_i128(v: i128) -> Self {
+            v.clamp(i128::from(i32::MIN), i128::from(i32::MAX)) as i32
+        }
+    }
+
+    impl Bounded for u32 {
+        fn from_i128(v: i128) -> Self {
+            v.clamp(0, i128::from(u32::MAX)) as u32
+        }
+    }
+
+    impl<'de, T: Bounded> Visitor<'de> for Saturate<T> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an integer")
+        }
+
+        fn visit_i64<E: Error>(self, v: i64) -> Result<T, E> {
+            Ok(T::from_i128(i128::from(v)))
+        }
+
+        fn visit_u64<E: Error>(self, v: u64) -> Result<T, E> {
+            Ok(T::from_i128(i128::from(v)))
+        }
+
+        fn visit_f64<E: Error>(self, v: f64) -> Result<T, E> {
+            if v.is_nan() {
+                return Err(E::custom("NaN is not an integer"));
+            }
+            // `as` saturates a float at the integer's bounds.
+            Ok(T::from_i128(v as i128))
+        }
+    }
+
+    /// An optional integer, saturated (`null` and absence are `None`).
+    struct SaturateOption<T>(std::marker::PhantomData<T>);
+
+    impl<'de, T: Bounded> Visitor<'de> for SaturateOption<T> {
+        type Value = Option<T>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an integer or null")
+        }
+
+        fn visit_none<E: Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+            d.deserialize_any(Saturate(std::marker::PhantomData))
+                .map(Some)
+        }
+    }
+
+    /// An `i32` field.
+    pub fn i32<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
+        d.deserialize_any(Saturate(std::marker::PhantomData))
+    }
+
+    /// An `Option<i32>` field (with `#[serde(default)]`).
+    pub fn opt_i32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+        d.deserialize_option(SaturateOption(std::marker::PhantomData))
+    }
+
+    /// A `u32` field.
+    pub fn u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+        d.deserialize_any(Saturate(std::marker::PhantomData))
+    }
+
+    /// An `Option<u32>` field (with `#[serde(default)]`).
+    pub fn opt_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        d.deserialize_option(SaturateOption(std::marker::PhantomData))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use serde_json::json;
+
+        use crate::migration::ManagedClusterMigration;
+        use crate::ocm::work::ManifestWork;
+
+        #[test]
+        fn one_object_out_of_range_does_not_break_the_list_of_its_kind() {
+            let mcm = |max_concurrency: serde_json::Value| {
+                json!({
+                    "apiVersion": "migration.open-cluster-management.io/v1alpha1",
+                    "kind": "ManagedClusterMigration",
+                    "metadata": {"name": "m", "namespace": "ns"},
+                    "spec": {"from": "hub1", "to": "hub2", "includedManagedClusters": ["c1"],
+                             "maxConcurrency": max_concurrency, "maxFailures": -99999999999i64},
+                    "status": {"clusters": {"total": 9999999999i64}},
+                })
+            };
+            let list = json!([mcm(json!(9999999999i64)), mcm(json!(2)), mcm(json!(null))]);
+            let decoded: Vec<ManagedClusterMigration> =
+                serde_json::from_value(list).expect("the list decodes");
+            let concurrency: Vec<_> = decoded.iter().map(|m| m.spec.max_concurrency).collect();
+            assert_eq!(concurrency, [Some(i32::MAX), Some(2), None]);
+            assert_eq!(decoded[0].spec.max_failures, Some(i32::MIN));
+            let total = decoded[0].status.as_ref().and_then(|s| s.clusters).map(|c| c.total);
+            assert_eq!(total, Some(i32::MAX));
+            // A work whose feedback names a manifest past int32, and a float where an
+            // integer belongs.
+            let work: ManifestWork = serde_json::from_value(json!({
+                "apiVersion": "work.open-cluster-management.io/v1",
+                "kind": "ManifestWork",
+                "metadata": {"name": "w", "namespace": "hub1"},
+                "spec": {},
+                "status": {"resourceStatus": {"manifests": [
+                    {"resourceMeta": {"ordinal": 1099511627776i64}, "conditions": []},
+                    {"resourceMeta": {"ordinal": -2.5}, "conditions": []},
+                ]}},
+            }))
+            .expect("the work decodes");
+            let ordinals: Vec<i32> = work
+                .status
+                .iter()
+                .flat_map(|s| s.resource_status.iter())
+                .flat_map(|r| r.manifests.iter().flatten())
+                .map(|m| m.resource_meta.ordinal)
+                .collect();
+            assert_eq!(ordinals, [i32::MAX, -2]);
+        }
     }
 }

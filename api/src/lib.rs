@@ -12,6 +12,7 @@ pub mod contract;
 pub mod crds;
 #[cfg(feature = "runtime")]
 pub mod discovery;
+pub mod labels;
 pub mod migration;
 pub mod names;
 pub mod ocm;

@@ -105,9 +105,11 @@ pub struct ManagedClusterMigrationSpec {
     pub registering_timeout: Option<String>,
     /// How many clusters switch hubs at once (default: all).
     #[schemars(range(min = 1))]
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_i32")]
     pub max_concurrency: Option<i32>,
     /// How many clusters may fail before no new wave starts (default 0).
     #[schemars(range(min = 0))]
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_i32")]
     pub max_failures: Option<i32>,
     /// Validate and write the plan into status, changing nothing else.
     pub dry_run: Option<bool>,
@@ -289,10 +291,15 @@ fn failures(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ClusterCounts {
+    #[serde(deserialize_with = "crate::common::saturating::i32")]
     pub total: i32,
+    #[serde(deserialize_with = "crate::common::saturating::i32")]
     pub switching: i32,
+    #[serde(deserialize_with = "crate::common::saturating::i32")]
     pub registered: i32,
+    #[serde(deserialize_with = "crate::common::saturating::i32")]
     pub failed: i32,
+    #[serde(deserialize_with = "crate::common::saturating::i32")]
     pub rolled_back: i32,
 }
 
@@ -448,6 +455,7 @@ pub struct MigrationTaskSpec {
     /// above suffixed with `-<identity>` ([`crate::names::of_identity`]); its bootstrap user is
     /// `bootstrapUsers[identity]` (without that list, `bootstrapUser` suffixed alike).
     /// Unset: one identity under the names above.
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_u32")]
     pub clusters_per_identity: Option<u32>,
     /// Target only: the user of each bootstrap identity, in order (identity `i` is
     /// `bootstrapUsers[i]`); set, it replaces `bootstrapUser` with a suffix.
@@ -1004,6 +1012,9 @@ pub const MAX_CARRY_OVER_TOTAL: usize = 32 * 1024 * 1024;
 /// ocm `pkg/work/webhook/common/validator.go`); records that fit one part stay inline, in
 /// the task's status and the migration's.
 pub const CARRY_OVER_PART_BYTES: usize = 200 * 1024;
+/// Most parts a carry-over travels in: [`MAX_CARRY_OVER_TOTAL`] in parts of
+/// [`CARRY_OVER_PART_BYTES`].
+pub const MAX_CARRY_OVER_PARTS: usize = MAX_CARRY_OVER_TOTAL.div_ceil(CARRY_OVER_PART_BYTES);
 /// The ConfigMap keys of a carry-over part: the records (a JSON array), and the digest of
 /// the whole carry-over the part belongs to.
 pub const CARRY_OVER_RECORDS_KEY: &str = "records";
@@ -1014,8 +1025,17 @@ pub const CARRY_OVER_DIGEST_KEY: &str = "digest";
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CarryOverParts {
+    #[serde(deserialize_with = "crate::common::saturating::u32")]
     pub count: u32,
     pub digest: String,
+}
+
+impl CarryOverParts {
+    /// How many parts there are to read, write or remove: `count`, at most
+    /// [`MAX_CARRY_OVER_PARTS`] whoever wrote it.
+    pub fn bounded(&self) -> usize {
+        usize::try_from(self.count).map_or(MAX_CARRY_OVER_PARTS, |n| n.min(MAX_CARRY_OVER_PARTS))
+    }
 }
 
 /// The carry-over records a source task reports (see `MigrationTaskStatus::carry_over_json`).
@@ -1178,28 +1198,7 @@ fn check_selector(selector: &LabelSelector) -> Result<(), SpecError> {
     check_label_selector(selector).map_err(SpecError::BadSelector)
 }
 
-/// A label selector's own rules (apimachinery `LabelSelectorAsSelector`): known operators,
-/// values with In and NotIn only.
-pub fn check_label_selector(selector: &LabelSelector) -> Result<(), String> {
-    for e in selector.match_expressions.as_deref().unwrap_or(&[]) {
-        let values = e.values.as_deref().unwrap_or(&[]);
-        match e.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => {
-                return Err(format!("{} {} needs at least one value", e.key, e.operator));
-            }
-            "Exists" | "DoesNotExist" if !values.is_empty() => {
-                return Err(format!("{} {} takes no values", e.key, e.operator));
-            }
-            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            other => {
-                return Err(format!(
-                    "unknown operator {other:?} (In, NotIn, Exists or DoesNotExist)"
-                ));
-            }
-        }
-    }
-    Ok(())
-}
+pub use crate::labels::check_label_selector;
 
 impl ManagedClusterMigrationSpec {
     /// Checks what the schema cannot (or what a server without CEL would let through).
@@ -1451,11 +1450,16 @@ pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
         rest = &rest[unit_len..];
         total += number * scale;
     }
-    if !total.is_finite() || total > u64::MAX as f64 {
+    // Go's durations are int64 nanoseconds: anything longer is refused there, and here, where
+    // it would not fit a `Duration` either (`u64::MAX as f64` rounds up to 2^64, past it).
+    if !(0.0..=MAX_GO_DURATION_SECS).contains(&total) {
         return None;
     }
-    Some(std::time::Duration::from_secs_f64(total))
+    std::time::Duration::try_from_secs_f64(total).ok()
 }
+
+/// The longest Go duration, in seconds: `math.MaxInt64` nanoseconds (about 292 years).
+const MAX_GO_DURATION_SECS: f64 = i64::MAX as f64 / 1e9;
 
 #[cfg(test)]
 mod tests {
@@ -1989,6 +1993,9 @@ mod tests {
                     matches!(
                         s.validate(),
                         Err(SpecError::DurationRange {
+                            field: "stageTimeout",
+                            ..
+                        } | SpecError::Duration {
                             field: "stageTimeout",
                             ..
                         })

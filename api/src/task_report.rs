@@ -134,6 +134,20 @@ pub fn feedback_rule() -> Value {
     json!({"type": "JSONPaths", "jsonPaths": paths})
 }
 
+/// `text` cut to at most `max` bytes, at a character's boundary, marked with `…` where cut.
+pub fn cut(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
+    text
+}
+
 /// A task's report as the manager reads it from the work's status feedback.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TaskReport {
@@ -152,27 +166,53 @@ pub struct TaskReport {
     pub refusal: Option<String>,
     /// Target: the offsets of its `releaseTimes` ([`Field::Released`]).
     pub released: Option<String>,
+    /// What the report holds out of range (a hub's agent never writes it): the manager
+    /// refuses such a report rather than act on it.
+    pub out_of_range: Option<String>,
 }
+
+/// The longest message of a report the manager keeps (a condition's message quotes it);
+/// the rest is cut off.
+pub const MAX_REPORT_MESSAGE: usize = 1024;
 
 impl TaskReport {
     /// Decodes the feedback values of a MigrationTask manifest.
+    ///
+    /// Every value is bounded before anything acts on it: a number out of its range leaves
+    /// its field unset and says so in [`TaskReport::out_of_range`], and the message is cut
+    /// to [`MAX_REPORT_MESSAGE`] bytes.
     pub fn from_feedback(values: &[FeedbackValue]) -> Self {
         let text = |f: Field| feedback_value(values, f.name()).and_then(|v| v.string.clone());
+        let integer = |f: Field| feedback_value(values, f.name()).and_then(|v| v.integer);
+        let mut out_of_range = Vec::new();
+        let mut bounded = |f: Field, max: i64| {
+            let n = integer(f)?;
+            if (0..=max).contains(&n) {
+                return Some(n);
+            }
+            out_of_range.push(format!("{} {n} is not within 0..={max}", f.name()));
+            None
+        };
+        let total = bounded(Field::Total, crate::migration::MAX_CLUSTERS as i64);
+        let parts = bounded(
+            Field::CarryParts,
+            crate::migration::MAX_CARRY_OVER_PARTS as i64,
+        );
         TaskReport {
             revision: text(Field::Revision),
             state: text(Field::State).as_deref().and_then(StageState::parse),
-            message: text(Field::Message),
+            message: text(Field::Message).map(|m| cut(m, MAX_REPORT_MESSAGE)),
             clusters: text(Field::Clusters),
-            total: feedback_value(values, Field::Total.name()).and_then(|v| v.integer),
+            total,
             shape: text(Field::Shape),
             carry: text(Field::Carry),
-            carry_parts: feedback_value(values, Field::CarryParts.name())
-                .and_then(|v| v.integer)
+            carry_parts: parts
                 .and_then(|n| u32::try_from(n).ok())
                 .zip(text(Field::CarryDigest))
                 .map(|(count, digest)| crate::migration::CarryOverParts { count, digest }),
             refusal: text(Field::Refusal),
             released: text(Field::Released),
+            out_of_range: (!out_of_range.is_empty()).then(|| out_of_range.join("; ")),
         }
     }
 
@@ -283,6 +323,7 @@ mod tests {
                 }),
                 refusal: Some("PlacementNotFound".into()),
                 released: Some("3,".into()),
+                out_of_range: None,
             }
         );
         assert_eq!(report.recorded_releases(3), vec![true, false, false]);

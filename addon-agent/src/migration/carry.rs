@@ -83,8 +83,8 @@ fn target_carry_over(
         return Ok(Some(records.clone()));
     }
     let namespace = task.namespace().unwrap_or_default();
-    let mut found = Vec::with_capacity(parts.count as usize);
-    for i in 0..parts.count as usize {
+    let mut found = Vec::with_capacity(parts.bounded());
+    for i in 0..parts.bounded() {
         let name = names::carry_over_part(task.spec.key(), MigrationRole::Target, i);
         match part_of(ctx, &namespace, &name) {
             Some((digest, records)) if digest == parts.digest => found.push(records),

@@ -228,6 +228,8 @@ pub enum Error {
     /// The hub or the task lacks something the handler needs.
     #[error("{0}")]
     Config(String),
+    #[error(transparent)]
+    Panicked(#[from] migration_api::runtime::Panicked),
 }
 
 /// The agent's caches of its hub, each change that matters to a task sent to `trigger`.
@@ -539,6 +541,10 @@ pub async fn run(client: Client, opts: Options) {
         .run(
             reconcile,
             |task, e: &Error, _| {
+                if let Error::Panicked(_) = e {
+                    tracing::error!(task = %task.name_any(), error = %e, "migration task reconcile panicked");
+                    return Action::requeue(migration_api::runtime::PANIC_RETRY);
+                }
                 tracing::info!(task = %task.name_any(), error = %e, "migration task reconcile failed; retrying");
                 Action::requeue(Duration::from_secs(2))
             },
@@ -715,7 +721,7 @@ async fn reconcile(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Er
         ),
         role = task.spec.role.as_str(),
     );
-    reconcile_task(task, ctx).instrument(span).await
+    migration_api::runtime::unwinding(reconcile_task(task, ctx).instrument(span)).await
 }
 
 async fn reconcile_task(task: Arc<MigrationTask>, ctx: Arc<Ctx>) -> Result<Action, Error> {

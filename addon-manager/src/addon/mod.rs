@@ -77,6 +77,8 @@ pub enum Error {
     Kube(#[from] ApiError),
     #[error("rendering: {0}")]
     Render(#[from] render::RenderError),
+    #[error(transparent)]
+    Panicked(#[from] migration_api::runtime::Panicked),
 }
 
 /// Settings of the addon controller.
@@ -254,6 +256,9 @@ fn what_decides(mca: &ManagedClusterAddOn) -> Option<u64> {
 
 fn error_policy(_: Arc<ClusterManagementAddOn>, e: &Error, _: Arc<Ctx>) -> Action {
     log_error(e, "");
+    if let Error::Panicked(_) = e {
+        return Action::requeue(migration_api::runtime::PANIC_RETRY);
+    }
     Action::requeue(Duration::from_secs(2))
 }
 
@@ -300,13 +305,12 @@ fn sooner(requeue: &mut Option<Duration>, after: Duration) {
 
 fn since(o: &ManagedClusterAddOn, key: &str) -> Option<Duration> {
     let t: jiff::Timestamp = annotation(o, key)?.parse().ok()?;
-    let d = jiff::Timestamp::now().duration_since(t);
-    Some(Duration::from_secs_f64(d.as_secs_f64().max(0.0)))
+    Some(Duration::try_from(jiff::Timestamp::now().duration_since(t)).unwrap_or_default())
 }
 
 async fn reconcile(cma: Arc<ClusterManagementAddOn>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let started = std::time::Instant::now();
-    let result = reconcile_one(cma, &ctx).await;
+    let result = migration_api::runtime::unwinding(reconcile_one(cma, &ctx)).await;
     ctx.cfg
         .metrics
         .reconciled("addon", started.elapsed(), result.is_ok());

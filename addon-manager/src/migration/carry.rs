@@ -26,8 +26,8 @@ pub(super) fn read_parts(
     m: &Migration,
     parts: &CarryOverParts,
 ) -> Result<Vec<String>, usize> {
-    let mut found = Vec::with_capacity(parts.count as usize);
-    for i in 0..parts.count as usize {
+    let mut found = Vec::with_capacity(parts.bounded());
+    for i in 0..parts.bounded() {
         match reported_part(works, m, parts, i).or_else(|| delivered_part(works, m, parts, i)) {
             Some(p) => found.push(p),
             None => return Err(found.len()),
@@ -110,7 +110,7 @@ pub(super) fn gather(
     parts: &CarryOverParts,
     source_ns: &str,
 ) -> Gathered {
-    for i in 0..parts.count as usize {
+    for i in 0..parts.bounded() {
         let work = mr::carry_read_work(m, source_ns, i);
         step.effects.push(Effect::ApplyWork(work));
     }
@@ -163,7 +163,7 @@ pub(super) async fn deliver_parts(
     target_ns: &str,
 ) -> Result<(), Error> {
     let works = |hub: &str, name: &str| work_named(ctx, hub, name);
-    let missing: Vec<usize> = (0..parts.count as usize)
+    let missing: Vec<usize> = (0..parts.bounded())
         .filter(|&i| delivered(&works, m, parts, i, |_| Some(())).is_none())
         .collect();
     if missing.is_empty() {

@@ -306,7 +306,7 @@ pub(super) async fn remove_everything(
         // anywhere.
         return Ok(true);
     }
-    let parts = part_works(ctx, m, parts.map_or(0, |p| p.count as usize));
+    let parts = part_works(ctx, m, parts.map_or(0, CarryOverParts::bounded));
     let works_of = [
         (m.from.as_str(), names::migration_bootstrap_work(&m.key)),
         (

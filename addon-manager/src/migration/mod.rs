@@ -147,6 +147,8 @@ pub enum Error {
     Kube(#[from] ApiError),
     #[error(transparent)]
     Render(#[from] RenderError),
+    #[error(transparent)]
+    Panicked(#[from] migration_api::runtime::Panicked),
 }
 
 /// Runs the controller until `stop` resolves.
@@ -214,6 +216,10 @@ fn owner_of<K: Resource>(obj: K) -> Option<ObjectRef<ManagedClusterMigration>> {
 
 fn error_policy(mcm: Arc<ManagedClusterMigration>, e: &Error, _: Arc<Ctx>) -> Action {
     let migration = format!("{}/{}", mcm.namespace().unwrap_or_default(), mcm.name_any());
+    if let Error::Panicked(_) = e {
+        tracing::error!(%migration, error = %e, "migration reconcile panicked");
+        return Action::requeue(migration_api::runtime::PANIC_RETRY);
+    }
     tracing::info!(%migration, error = %e, "migration reconcile failed; retrying");
     Action::requeue(Duration::from_secs(2))
 }
@@ -368,7 +374,22 @@ async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<A
         "reconcile",
         migration = %format!("{}/{}", mcm.namespace().unwrap_or_default(), mcm.name_any())
     );
-    let result = reconcile_one(mcm, &ctx).instrument(span).await;
+    let reference = mcm.object_ref(&());
+    let result =
+        migration_api::runtime::unwinding(reconcile_one(mcm, &ctx).instrument(span)).await;
+    if let Err(e @ Error::Panicked(_)) = &result {
+        // The user sees it on the migration (`kubectl describe`), not only in the log.
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "ReconcileFailed".into(),
+            note: Some(format!("{e}; this is a bug of the addon-manager, please report it")),
+            action: "Migrate".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+            tracing::debug!(error = %e, "publishing an event");
+        }
+    }
     let metrics = &ctx.config.metrics;
     metrics.reconciled("migration", started.elapsed(), result.is_ok());
     metrics.migrations_seen(ctx.migrations.state().iter().map(|m| &**m));

@@ -492,3 +492,44 @@ fn the_status_of_a_dry_run_of_3000_clusters_with_the_longest_names_stays_well_wi
     let size = serde_json::to_vec(&step.status).unwrap().len();
     assert!(size < 512 * 1024, "the status is {size} bytes");
 }
+
+#[test]
+fn a_source_reporting_more_carry_over_parts_than_can_exist_is_refused_without_reading_them() {
+    let mcm = validating_mcm();
+    let source = MigrationRole::Source;
+    // (the parts the source reports, refused)
+    let most = migration_api::migration::MAX_CARRY_OVER_PARTS;
+    let table = [
+        ("4000000000".to_string(), true),
+        ("-1".to_string(), true),
+        ((most + 1).to_string(), true),
+        (most.to_string(), false),
+    ];
+    for (count, refused) in table {
+        let mut c = checks();
+        let first = run(&c, &mcm, 1);
+        let said = [
+            (Field::Shape, "multipleHubsConfig".to_string()),
+            (Field::CarryParts, count.clone()),
+            (Field::CarryDigest, "d1".to_string()),
+        ];
+        c.source_work = reply(&first, source, StageState::Succeeded, &[Valid; 3], &said);
+        let step = run(&c, &mcm, 2);
+        if refused {
+            let (phase, _, reason) = outcome(&step);
+            assert_eq!(
+                (phase, reason.as_str()),
+                (MigrationPhase::Failed, reasons::HUB_INVALID),
+                "{count}"
+            );
+            assert!(message(&step).contains("out of range"), "{}", message(&step));
+            // Not one read-back work for a count no source can have.
+            assert!(
+                !applied(&step).contains(&names::carry_over_part(&m().key, source, 0)),
+                "{count}"
+            );
+        } else {
+            waits(&step, &format!("0 of {count} parts"));
+        }
+    }
+}

@@ -76,7 +76,7 @@ impl Checks {
         let parts = source_work
             .as_deref()
             .and_then(|w| Feedback::of(w).report.carry_parts);
-        let part_works = (0..parts.map_or(0, |p| p.count as usize))
+        let part_works = (0..parts.as_ref().map_or(0, CarryOverParts::bounded))
             .map(|i| names::carry_over_part(&m.key, MigrationRole::Source, i))
             .filter_map(|name| Some((name.clone(), work_named(ctx, &m.from, &name)?)))
             .collect();
@@ -283,6 +283,15 @@ fn ask(
         return Err(Outcome::invalid(reasons::HUB_INVALID, problem));
     }
     if let Some(f) = report.filter(|f| f.succeeded() || f.failed()) {
+        if let Some(what) = &f.report.out_of_range {
+            return Err(Outcome::invalid(
+                reasons::HUB_INVALID,
+                format!(
+                    "{} hub {hub}'s agent reported values out of range ({what}); check the agent's version and who else writes MigrationTasks there",
+                    role.as_str()
+                ),
+            ));
+        }
         return Ok(f);
     }
     let mut msg = format!(

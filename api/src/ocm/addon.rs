@@ -160,6 +160,7 @@ pub struct RolloutProgressivePerGroup {
 #[serde(rename_all = "camelCase")]
 pub struct MandatoryDecisionGroup {
     pub group_name: Option<String>,
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_i32")]
     pub group_index: Option<i32>,
 }
 

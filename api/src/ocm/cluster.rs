@@ -55,6 +55,7 @@ pub struct ManagedClusterSpec {
     /// Whether the hub admits this cluster. The klusterlet reselects its hub when it turns false.
     #[serde(default)]
     pub hub_accepts_client: bool,
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_i32")]
     pub lease_duration_seconds: Option<i32>,
     pub managed_cluster_client_configs: Option<Vec<ClientConfig>>,
     pub taints: Option<Vec<Taint>>,
@@ -227,6 +228,7 @@ pub struct ClusterClaimSpec {
 #[serde(rename_all = "camelCase")]
 pub struct PlacementSpec {
     pub cluster_sets: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_i32")]
     pub number_of_clusters: Option<i32>,
     pub predicates: Option<Vec<ClusterPredicate>>,
     pub prioritizer_policy: Option<PrioritizerPolicy>,
@@ -275,6 +277,7 @@ pub struct PrioritizerPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct PrioritizerConfig {
     pub score_coordinate: ScoreCoordinate,
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_i32")]
     pub weight: Option<i32>,
 }
 
@@ -344,6 +347,7 @@ pub struct DecisionGroup {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacementStatus {
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_i32")]
     pub number_of_selected_clusters: Option<i32>,
     pub decision_groups: Option<Vec<DecisionGroupStatus>>,
     #[serde(default)]
@@ -356,9 +360,11 @@ pub struct PlacementStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DecisionGroupStatus {
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_i32")]
     pub decision_group_index: Option<i32>,
     pub decision_group_name: Option<String>,
     pub decisions: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_i32")]
     pub cluster_count: Option<i32>,
 }
 
@@ -449,6 +455,7 @@ fn scores(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
 pub struct AddOnPlacementScoreItem {
     pub name: String,
     #[schemars(range(min = -100, max = 100))]
+    #[serde(deserialize_with = "crate::common::saturating::i32")]
     pub value: i32,
 }
 

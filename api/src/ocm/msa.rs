@@ -23,6 +23,7 @@ use crate::common::{Condition, Time};
 #[serde(rename_all = "camelCase")]
 pub struct ManagedServiceAccountSpec {
     pub rotation: ManagedServiceAccountRotation,
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_i32")]
     pub ttl_seconds_after_creation: Option<i32>,
 }
 

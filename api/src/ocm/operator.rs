@@ -115,8 +115,10 @@ pub struct KlusterletRegistrationConfiguration {
     pub cluster_labels: Option<BTreeMap<String, String>>,
     pub cluster_annotations: Option<BTreeMap<String, String>>,
     #[serde(rename = "kubeAPIQPS")]
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_i32")]
     pub kube_api_qps: Option<i32>,
     #[serde(rename = "kubeAPIBurst")]
+    #[serde(default, deserialize_with = "crate::common::saturating::opt_i32")]
     pub kube_api_burst: Option<i32>,
 }
 

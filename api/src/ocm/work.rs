@@ -218,6 +218,7 @@ pub struct ManifestCondition {
 #[skip_serializing_none]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ManifestResourceMeta {
+    #[serde(deserialize_with = "crate::common::saturating::i32")]
     pub ordinal: i32,
     pub group: Option<String>,
     pub version: Option<String>,

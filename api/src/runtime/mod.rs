@@ -20,6 +20,9 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+mod panics;
+pub use panics::{PANIC_RETRY, Panicked, unwinding};
+
 /// Errors of process start-up.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
