@@ -94,18 +94,16 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 impl Args {
     /// What the flags cannot say alone, checked as client-go's `NewLeaderElector` checks a
     /// leader election's settings: the lease outlasts the renew deadline, which outlasts a
-    /// retry period and its jitter (1.2), and none is zero or past what a Lease can hold.
+    /// retry period and its jitter (1.2), none is zero, and the lease is whole seconds a
+    /// Lease can hold.
     pub fn check(&self) -> Result<(), String> {
         let (lease, renew, retry) = (
             self.leader_election_lease_duration,
             self.leader_election_renew_deadline,
             self.leader_election_retry_period,
         );
-        if retry < Duration::from_secs(1) {
-            return Err(format!(
-                "--leader-election-retry-period {} must be at least 1s",
-                humantime(retry)
-            ));
+        if retry.is_zero() {
+            return Err("--leader-election-retry-period must be longer than 0s".into());
         }
         if renew <= retry.mul_f64(1.2) {
             return Err(format!(
@@ -121,9 +119,9 @@ impl Args {
                 humantime(renew)
             ));
         }
-        if lease > MAX_LEADER_LEASE {
+        if !(Duration::from_secs(1)..=MAX_LEADER_LEASE).contains(&lease) {
             return Err(format!(
-                "--leader-election-lease-duration {} must be at most {}",
+                "--leader-election-lease-duration {} must be from 1s to {} (a Lease holds it in whole seconds)",
                 humantime(lease),
                 humantime(MAX_LEADER_LEASE)
             ));

@@ -394,7 +394,11 @@ pub mod saturating {
             let concurrency: Vec<_> = decoded.iter().map(|m| m.spec.max_concurrency).collect();
             assert_eq!(concurrency, [Some(i32::MAX), Some(2), None]);
             assert_eq!(decoded[0].spec.max_failures, Some(i32::MIN));
-            let total = decoded[0].status.as_ref().and_then(|s| s.clusters).map(|c| c.total);
+            let total = decoded[0]
+                .status
+                .as_ref()
+                .and_then(|s| s.clusters)
+                .map(|c| c.total);
             assert_eq!(total, Some(i32::MAX));
             // A work whose feedback names a manifest past int32, and a float where an
             // integer belongs.

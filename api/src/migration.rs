@@ -766,10 +766,13 @@ pub enum ClusterState {
     /// Cleaning: arrived, but the target no longer has it (refused there, or its ManagedCluster
     /// removed): not detached from the source, which accepts it again.
     Lost,
+    /// Cleaning gave up on it (past its bound, or abandoned): neither hub confirmed where it
+    /// is.
+    Unconfirmed,
 }
 
 impl ClusterState {
-    const TABLE: [(Self, char); 24] = [
+    const TABLE: [(Self, char); 25] = [
         (Self::Pending, '-'),
         (Self::Valid, 'v'),
         (Self::NotFound, 'N'),
@@ -794,6 +797,7 @@ impl ClusterState {
         (Self::Detached, 'D'),
         (Self::Moved, 'M'),
         (Self::Lost, 'L'),
+        (Self::Unconfirmed, 'u'),
     ];
 
     /// The state's character.
@@ -878,6 +882,10 @@ impl ClusterState {
             Self::Lost => (
                 "ClusterLost",
                 "arrived on the target hub, which no longer has it (refused there, or its ManagedCluster removed) when the migration came to detach it: it was kept on the source hub, which accepts it again (if its klusterlet cannot reach the source hub, import it there again)",
+            ),
+            Self::Unconfirmed => (
+                "Unconfirmed",
+                "was not confirmed on either hub before the migration stopped waiting: check on the source hub that its ManagedCluster accepts it (hubAcceptsClient true) and that it turns Available there, or on the target hub that it is Available; if it is on neither, import it again",
             ),
             Self::AutoImportDisabled => (
                 "AutoImportDisabled",

@@ -341,7 +341,10 @@ pub mod annotations {
     pub const INSTALL_PLACEMENT: &str = "migration.open-cluster-management.io/install-placement";
     /// ManagedClusterMigration: a user's request: `rollback` rolls back the clusters not yet
     /// registered on the target (before any was touched, the migration fails at once); `retry`
-    /// (once it ended) creates migration `<name>-retry` for the clusters that stayed.
+    /// (once it ended) creates migration `<name>-retry` for the clusters that stayed;
+    /// `abandon` stops waiting for silent hubs and clusters: what is in flight is rolled back
+    /// without waiting, the clusters not confirmed are reported `Unconfirmed`, the
+    /// migration's objects are removed and it ends Failed.
     pub const REQUEST: &str = "migration.open-cluster-management.io/request";
     /// ManagedClusterAddOn: set to "true" to delete it without running the pre-delete hook.
     pub const SKIP_PRE_DELETE: &str = "migration.open-cluster-management.io/skip-pre-delete";
@@ -428,6 +431,9 @@ pub mod conditions {
     /// A user's request on the migration (annotation [`super::annotations::REQUEST`]) was
     /// acted on (False: it is not known, or came too late to do anything).
     pub const REQUEST_ACCEPTED: &str = "RequestAccepted";
+    /// The migration stopped waiting for its hubs and clusters (past its bound in Cleaning,
+    /// or on a user's `abandon`): what they had not confirmed is reported, not waited for.
+    pub const ABANDONED: &str = "Abandoned";
 }
 
 /// Condition reasons.
@@ -482,6 +488,10 @@ pub mod reasons {
     /// Migration: a user asked for a rollback (annotation `request: rollback`); also the
     /// rollback's cause.
     pub const ROLLBACK_REQUESTED: &str = "RollbackRequested";
+    /// Migration: a user asked to stop waiting (annotation `request: abandon`).
+    pub const ABANDON_REQUESTED: &str = "AbandonRequested";
+    /// Migration: Cleaning ran past its bound with clusters or hubs that never confirmed.
+    pub const UNCONFIRMED: &str = "Unconfirmed";
     /// Migration: the request annotation names nothing known.
     pub const UNKNOWN_REQUEST: &str = "UnknownRequest";
     /// Migration: the request does not apply to the migration as it stands (nothing left to

@@ -56,7 +56,10 @@ fn durations_that_round_to_the_edge_of_u64_are_refused_not_a_panic() {
         assert_eq!(parse_duration(text), None, "{text}");
     }
     // The longest Go duration still reads.
-    assert_eq!(parse_duration("2562047h"), Some(Duration::from_secs(2562047 * 3600)));
+    assert_eq!(
+        parse_duration("2562047h"),
+        Some(Duration::from_secs(2562047 * 3600))
+    );
 }
 
 proptest! {

@@ -23,7 +23,8 @@ pub(super) async fn cleaning(
         .conditions
         .as_deref()
         .and_then(|c| find_condition(c, RESOURCE_CLEANED))
-        .is_some_and(|c| c.reason == reasons::REMOVING);
+        .is_some_and(|c| c.reason == reasons::REMOVING)
+        || abandoned(&step.status);
     if touched(&step.status) && !hubs_done {
         return delivering(ctx, mcm, m, step, TaskStage::Cleaning, hubs_clean).await;
     }
@@ -31,7 +32,8 @@ pub(super) async fn cleaning(
     // removal is watched (works and ManagedServiceAccounts carry the migration's labels and
     // wake it when they go, `observed.rs`): the requeue only bounds the wait should an event
     // be missed.
-    if !remove_everything(ctx, m, step.status.carry_over_parts.as_ref()).await? {
+    let parts = step.status.carry_over_parts.as_ref();
+    if !remove_everything(ctx, m, parts, abandoned(&step.status)).await? {
         return Ok(step.settle(Outcome::Wait(
             Said::no(
                 RESOURCE_CLEANED,
@@ -41,21 +43,100 @@ pub(super) async fn cleaning(
             Wake::After(REMOVAL_RECHECK),
         )));
     }
-    let rolled_back_cleanly = step
-        .status
+    let counts = ClusterState::counts(&step.states());
+    let end = end_of(&step.status, &counts, max_failures(mcm));
+    let unconfirmed = names_in(&step.names(), &step.states(), ClusterState::Unconfirmed);
+    Ok(step.settle(finished(end, &counts, m, &unconfirmed)))
+}
+
+/// How a migration ends once Cleaning removed everything ([`verdict`]); one that stopped
+/// waiting for its hubs fails, whatever moved: someone must check what it could not confirm.
+pub(super) fn end_of(
+    status: &ManagedClusterMigrationStatus,
+    counts: &ClusterCounts,
+    max_failures: usize,
+) -> MigrationPhase {
+    if abandoned(status) {
+        return MigrationPhase::Failed;
+    }
+    let rolled_back_cleanly = status
         .conditions
         .as_deref()
         .and_then(|cs| find_condition(cs, RESOURCE_ROLLED_BACK))
         .is_none_or(|c| c.status == TRUE);
-    let counts = ClusterState::counts(&step.states());
-    let max_fail = max_failures(mcm);
-    let end = verdict(
-        step.status.rollback_cause.as_deref(),
+    verdict(
+        status.rollback_cause.as_deref(),
         rolled_back_cleanly,
-        &counts,
-        max_fail,
-    );
-    Ok(step.settle(finished(end, &counts, m)))
+        counts,
+        max_failures,
+    )
+}
+
+/// Whether the migration stopped waiting for its hubs and clusters (condition
+/// [`conditions::ABANDONED`]): past Cleaning's bound, or at a user's `abandon`.
+pub(super) fn abandoned(status: &ManagedClusterMigrationStatus) -> bool {
+    status
+        .conditions
+        .as_deref()
+        .is_some_and(|c| condition_is_true(c, conditions::ABANDONED))
+}
+
+/// How long an abandoned migration still waits for a hub to answer the task it was just
+/// sent: an answer means the hub's agent acted on it (took its clusters back, removed its
+/// copies); a hub silent this long is given up on too.
+pub(super) const ABANDON_GRACE: Duration = Duration::from_secs(60);
+
+/// Whether an abandoned migration stops waiting now: each hub answered (`answered`), or
+/// [`ABANDON_GRACE`] passed since the user asked (the condition's transition time).
+pub(super) fn abandon_settled(step: &Step, answered: bool) -> bool {
+    let Some(since) = step
+        .status
+        .conditions
+        .as_deref()
+        .and_then(|c| find_condition(c, conditions::ABANDONED))
+        .filter(|c| c.status == TRUE)
+        .map(|c| c.last_transition_time.0)
+    else {
+        return false;
+    };
+    let waited = Duration::try_from(step.now.0.duration_since(since)).unwrap_or_default();
+    answered || waited >= ABANDON_GRACE
+}
+
+/// How long Cleaning waits for its hubs and clusters before it gives up on them: twice the
+/// stage timeout (past one, it says it is late; past two, it reports what never confirmed
+/// and ends, so that no silent hub or powered-off cluster holds the hubs forever).
+pub(super) fn cleaning_bound(stage: Duration) -> Duration {
+    stage.saturating_mul(2)
+}
+
+/// The names of the clusters in `state`.
+pub(super) fn names_in(
+    names: &[String],
+    states: &[ClusterState],
+    state: ClusterState,
+) -> Vec<String> {
+    names
+        .iter()
+        .zip(states)
+        .filter(|(_, s)| **s == state)
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+/// Giving up on the hubs' part of Cleaning: every cluster whose place no hub confirmed
+/// (one to take back that the source never reported back, one that arrived and the target
+/// never confirmed again) becomes `Unconfirmed`. The others keep their state.
+pub(super) fn give_up(states: &mut [ClusterState]) {
+    for s in states.iter_mut() {
+        let confirmed = matches!(
+            s,
+            ClusterState::Moved | ClusterState::RolledBack | ClusterState::Detached
+        ) || s.failure().is_some();
+        if !confirmed {
+            *s = ClusterState::Unconfirmed;
+        }
+    }
 }
 
 /// The hubs' part of Cleaning: the target confirms what arrived, the source detaches it and
@@ -88,6 +169,7 @@ pub(super) fn hubs_clean(
     let (target, _) = world.report(MigrationRole::Target, &tgt);
     let before = states.clone();
     let late = remaining(step, timeouts(mcm).stage).is_none();
+
     recheck_arrived(
         &mut states,
         target.as_ref().map(|f| f.states(names.len())).as_deref(),
@@ -113,6 +195,11 @@ pub(super) fn hubs_clean(
         deliver_source(world, mcm, m, step, TaskStage::Cleaning, part, false)?.unwrap_or_default();
     let (source, _) = world.report(MigrationRole::Source, &src);
     mark_rolled_back(&mut states, source.as_ref());
+    let bound = cleaning_bound(timeouts(mcm).stage);
+    let abandon = abandon_settled(step, target.is_some() && source.is_some());
+    if abandon || remaining(step, bound).is_none() {
+        return Ok(Decided::Wake(gave_up(step, m, bound, states)));
+    }
     step.set_states(&states);
     let seen = Cleaned {
         rollback: rollback.len(),
@@ -129,6 +216,56 @@ pub(super) fn hubs_clean(
     Ok(Decided::Wake(step.settle(seen.outcome(&m.from, &m.to))))
 }
 
+/// Cleaning gives up on its hubs (past `bound`, or abandoned): what no hub confirmed is
+/// marked `Unconfirmed` and named, and the removal of the migration's objects begins.
+fn gave_up(
+    step: &mut Step,
+    m: &Migration,
+    bound: Duration,
+    mut states: Vec<ClusterState>,
+) -> Action {
+    give_up(&mut states);
+    step.set_states(&states);
+    let unconfirmed = names_in(&step.names(), &states, ClusterState::Unconfirmed);
+    if !abandoned(&step.status) {
+        let message = format!(
+            "Cleaning waited {} for {} and {} to confirm where every cluster is; {}",
+            format_duration(bound),
+            m.from,
+            m.to,
+            unconfirmed_message(&unconfirmed, &m.from)
+        );
+        step.condition(conditions::ABANDONED, TRUE, reasons::UNCONFIRMED, &message);
+        step.event(EventType::Warning, reasons::UNCONFIRMED, message);
+    }
+    step.settle(Outcome::Wait(
+        Said::no(
+            RESOURCE_CLEANED,
+            reasons::REMOVING,
+            "stopped waiting for the hubs; removing the migration's objects",
+        ),
+        Wake::Soon,
+    ))
+}
+
+/// What a migration that gave up says of the clusters it never saw confirmed.
+pub(super) fn unconfirmed_message(unconfirmed: &[String], from: &str) -> String {
+    if unconfirmed.is_empty() {
+        return "every cluster was confirmed".into();
+    }
+    let shown: Vec<&str> = unconfirmed.iter().take(20).map(String::as_str).collect();
+    let more = unconfirmed.len().saturating_sub(shown.len());
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!(
+        "not confirmed: {}{more} (status.failures, reason Unconfirmed): check on {from} that each is accepted (hubAcceptsClient true) and Available",
+        shown.join(", ")
+    )
+}
+
 /// What the hubs' part of Cleaning saw.
 #[derive(Clone, Debug)]
 pub(super) struct Cleaned {
@@ -142,15 +279,16 @@ pub(super) struct Cleaned {
     pub(super) target: Option<bool>,
     /// Past the stage timeout.
     pub(super) late: bool,
+    /// The stage timeout; Cleaning gives up at [`cleaning_bound`] of it.
     pub(super) timeout: Duration,
 }
 
 impl Cleaned {
     /// The hubs' part of Cleaning: done once both hubs are and every arrived cluster is
-    /// confirmed (the removal follows); never given up on: removing the works and the token
-    /// without the hubs' word could leave a cluster refused by its source or moved but still
-    /// listed there, so a silent hub is waited for (and past the stage timeout the condition
-    /// says so), and a later answer finishes the job.
+    /// confirmed (the removal follows). Removing the works and the token without the hubs'
+    /// word could leave a cluster refused by its source or moved but still listed there, so
+    /// a silent hub is waited for (past the stage timeout the condition says so) up to
+    /// [`cleaning_bound`], where Cleaning gives up and names what was not confirmed.
     pub(super) fn outcome(&self, from: &str, to: &str) -> Outcome {
         if self.target.is_none() && self.rollback > 0 {
             // Only the target can remove its pre-created copies of the clusters that did not
@@ -164,7 +302,7 @@ impl Cleaned {
                         self.rollback
                     ),
                 ),
-                Wake::After(self.timeout),
+                Wake::Deadline(cleaning_bound(self.timeout)),
             );
         }
         let done = self.unconfirmed == 0 && self.source == Some(true) && self.target == Some(true);
@@ -197,12 +335,13 @@ impl Cleaned {
             msg.push_str(&format!("; no answer from {}", silent.join(" and ")));
         }
         if self.late {
-            msg.push_str(
-                " (past the stage timeout: the migration's objects stay until the hubs confirm)",
-            );
+            msg.push_str(&format!(
+                " (past the stage timeout: the migration waits up to {} in all, then names what was not confirmed and ends)",
+                format_duration(cleaning_bound(self.timeout))
+            ));
             return Outcome::Wait(
                 Said::no(RESOURCE_CLEANED, reasons::TIMEOUT, msg),
-                Wake::After(self.timeout),
+                Wake::Deadline(cleaning_bound(self.timeout)),
             );
         }
         Outcome::Wait(
@@ -213,10 +352,23 @@ impl Cleaned {
 }
 
 /// The end of Cleaning: everything removed, and the migration ends as `end` says.
-pub(super) fn finished(end: MigrationPhase, c: &ClusterCounts, m: &Migration) -> Outcome {
+pub(super) fn finished(
+    end: MigrationPhase,
+    c: &ClusterCounts,
+    m: &Migration,
+    unconfirmed: &[String],
+) -> Outcome {
     // The counts keep each cluster's last state (a refused cluster stays "failed"), so the
     // ones that stayed are the ones that did not move.
     let not_moved = (c.total - c.registered).max(0);
+    let mut why = format!(
+        "{} of {} clusters moved from {} to {}; {not_moved} stayed on {}",
+        c.registered, c.total, m.from, m.to, m.from
+    );
+    if !unconfirmed.is_empty() {
+        why.push_str("; ");
+        why.push_str(&unconfirmed_message(unconfirmed, &m.from));
+    }
     Outcome::Enter(
         Said::yes(
             RESOURCE_CLEANED,
@@ -227,10 +379,7 @@ pub(super) fn finished(end: MigrationPhase, c: &ClusterCounts, m: &Migration) ->
             ),
         ),
         end,
-        format!(
-            "{} of {} clusters moved from {} to {}; {not_moved} stayed on {}",
-            c.registered, c.total, m.from, m.to, m.from
-        ),
+        why,
     )
 }
 
@@ -296,10 +445,15 @@ pub(super) fn touched(status: &ManagedClusterMigrationStatus) -> bool {
 /// Deletes the works (the bootstrap work too) and the ManagedServiceAccounts; true once all
 /// are gone. The ManagedServiceAccounts go only after the works, so a klusterlet mid-switch
 /// never loses its bootstrap credentials while the target still expects it.
+///
+/// A migration that gave up on its hubs (`deleting_is_gone`) counts an object being deleted
+/// as gone: a hub that never comes back never lets its works go (their finalizer is its
+/// work agent's), and what they applied there goes when it does.
 pub(super) async fn remove_everything(
     ctx: &Ctx,
     m: &Migration,
     parts: Option<&CarryOverParts>,
+    deleting_is_gone: bool,
 ) -> Result<bool, Error> {
     if m.to.is_empty() {
         // No target was ever chosen (a `toPlacement` refused in Pending): nothing was created
@@ -330,7 +484,9 @@ pub(super) async fn remove_everything(
     // Side by side (each is a read or a delete of its own), a few at a time.
     let mut removed = Vec::with_capacity(works.len());
     for chunk in works.chunks(REMOVALS_AT_ONCE) {
-        let some = chunk.iter().map(|(hub, name)| remove_work(ctx, hub, name));
+        let some = chunk
+            .iter()
+            .map(|(hub, name)| remove_work(ctx, hub, name, deleting_is_gone));
         removed.extend(futures::future::try_join_all(some).await?);
     }
     if !removed.iter().all(|gone| *gone) {
@@ -353,8 +509,11 @@ pub(super) async fn remove_everything(
         });
         futures::future::try_join_all(some).await?;
     }
-    if left.is_empty() {
+    let gone = left
+        .values()
+        .all(|msa| deleting_is_gone && msa.metadata.deletion_timestamp.is_some());
+    if gone {
         ctx.observed.forget_tokens(&m.to, &m.identity_names);
     }
-    Ok(left.is_empty())
+    Ok(gone)
 }

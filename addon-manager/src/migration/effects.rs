@@ -30,7 +30,7 @@ pub(super) async fn apply_effects(
         match effect {
             Effect::ApplyWork(work) => apply_work(ctx, &work).await?,
             Effect::RemoveWork { hub, name } => {
-                remove_work(ctx, &hub, &name).await?;
+                remove_work(ctx, &hub, &name, false).await?;
             }
             Effect::DeliverParts { parts, target_ns } => {
                 deliver_parts(ctx, m, &parts, &target_ns).await?

@@ -146,13 +146,18 @@ impl GoneWorks {
 }
 
 /// Deletes work `name` in `hub`'s namespace unless it is gone or going already; true once
-/// it is gone. "Gone" is the API server's word, not the watch's: the watch may not have seen
-/// the manager's last apply yet.
-pub(super) async fn remove_work(ctx: &Ctx, hub: &str, name: &str) -> Result<bool, Error> {
+/// it is gone (or, with `deleting_is_gone`, being deleted). "Gone" is the API server's word,
+/// not the watch's: the watch may not have seen the manager's last apply yet.
+pub(super) async fn remove_work(
+    ctx: &Ctx,
+    hub: &str,
+    name: &str,
+    deleting_is_gone: bool,
+) -> Result<bool, Error> {
     let watched = work_named(ctx, hub, name);
     let delete = match removal(watched.as_deref(), ctx.gone_works.said(hub, name)) {
         Removal::Gone => return Ok(true),
-        Removal::Going => false,
+        Removal::Going => return Ok(deleting_is_gone),
         Removal::Delete => true,
         Removal::Ask => match work_now(ctx, hub, name).await? {
             Some(w) => w.metadata.deletion_timestamp.is_none(),

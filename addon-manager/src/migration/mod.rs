@@ -375,14 +375,15 @@ async fn reconcile(mcm: Arc<ManagedClusterMigration>, ctx: Arc<Ctx>) -> Result<A
         migration = %format!("{}/{}", mcm.namespace().unwrap_or_default(), mcm.name_any())
     );
     let reference = mcm.object_ref(&());
-    let result =
-        migration_api::runtime::unwinding(reconcile_one(mcm, &ctx).instrument(span)).await;
+    let result = migration_api::runtime::unwinding(reconcile_one(mcm, &ctx).instrument(span)).await;
     if let Err(e @ Error::Panicked(_)) = &result {
         // The user sees it on the migration (`kubectl describe`), not only in the log.
         let event = Event {
             type_: EventType::Warning,
             reason: "ReconcileFailed".into(),
-            note: Some(format!("{e}; this is a bug of the addon-manager, please report it")),
+            note: Some(format!(
+                "{e}; this is a bug of the addon-manager, please report it"
+            )),
             action: "Migrate".into(),
             secondary: None,
         };
@@ -428,6 +429,14 @@ async fn reconcile_one(mcm: Arc<ManagedClusterMigration>, ctx: &Ctx) -> Result<A
             None => answer.said,
         };
         step.say(&said);
+        if answer.abandon {
+            step.condition(
+                conditions::ABANDONED,
+                TRUE,
+                reasons::ABANDON_REQUESTED,
+                "a user asked to stop waiting for the hubs (request: abandon)",
+            );
+        }
         if let Some(outcome) = answer.outcome {
             step.settle(outcome);
         }
@@ -448,7 +457,8 @@ async fn reconcile_one(mcm: Arc<ManagedClusterMigration>, ctx: &Ctx) -> Result<A
         }
         MigrationPhase::Cleaning => cleaning(ctx, &mcm, &m, &mut step).await?,
         MigrationPhase::Completed | MigrationPhase::Failed => {
-            let clean = remove_everything(ctx, &m, step.status.carry_over_parts.as_ref()).await?;
+            let parts = step.status.carry_over_parts.as_ref();
+            let clean = remove_everything(ctx, &m, parts, abandoned(&step.status)).await?;
             if clean && let Ok(mut memo) = ctx.carry_memo.lock() {
                 memo.remove(&m.key);
             }

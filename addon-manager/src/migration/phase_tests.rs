@@ -574,3 +574,160 @@ fn a_rollback_takes_back_behind_a_silent_target_only_after_its_grace_and_never_a
         ("False".into(), reasons::TIMEOUT.into())
     );
 }
+
+/// The migration of c1..c3 in Cleaning after a rollback: c1 arrived and c2, c3 go back.
+fn cleaning_after_rollback() -> ManagedClusterMigration {
+    let mut mcm = in_phase(MigrationPhase::Cleaning, &[Available, Switching, Refused]);
+    if let Some(s) = mcm.status.as_mut() {
+        let conditions = s.conditions.get_or_insert_with(Vec::new);
+        set_condition(
+            conditions,
+            RESOURCE_ROLLED_BACK,
+            "False",
+            reasons::TIMEOUT,
+            "",
+            None,
+        );
+        s.rollback_cause = Some(reasons::TIMEOUT.into());
+    }
+    mcm
+}
+
+/// Cleaning's hubs' part at `now`, run again on what it recorded while a pass only records
+/// the target's confirmations (as the shell does at the requeue that follows).
+fn clean_at(world: &World, mcm: &ManagedClusterMigration, now: u64) -> Step {
+    let mut mcm = mcm.clone();
+    for _ in 0..3 {
+        let (step, _) = decide_at(hubs_clean, world, &mcm, now);
+        if step.states() == mcm_states(&mcm) {
+            return step;
+        }
+        mcm.status = Some(step.status.clone());
+    }
+    panic!("Cleaning at {now}s does not settle");
+}
+
+fn mcm_states(mcm: &ManagedClusterMigration) -> Vec<ClusterState> {
+    step_of(mcm).states()
+}
+
+/// The hubs' answers to the Cleaning tasks of `mcm`: the target's, then the source's to the
+/// task it gets once the target's confirmations are recorded.
+fn cleaning_answers(
+    mcm: &ManagedClusterMigration,
+    target: [ClusterState; 3],
+    source: [ClusterState; 3],
+) -> World {
+    let (first, _) = decide_at(hubs_clean, &world(), mcm, 1);
+    let mut answers = World {
+        target_work: answered(
+            &first.effects,
+            &work_name(MigrationRole::Target),
+            StageState::Running,
+            &target,
+        ),
+        ..world()
+    };
+    let settled = clean_at(&answers, mcm, 1);
+    answers.source_work = answered(
+        &settled.effects,
+        &work_name(MigrationRole::Source),
+        StageState::Running,
+        &source,
+    );
+    answers
+}
+
+#[test]
+fn cleaning_gives_up_at_its_bound_on_a_cluster_that_never_comes_back_and_names_it() {
+    let mcm = cleaning_after_rollback();
+    let bound = cleaning_bound(timeouts(&mcm).stage).as_secs();
+    // The target confirms c1; the source took c2 and c3 back, but c2 never reports there
+    // again (a cluster that lost power).
+    let world = cleaning_answers(
+        &mcm,
+        [Available, RolledBack, RolledBack],
+        [Switching, RollingBack, RolledBack],
+    );
+    // (seconds into Cleaning, c2's state, ResourceCleaned's reason)
+    let table = [
+        (bound / 2 - 1, Switching, reasons::WAITING),
+        (bound / 2 + 1, Switching, reasons::TIMEOUT),
+        (bound - 1, Switching, reasons::TIMEOUT),
+        (bound + 1, Unconfirmed, reasons::REMOVING),
+    ];
+    for (now, c2, reason) in table {
+        let step = clean_at(&world, &mcm, now);
+        assert_eq!(step.states()[0], Moved, "{now}s: the target confirmed c1");
+        assert_eq!(step.states()[1], c2, "{now}s");
+        assert_eq!(said(&step, RESOURCE_CLEANED).1, reason, "{now}s");
+        assert_eq!(abandoned(&step.status), c2 == Unconfirmed, "{now}s");
+    }
+    let step = clean_at(&world, &mcm, bound + 1);
+    // c3 came back and c1 moved: only c2 is reported, by name, with what to check.
+    assert_eq!(step.states(), vec![Moved, Unconfirmed, Refused]);
+    let failures = step.status.failures.clone().unwrap_or_default();
+    let c2 = failures.iter().find(|f| f.name == "c2").unwrap();
+    assert_eq!(c2.reason, "Unconfirmed");
+    let c = step.status.conditions.as_deref().unwrap();
+    let gave_up = find_condition(c, conditions::ABANDONED).unwrap();
+    assert_eq!(gave_up.reason, reasons::UNCONFIRMED);
+    assert!(
+        gave_up.message.contains("not confirmed: c2 "),
+        "{}",
+        gave_up.message
+    );
+    // It ends Failed, whatever moved and whatever the budget.
+    let counts = ClusterState::counts(&step.states());
+    assert_eq!(end_of(&step.status, &counts, 5), MigrationPhase::Failed);
+}
+
+#[test]
+fn an_abandoned_cleaning_waits_only_for_the_hubs_answers_or_their_grace() {
+    let mut mcm = cleaning_after_rollback();
+    if let Some(s) = mcm.status.as_mut() {
+        let conditions = s.conditions.get_or_insert_with(Vec::new);
+        set_condition(
+            conditions,
+            conditions::ABANDONED,
+            "True",
+            reasons::ABANDON_REQUESTED,
+            "",
+            None,
+        );
+        // Asked 10 s into Cleaning.
+        if let Some(c) = conditions
+            .iter_mut()
+            .find(|c| c.type_ == conditions::ABANDONED)
+        {
+            c.last_transition_time = at(10);
+        }
+    }
+    let grace = ABANDON_GRACE.as_secs();
+    // Silent hubs are waited for until the grace ends.
+    let step = clean_at(&world(), &mcm, 10 + grace - 1);
+    assert_eq!(step.states()[1], Switching);
+    assert_ne!(said(&step, RESOURCE_CLEANED).1, reasons::REMOVING);
+    let step = clean_at(&world(), &mcm, 10 + grace + 1);
+    assert_eq!(step.states(), vec![Unconfirmed, Unconfirmed, Refused]);
+    assert_eq!(said(&step, RESOURCE_CLEANED).1, reasons::REMOVING);
+    // Hubs that answer their task end the wait at once, whatever the clusters do.
+    let world = cleaning_answers(
+        &mcm,
+        [Available, RolledBack, RolledBack],
+        [Switching, RollingBack, RollingBack],
+    );
+    let step = clean_at(&world, &mcm, 12);
+    assert_eq!(step.states(), vec![Moved, Unconfirmed, Refused]);
+    assert_eq!(said(&step, RESOURCE_CLEANED).1, reasons::REMOVING);
+    // Without the request the same answers are waited on.
+    let plain = cleaning_after_rollback();
+    let world = cleaning_answers(
+        &plain,
+        [Available, RolledBack, RolledBack],
+        [Switching, RollingBack, RollingBack],
+    );
+    let step = clean_at(&world, &plain, 12);
+    assert_eq!(step.states(), vec![Moved, Switching, Refused]);
+    assert_eq!(said(&step, RESOURCE_CLEANED).1, reasons::WAITING);
+}

@@ -11,6 +11,8 @@ pub(super) struct Answer {
     pub(super) outcome: Option<Outcome>,
     pub(super) create: Option<ManagedClusterMigration>,
     pub(super) said: Said,
+    /// The migration stops waiting for its hubs (condition [`conditions::ABANDONED`]).
+    pub(super) abandon: bool,
 }
 
 impl Answer {
@@ -19,8 +21,17 @@ impl Answer {
             outcome: None,
             create: None,
             said,
+            abandon: false,
         }
     }
+}
+
+fn abandoning(message: &str) -> Said {
+    Said::yes(
+        conditions::REQUEST_ACCEPTED,
+        reasons::ABANDON_REQUESTED,
+        message,
+    )
 }
 
 fn not_applicable(message: String) -> Said {
@@ -37,6 +48,7 @@ pub(super) fn answered(request: &str, status: &ManagedClusterMigrationStatus) ->
     let done = match request {
         "rollback" => reasons::ROLLBACK_REQUESTED,
         "retry" => reasons::RETRY_CREATED,
+        "abandon" => reasons::ABANDON_REQUESTED,
         _ => return false,
     };
     status
@@ -54,6 +66,9 @@ pub(super) fn answered(request: &str, status: &ManagedClusterMigrationStatus) ->
 ///   then on there is nothing left to roll back.
 /// - `retry`: once it ended, a new migration (`<name>-retry`, [`retry_of`]) for the clusters
 ///   that stayed.
+/// - `abandon`: as `rollback` before any cluster was touched; after, the migration stops
+///   waiting for its hubs: in flight it rolls back without waiting for a silent target, and
+///   Cleaning reports what no hub confirmed (`Unconfirmed`) and ends Failed.
 pub(super) fn on_request(
     mcm: &ManagedClusterMigration,
     status: &ManagedClusterMigrationStatus,
@@ -76,6 +91,7 @@ pub(super) fn on_request(
             )),
             create: None,
             said: yes("rollback requested before any cluster was touched: nothing to undo"),
+            abandon: false,
         },
         ("rollback", Initializing | Deploying | Registering) => Answer {
             outcome: Some(Outcome::Rollback(
@@ -85,7 +101,40 @@ pub(super) fn on_request(
             )),
             create: None,
             said: yes("rolling back the clusters not registered on the target"),
+            abandon: false,
         },
+        ("abandon", Pending | Validating) => Answer {
+            outcome: Some(Outcome::invalid(
+                reasons::ABANDON_REQUESTED,
+                "abandoned before any cluster was touched",
+            )),
+            create: None,
+            said: abandoning("abandoned before any cluster was touched: nothing to undo"),
+            abandon: false,
+        },
+        ("abandon", Initializing | Deploying | Registering) => Answer {
+            outcome: Some(Outcome::Rollback(
+                None,
+                reasons::ABANDON_REQUESTED,
+                "abandoned; the clusters not registered on the target go back without waiting for the hubs".into(),
+            )),
+            create: None,
+            said: abandoning(
+                "rolling back without waiting for the hubs, then reporting what they did not confirm",
+            ),
+            abandon: true,
+        },
+        ("abandon", Rollbacking | Cleaning) => Answer {
+            outcome: None,
+            create: None,
+            said: abandoning(
+                "no longer waiting for the hubs: what they did not confirm is reported, and the migration ends",
+            ),
+            abandon: true,
+        },
+        ("abandon", _) => Answer::say(not_applicable(format!(
+            "abandon requested in {phase:?}: the migration has ended"
+        ))),
         ("rollback", _) => Answer::say(not_applicable(format!(
             "rollback requested in {phase:?}: nothing left to roll back (clusters that arrived stay; to move them back, migrate them back)"
         ))),
@@ -109,6 +158,7 @@ pub(super) fn on_request(
                     outcome: None,
                     create: Some(retry),
                     said,
+                    abandon: false,
                 }
             }
             Err(why) => Answer::say(not_applicable(why)),
@@ -119,7 +169,9 @@ pub(super) fn on_request(
         (other, _) => Answer::say(Said::no(
             conditions::REQUEST_ACCEPTED,
             reasons::UNKNOWN_REQUEST,
-            format!("unknown request {other:?}: the known ones are \"rollback\" and \"retry\""),
+            format!(
+                "unknown request {other:?}: the known ones are \"rollback\", \"retry\" and \"abandon\""
+            ),
         )),
     }
 }
@@ -250,6 +302,46 @@ mod tests {
 
     fn ask(m: &ManagedClusterMigration, request: &str) -> Answer {
         on_request(m, m.status.as_ref().unwrap(), request)
+    }
+
+    #[test]
+    fn abandon_fails_before_anything_was_touched_rolls_back_in_flight_and_stops_the_waits_after() {
+        use MigrationPhase::*;
+        // (phase, the decision, whether the migration stops waiting, accepted)
+        let cases = [
+            (Pending, Some("invalid AbandonRequested"), false, true),
+            (Validating, Some("invalid AbandonRequested"), false, true),
+            (Initializing, Some("rollback AbandonRequested"), true, true),
+            (Deploying, Some("rollback AbandonRequested"), true, true),
+            (Registering, Some("rollback AbandonRequested"), true, true),
+            (Rollbacking, None, true, true),
+            (Cleaning, None, true, true),
+            (Completed, None, false, false),
+            (Failed, None, false, false),
+        ];
+        for (phase, want, abandon, accepted) in cases {
+            let m = migration_in(phase, "");
+            let answer = ask(&m, "abandon");
+            assert_eq!(
+                answer.outcome.as_ref().map(goes).as_deref(),
+                want,
+                "{phase:?}"
+            );
+            assert_eq!(answer.abandon, abandon, "{phase:?}");
+            assert_eq!(answer.said.ok, accepted, "{phase:?}");
+            // Once accepted, it is not asked again.
+            let mut status = m.status.clone().unwrap_or_default();
+            let c = status.conditions.get_or_insert_with(Vec::new);
+            set_condition(
+                c,
+                conditions::REQUEST_ACCEPTED,
+                if answer.said.ok { TRUE } else { FALSE },
+                &answer.said.reason,
+                "",
+                None,
+            );
+            assert_eq!(answered("abandon", &status), accepted, "{phase:?}");
+        }
     }
 
     #[test]

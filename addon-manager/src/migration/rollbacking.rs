@@ -58,7 +58,8 @@ pub(super) fn roll_back(
     // A target that does not answer (its API or agent down) cannot hold the clusters hostage:
     // after half the stage timeout the source takes back every cluster the target was never
     // seen to admit; the target's pre-created copies go in Cleaning, once it answers again.
-    let target_silent = target.is_none() && remaining(step, timeouts(mcm).stage / 2).is_none();
+    let target_silent = target.is_none()
+        && (remaining(step, timeouts(mcm).stage / 2).is_none() || abandoned(&step.status));
     let source_list = source_takes_back(&names, &states, &to_roll, &target_done, target_silent);
     // Clusters that arrived after all stay where they are.
     if let Some(t) = &target {
@@ -92,7 +93,10 @@ pub(super) fn roll_back(
         target_ok,
         target_silent,
         source_ok,
-        timed_out: remaining(step, timeouts(mcm).stage).is_none(),
+        // Abandoned, the rollback ends once the source acted on its task (or was silent
+        // past the grace), not once the clusters are back.
+        timed_out: remaining(step, timeouts(mcm).stage).is_none()
+            || abandon_settled(step, source.is_some()),
         cause: step
             .status
             .conditions

@@ -522,7 +522,11 @@ fn a_source_reporting_more_carry_over_parts_than_can_exist_is_refused_without_re
                 (MigrationPhase::Failed, reasons::HUB_INVALID),
                 "{count}"
             );
-            assert!(message(&step).contains("out of range"), "{}", message(&step));
+            assert!(
+                message(&step).contains("out of range"),
+                "{}",
+                message(&step)
+            );
             // Not one read-back work for a count no source can have.
             assert!(
                 !applied(&step).contains(&names::carry_over_part(&m().key, source, 0)),

@@ -67,6 +67,9 @@ mod tests {
             "{formatted:?}"
         );
         let plain: Result<u8, Error> = unwinding(async { panic!("boom") }).await;
-        assert!(matches!(&plain, Err(Error::Panicked(m)) if m == "boom"), "{plain:?}");
+        assert!(
+            matches!(&plain, Err(Error::Panicked(m)) if m == "boom"),
+            "{plain:?}"
+        );
     }
 }
