@@ -146,6 +146,11 @@ impl Manager {
         let _ = self.child.wait();
     }
 
+    /// Whether the process still runs (it has not exited, of itself or killed).
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// The manager's log so far (for failure messages).
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

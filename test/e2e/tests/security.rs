@@ -942,3 +942,42 @@ async fn a_bootstrap_work_the_source_refuses_is_named_in_deploying() {
     s.phase("refused", MigrationPhase::Completed, LONG).await;
     s.moved_to(["cluster1"], 2).await;
 }
+
+/// Specs that reached a panic or a broken watch of every migration, applied with kubectl as
+/// a tenant would: a stageTimeout that rounds to 2^64 seconds, and a maxConcurrency past
+/// int32 (stored as it is: the API server does not enforce the int32 format) beside a
+/// carry-over selector with an empty label key. Each fails alone with InvalidSpec, the
+/// manager keeps running, and a good migration applied after them completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hostile_specs_fail_only_themselves_and_the_manager_goes_on() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut s = Setup::new(2, 2).await;
+    s.apply(
+        "overflow",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"],
+            "stageTimeout": "18446744073709551615s"}"#,
+    );
+    s.apply(
+        "huge",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"],
+            "maxConcurrency": 9999999999,
+            "carryOver": [{"resource": "configmaps", "labelSelector": {"matchLabels": {"": "x"}}}]}"#,
+    );
+    for (name, field) in [("overflow", "stageTimeout"), ("huge", "carryOver")] {
+        let failed = s.phase(name, MigrationPhase::Failed, LONG).await;
+        let conditions = failed.status.and_then(|s| s.conditions).unwrap_or_default();
+        let validated = find_condition(&conditions, "ResourceValidated").unwrap();
+        assert_eq!(validated.reason, "InvalidSpec", "{name}: {validated:?}");
+        assert!(validated.message.contains(field), "{name}: {validated:?}");
+    }
+    s.apply(
+        "good",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1"]}"#,
+    );
+    s.phase("good", MigrationPhase::Completed, LONG).await;
+    s.moved_to(["cluster1"], 2).await;
+    let manager = s.manager.as_mut().unwrap();
+    assert!(manager.running(), "the manager exited:\n{}", manager.logs());
+    let logs = s.logs();
+    assert!(!logs.contains("panicked"), "a reconcile panicked:\n{logs}");
+}
