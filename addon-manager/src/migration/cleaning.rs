@@ -103,9 +103,9 @@ pub(super) fn abandon_settled(step: &Step, answered: bool) -> bool {
     answered || waited >= ABANDON_GRACE
 }
 
-/// How long Cleaning waits for its hubs and clusters before it gives up on them: twice the
-/// stage timeout (past one, it says it is late; past two, it reports what never confirmed
-/// and ends, so that no silent hub or powered-off cluster holds the hubs forever).
+/// How long Cleaning waits for its clusters before it gives up on them ([`give_up`]): twice
+/// the stage timeout (past one, it says it is late; past two, it reports the clusters that
+/// never came back and ends, so that no powered-off cluster holds the hubs forever).
 pub(super) fn cleaning_bound(stage: Duration) -> Duration {
     stage.saturating_mul(2)
 }
@@ -124,19 +124,44 @@ pub(super) fn names_in(
         .collect()
 }
 
-/// Giving up on the hubs' part of Cleaning: every cluster whose place no hub confirmed
-/// (one to take back that the source never reported back, one that arrived and the target
-/// never confirmed again) becomes `Unconfirmed`. The others keep their state.
-pub(super) fn give_up(states: &mut [ClusterState]) {
-    for s in states.iter_mut() {
-        let confirmed = matches!(
+/// The clusters' states once Cleaning gives up on them, or `None` while it may not.
+///
+/// At its bound (`forced` false) Cleaning gives up only on clusters that have nothing left
+/// to wait for but themselves: both hubs answer its task, and each cluster still unconfirmed
+/// is one the source reports `RollingBack` (its report is written only once its ManagedCluster
+/// accepts the cluster again: a cluster that comes back later is home). A hub that does not
+/// answer, or a source that has not taken a cluster back, keeps it waiting: ending then could
+/// leave a cluster refused by both hubs (the user's `abandon` decides that, `forced`).
+/// Giving up marks every cluster whose place no hub confirmed `Unconfirmed`.
+pub(super) fn give_up(
+    states: &[ClusterState],
+    source: Option<&[ClusterState]>,
+    target_answered: bool,
+    forced: bool,
+) -> Option<Vec<ClusterState>> {
+    let confirmed = |s: &ClusterState| {
+        matches!(
             s,
             ClusterState::Moved | ClusterState::RolledBack | ClusterState::Detached
-        ) || s.failure().is_some();
-        if !confirmed {
-            *s = ClusterState::Unconfirmed;
+        ) || s.failure().is_some()
+    };
+    if !forced {
+        let source = source?;
+        let only_clusters_late = target_answered
+            && states
+                .iter()
+                .zip(source)
+                .all(|(s, reported)| confirmed(s) || *reported == ClusterState::RollingBack);
+        if !only_clusters_late {
+            return None;
         }
     }
+    Some(
+        states
+            .iter()
+            .map(|s| if confirmed(s) { *s } else { ClusterState::Unconfirmed })
+            .collect(),
+    )
 }
 
 /// The hubs' part of Cleaning: the target confirms what arrived, the source detaches it and
@@ -196,9 +221,12 @@ pub(super) fn hubs_clean(
     let (source, _) = world.report(MigrationRole::Source, &src);
     mark_rolled_back(&mut states, source.as_ref());
     let bound = cleaning_bound(timeouts(mcm).stage);
-    let abandon = abandon_settled(step, target.is_some() && source.is_some());
-    if abandon || remaining(step, bound).is_none() {
-        return Ok(Decided::Wake(gave_up(step, m, bound, states)));
+    let forced = abandon_settled(step, target.is_some() && source.is_some());
+    if forced || remaining(step, bound).is_none() {
+        let reported = source.as_ref().map(|f| f.states(names.len()));
+        if let Some(given_up) = give_up(&states, reported.as_deref(), target.is_some(), forced) {
+            return Ok(Decided::Wake(gave_up(step, m, bound, given_up)));
+        }
     }
     step.set_states(&states);
     let seen = Cleaned {
@@ -222,9 +250,8 @@ fn gave_up(
     step: &mut Step,
     m: &Migration,
     bound: Duration,
-    mut states: Vec<ClusterState>,
+    states: Vec<ClusterState>,
 ) -> Action {
-    give_up(&mut states);
     step.set_states(&states);
     let unconfirmed = names_in(&step.names(), &states, ClusterState::Unconfirmed);
     if !abandoned(&step.status) {
@@ -287,8 +314,8 @@ impl Cleaned {
     /// The hubs' part of Cleaning: done once both hubs are and every arrived cluster is
     /// confirmed (the removal follows). Removing the works and the token without the hubs'
     /// word could leave a cluster refused by its source or moved but still listed there, so
-    /// a silent hub is waited for (past the stage timeout the condition says so) up to
-    /// [`cleaning_bound`], where Cleaning gives up and names what was not confirmed.
+    /// a silent hub is waited for (past the stage timeout the condition says so); a cluster
+    /// that alone is late is given up on at [`cleaning_bound`] ([`give_up`]).
     pub(super) fn outcome(&self, from: &str, to: &str) -> Outcome {
         if self.target.is_none() && self.rollback > 0 {
             // Only the target can remove its pre-created copies of the clusters that did not
@@ -336,7 +363,7 @@ impl Cleaned {
         }
         if self.late {
             msg.push_str(&format!(
-                " (past the stage timeout: the migration waits up to {} in all, then names what was not confirmed and ends)",
+                " (past the stage timeout: clusters a hub must still act on stay until the hubs confirm; past {} only clusters that have to come back themselves are given up on; annotate the migration request=abandon to stop waiting)",
                 format_duration(cleaning_bound(self.timeout))
             ));
             return Outcome::Wait(

@@ -295,7 +295,7 @@ fn cleaning_waits_for_every_hub_up_to_its_bound() {
     .outcome("hub1", "hub2");
     assert_eq!(
         message(&o),
-        "waiting for hub1 to detach 3 moved clusters and take back 0; 1 arrived clusters are not Available on hub2 now, and are detached once they are; no answer from hub1 (past the stage timeout: the migration waits up to 10m in all, then names what was not confirmed and ends)"
+        "waiting for hub1 to detach 3 moved clusters and take back 0; 1 arrived clusters are not Available on hub2 now, and are detached once they are; no answer from hub1 (past the stage timeout: clusters a hub must still act on stay until the hubs confirm; past 10m only clusters that have to come back themselves are given up on; annotate the migration request=abandon to stop waiting)"
     );
 }
 

@@ -680,6 +680,19 @@ fn cleaning_gives_up_at_its_bound_on_a_cluster_that_never_comes_back_and_names_i
     // It ends Failed, whatever moved and whatever the budget.
     let counts = ClusterState::counts(&step.states());
     assert_eq!(end_of(&step.status, &counts, 5), MigrationPhase::Failed);
+    // A source that has not taken c2 back (its ManagedCluster still refuses it), or hubs that
+    // do not answer, are waited for past the bound: ending would leave c2 refused by both.
+    let not_taken_back = cleaning_answers(
+        &mcm,
+        [Available, RolledBack, RolledBack],
+        [Switching, Switching, RolledBack],
+    );
+    for (i, world) in [not_taken_back, super::deliver_tests::world()].iter().enumerate() {
+        let step = clean_at(world, &mcm, bound * 3);
+        assert_eq!(step.states()[1], Switching, "row {i}");
+        assert_ne!(said(&step, RESOURCE_CLEANED).1, reasons::REMOVING, "row {i}");
+        assert!(!abandoned(&step.status), "row {i}");
+    }
 }
 
 #[test]
