@@ -159,7 +159,13 @@ pub(super) fn give_up(
     Some(
         states
             .iter()
-            .map(|s| if confirmed(s) { *s } else { ClusterState::Unconfirmed })
+            .map(|s| {
+                if confirmed(s) {
+                    *s
+                } else {
+                    ClusterState::Unconfirmed
+                }
+            })
             .collect(),
     )
 }
@@ -246,12 +252,7 @@ pub(super) fn hubs_clean(
 
 /// Cleaning gives up on its hubs (past `bound`, or abandoned): what no hub confirmed is
 /// marked `Unconfirmed` and named, and the removal of the migration's objects begins.
-fn gave_up(
-    step: &mut Step,
-    m: &Migration,
-    bound: Duration,
-    states: Vec<ClusterState>,
-) -> Action {
+fn gave_up(step: &mut Step, m: &Migration, bound: Duration, states: Vec<ClusterState>) -> Action {
     step.set_states(&states);
     let unconfirmed = names_in(&step.names(), &states, ClusterState::Unconfirmed);
     if !abandoned(&step.status) {

@@ -687,10 +687,17 @@ fn cleaning_gives_up_at_its_bound_on_a_cluster_that_never_comes_back_and_names_i
         [Available, RolledBack, RolledBack],
         [Switching, Switching, RolledBack],
     );
-    for (i, world) in [not_taken_back, super::deliver_tests::world()].iter().enumerate() {
+    for (i, world) in [not_taken_back, super::deliver_tests::world()]
+        .iter()
+        .enumerate()
+    {
         let step = clean_at(world, &mcm, bound * 3);
         assert_eq!(step.states()[1], Switching, "row {i}");
-        assert_ne!(said(&step, RESOURCE_CLEANED).1, reasons::REMOVING, "row {i}");
+        assert_ne!(
+            said(&step, RESOURCE_CLEANED).1,
+            reasons::REMOVING,
+            "row {i}"
+        );
         assert!(!abandoned(&step.status), "row {i}");
     }
 }

@@ -981,3 +981,90 @@ async fn hostile_specs_fail_only_themselves_and_the_manager_goes_on() {
     let logs = s.logs();
     assert!(!logs.contains("panicked"), "a reconcile panicked:\n{logs}");
 }
+
+/// A cluster released by the source loses power before it reaches the target: Registering
+/// times out, the source accepts it again, and it never reports. Cleaning does not wait for
+/// it forever: past its bound it names the cluster (`Unconfirmed`), removes the migration's
+/// objects and ends Failed; the hub pair is free, and the next migration on it completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_that_never_comes_back_holds_no_hub_forever() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let s = Setup::new(2, 3).await;
+    let hub1 = e2e::kubeconfig(s.dir.path(), "hub1");
+    block(&hub1, "cluster2", "later");
+    s.apply(
+        "lost",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster1", "cluster2"],
+            "maxFailures": 1, "stageTimeout": "30s", "registeringTimeout": "30s"}"#,
+    );
+    registered(&s, "lost", 1).await;
+    // cluster2 goes dark, then is let go: it never joins hub2 and never comes back to hub1.
+    let (_, _, klusterlet) = s
+        .fleet
+        .clusters
+        .iter()
+        .find(|(_, c, _)| c.name == "cluster2")
+        .unwrap();
+    klusterlet.stop();
+    unblock(&hub1, "cluster2");
+    let m = s
+        .phase("lost", MigrationPhase::Failed, Duration::from_secs(300))
+        .await;
+    let st = m.status.unwrap();
+    let failures = st.failures.clone().unwrap_or_default();
+    let c2 = failures.iter().find(|f| f.name == "cluster2");
+    assert_eq!(
+        c2.map(|f| f.reason.as_str()),
+        Some("Unconfirmed"),
+        "{failures:?}"
+    );
+    let abandoned = find_condition(st.conditions.as_deref().unwrap(), "Abandoned").unwrap();
+    assert_eq!(
+        (abandoned.status.as_str(), abandoned.reason.as_str()),
+        ("True", "Unconfirmed")
+    );
+    assert!(abandoned.message.contains("cluster2"), "{abandoned:?}");
+    // Its source accepts it again (it is home when it comes back); nothing of the migration
+    // is left on the global hub.
+    let mc = Api::<ManagedCluster>::all(s.hub(1))
+        .get("cluster2")
+        .await
+        .unwrap();
+    assert!(mc.spec.hub_accepts_client, "hub1 refuses cluster2");
+    assert!(
+        Api::<ManagedCluster>::all(s.hub(2))
+            .get_opt("cluster2")
+            .await
+            .unwrap()
+            .is_none(),
+        "hub2 kept a copy of cluster2"
+    );
+    let works = Api::<ManifestWork>::namespaced(s.global.clone(), "hub1");
+    let key = s.key("lost").await;
+    for name in [
+        migration_api::names::migration_work(&key, migration_api::migration::MigrationRole::Source),
+        migration_api::names::migration_bootstrap_work(&key),
+    ] {
+        assert!(works.get_opt(&name).await.unwrap().is_none(), "{name} left");
+    }
+    let msas =
+        Api::<migration_api::ocm::msa::ManagedServiceAccount>::namespaced(s.global.clone(), "hub2")
+            .list(
+                &kube::api::ListParams::default()
+                    .labels("migration.open-cluster-management.io/migration=lost"),
+            )
+            .await
+            .unwrap();
+    assert!(msas.items.is_empty(), "bootstrap identities left");
+    // The hub pair is free: the next migration runs and completes.
+    s.apply(
+        "next",
+        r#"{"from": "hub1", "to": "hub2", "includedManagedClusters": ["cluster3"]}"#,
+    );
+    s.phase("next", MigrationPhase::Completed, LONG).await;
+    let mut expected = s.homes();
+    expected.remove("cluster2");
+    expected.insert("cluster1".into(), 2);
+    expected.insert("cluster3".into(), 2);
+    s.invariant(&expected).await;
+}
