@@ -68,7 +68,8 @@ pub struct Args {
     pub managed_cluster_capacity: u32,
 
     /// Scores and the status condition are rewritten at least this often (seconds).
-    #[arg(long, env = "SCORE_REFRESH_SECONDS", default_value_t = 60)]
+    #[arg(long, env = "SCORE_REFRESH_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub score_refresh_seconds: u64,
 
     #[command(subcommand)]

@@ -157,9 +157,13 @@ pub async fn write_scores(
             Err(e) => return Err(e),
         }
     }
-    let valid = jiff::Timestamp::now()
-        + jiff::SignedDuration::try_from(o.refresh * 3)
-            .unwrap_or(jiff::SignedDuration::from_secs(180));
+    let valid_for = o
+        .refresh
+        .checked_mul(3)
+        .and_then(|d| jiff::SignedDuration::try_from(d).ok())
+        .unwrap_or(jiff::SignedDuration::from_secs(180));
+    let now = jiff::Timestamp::now();
+    let valid = now.checked_add(valid_for).unwrap_or(now);
     let scores: Vec<_> = scores(counts, o.capacity)
         .into_iter()
         .map(|(name, value)| json!({"name": name, "value": value}))

@@ -77,7 +77,11 @@ pub struct Args {
 pub const MAX_LEADER_LEASE: Duration = Duration::from_secs(24 * 3600);
 
 fn humantime(d: Duration) -> String {
-    migration_api::migration::format_duration(d)
+    if d.subsec_nanos() == 0 {
+        migration_api::migration::format_duration(d)
+    } else {
+        format!("{d:?}")
+    }
 }
 
 /// Name of the manager's leader Lease.
@@ -112,7 +116,9 @@ impl Args {
                 humantime(retry)
             ));
         }
-        if lease <= renew {
+        // The Lease holds whole seconds: what a standby reads must outlast the renew deadline.
+        let lease_read = Duration::from_secs(lease.as_secs());
+        if lease_read <= renew {
             return Err(format!(
                 "--leader-election-lease-duration {} must be longer than --leader-election-renew-deadline {}",
                 humantime(lease),

@@ -101,8 +101,19 @@ fn leader_election_settings_client_go_refuses_exit_2() {
         ("10s", "10s", "2s", "--leader-election-lease-duration"),
         ("15s", "2s", "2s", "--leader-election-renew-deadline"),
         ("15s", "10s", "0s", "--leader-election-retry-period"),
-        ("900ms", "500ms", "100ms", "from 1s"),
-        ("100h", "10s", "2s", "at most 24h"),
+        (
+            "10.5s",
+            "10s",
+            "2s",
+            "--leader-election-lease-duration 10.5s must be longer",
+        ),
+        (
+            "900ms",
+            "500ms",
+            "100ms",
+            "--leader-election-lease-duration 900ms must be longer",
+        ),
+        ("100h", "10s", "2s", "from 1s to 24h"),
     ];
     for (lease, renew, retry, named) in table {
         let mut cmd = manager();

@@ -300,9 +300,12 @@ pub(super) async fn source_clean(
         .iter()
         .filter(|s| matches!(s, ClusterState::Switching | ClusterState::RollingBack))
         .count();
-    // No cluster selects them any more. A report of this stage done says they went already
-    // (it is written only after they did): the hub is not asked again at every later event.
-    if left == 0 && !cleaned_already(task, own_status(ctx, task, std::time::Instant::now())) {
+    // No cluster selects them any more once none is switching: one rolling back selects its
+    // own again, and may never come back (the manager then gives up on it and removes the
+    // task). A report of this stage done says they went already (it is written only after
+    // they did): the hub is not asked again at every later event.
+    let switching = states.contains(&ClusterState::Switching);
+    if !switching && !cleaned_already(task, own_status(ctx, task, std::time::Instant::now())) {
         remove_derived_configs(ctx, task).await?;
     }
     Ok(Report {

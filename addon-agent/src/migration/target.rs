@@ -271,10 +271,12 @@ pub(super) async fn target_register(
         .map(|r| r.decode(names.len()))
         .unwrap_or_default();
     let times = {
+        // A reconcile that panicked holding it left nothing half-written that matters here:
+        // the times are re-read from the task's status at every reconcile.
         let mut remembered = ctx
             .released
             .lock()
-            .map_err(|_| Error::Config("the release times' lock was poisoned by a panic".into()))?;
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let flags: Vec<bool> = names
             .iter()
             .map(|n| registering && released.contains(n.as_str()))

@@ -18,14 +18,7 @@ pub(super) async fn cleaning(
 ) -> Result<Action, Error> {
     // The hubs' part is recorded as done (reason `Removing`) before the works are removed, so
     // that a work gone afterwards is not taken for one still to deliver.
-    let hubs_done = step
-        .status
-        .conditions
-        .as_deref()
-        .and_then(|c| find_condition(c, RESOURCE_CLEANED))
-        .is_some_and(|c| c.reason == reasons::REMOVING)
-        || abandoned(&step.status);
-    if touched(&step.status) && !hubs_done {
+    if touched(&step.status) && !hubs_part_done(&step.status) {
         return delivering(ctx, mcm, m, step, TaskStage::Cleaning, hubs_clean).await;
     }
     // Works first (their objects go with them), and the bootstrap credentials last. Their
@@ -47,6 +40,17 @@ pub(super) async fn cleaning(
     let end = end_of(&step.status, &counts, max_failures(mcm));
     let unconfirmed = names_in(&step.names(), &step.states(), ClusterState::Unconfirmed);
     Ok(step.settle(finished(end, &counts, m, &unconfirmed)))
+}
+
+/// Whether the hubs' part of Cleaning is over (`ResourceCleaned` reason `Removing`: the hubs
+/// confirmed, or Cleaning gave up on them). An abandoned migration still runs it: that is
+/// where it waits for the hubs' answers and names what they did not confirm.
+pub(super) fn hubs_part_done(status: &ManagedClusterMigrationStatus) -> bool {
+    status
+        .conditions
+        .as_deref()
+        .and_then(|c| find_condition(c, RESOURCE_CLEANED))
+        .is_some_and(|c| c.reason == reasons::REMOVING)
 }
 
 /// How a migration ends once Cleaning removed everything ([`verdict`]); one that stopped
@@ -81,26 +85,60 @@ pub(super) fn abandoned(status: &ManagedClusterMigrationStatus) -> bool {
         .is_some_and(|c| condition_is_true(c, conditions::ABANDONED))
 }
 
-/// How long an abandoned migration still waits for a hub to answer the task it was just
-/// sent: an answer means the hub's agent acted on it (took its clusters back, removed its
-/// copies); a hub silent this long is given up on too.
+/// How long an abandoned migration still waits, in each phase, for each hub to answer the
+/// task that phase sends it (a report on it is written only once the hub's agent carried out
+/// what it could: taking clusters back, letting copies go); a hub silent this long is given
+/// up on too.
 pub(super) const ABANDON_GRACE: Duration = Duration::from_secs(60);
 
-/// Whether an abandoned migration stops waiting now: each hub answered (`answered`), or
-/// [`ABANDON_GRACE`] passed since the user asked (the condition's transition time).
-pub(super) fn abandon_settled(step: &Step, answered: bool) -> bool {
-    let Some(since) = step
+/// How much of [`ABANDON_GRACE`] is left in this phase: counted from the later of the user's
+/// request (the condition's transition time) and the phase's start. `None`: not abandoned.
+pub(super) fn abandon_grace_left(step: &Step) -> Option<Duration> {
+    let asked = step
         .status
         .conditions
         .as_deref()
         .and_then(|c| find_condition(c, conditions::ABANDONED))
-        .filter(|c| c.status == TRUE)
-        .map(|c| c.last_transition_time.0)
-    else {
-        return false;
-    };
+        .filter(|c| c.status == TRUE)?
+        .last_transition_time
+        .0;
+    let since = step
+        .status
+        .phase_start_time
+        .as_ref()
+        .map_or(asked, |p| p.0.max(asked));
     let waited = Duration::try_from(step.now.0.duration_since(since)).unwrap_or_default();
-    answered || waited >= ABANDON_GRACE
+    Some(ABANDON_GRACE.saturating_sub(waited))
+}
+
+/// Whether an abandoned migration stops waiting now: each hub answered this phase's task
+/// (`answered`), or its grace is over.
+pub(super) fn abandon_settled(step: &Step, answered: bool) -> bool {
+    abandon_grace_left(step).is_some_and(|left| answered || left.is_zero())
+}
+
+/// `outcome`, woken no later than the end of an abandoned migration's grace (no event may
+/// come from a silent hub).
+pub(super) fn by_abandon_grace(step: &Step, outcome: Outcome) -> Outcome {
+    let Some(left) = abandon_grace_left(step).filter(|l| !l.is_zero()) else {
+        return outcome;
+    };
+    let at_grace = left + Duration::from_millis(100);
+    match outcome {
+        Outcome::Wait(said, wake) => {
+            let sooner = match wake {
+                Wake::Soon => Wake::Soon,
+                Wake::After(d) => Wake::After(d.min(at_grace)),
+                Wake::Deadline(t) => match remaining(step, t) {
+                    Some(r) if r < at_grace => Wake::Deadline(t),
+                    _ => Wake::After(at_grace),
+                },
+                Wake::Change => Wake::After(at_grace),
+            };
+            Outcome::Wait(said, sooner)
+        }
+        other => other,
+    }
 }
 
 /// How long Cleaning waits for its clusters before it gives up on them ([`give_up`]): twice
@@ -127,16 +165,16 @@ pub(super) fn names_in(
 /// The clusters' states once Cleaning gives up on them, or `None` while it may not.
 ///
 /// At its bound (`forced` false) Cleaning gives up only on clusters that have nothing left
-/// to wait for but themselves: both hubs answer its task, and each cluster still unconfirmed
-/// is one the source reports `RollingBack` (its report is written only once its ManagedCluster
-/// accepts the cluster again: a cluster that comes back later is home). A hub that does not
-/// answer, or a source that has not taken a cluster back, keeps it waiting: ending then could
-/// leave a cluster refused by both hubs (the user's `abandon` decides that, `forced`).
-/// Giving up marks every cluster whose place no hub confirmed `Unconfirmed`.
+/// to wait for but themselves: the target is done, and the source reports every cluster
+/// detached or back home but those it reports `RollingBack` (its report is written only once
+/// its ManagedCluster accepts the cluster again: one that comes back later is home). A hub
+/// that does not answer, or a source that has not taken a cluster back, keeps it waiting:
+/// ending then could leave a cluster refused by both hubs (the user's `abandon` decides that,
+/// `forced`). Giving up marks every cluster whose place no hub confirmed `Unconfirmed`.
 pub(super) fn give_up(
     states: &[ClusterState],
     source: Option<&[ClusterState]>,
-    target_answered: bool,
+    target_done: bool,
     forced: bool,
 ) -> Option<Vec<ClusterState>> {
     let confirmed = |s: &ClusterState| {
@@ -147,12 +185,14 @@ pub(super) fn give_up(
     };
     if !forced {
         let source = source?;
-        let only_clusters_late = target_answered
-            && states
-                .iter()
-                .zip(source)
-                .all(|(s, reported)| confirmed(s) || *reported == ClusterState::RollingBack);
-        if !only_clusters_late {
+        let settled_but_late = |reported: &ClusterState| {
+            matches!(
+                reported,
+                ClusterState::Detached | ClusterState::RolledBack | ClusterState::RollingBack
+            )
+        };
+        let some_late = source.contains(&ClusterState::RollingBack);
+        if !(target_done && some_late && source.iter().all(settled_but_late)) {
             return None;
         }
     }
@@ -230,7 +270,8 @@ pub(super) fn hubs_clean(
     let forced = abandon_settled(step, target.is_some() && source.is_some());
     if forced || remaining(step, bound).is_none() {
         let reported = source.as_ref().map(|f| f.states(names.len()));
-        if let Some(given_up) = give_up(&states, reported.as_deref(), target.is_some(), forced) {
+        let target_done = target.as_ref().is_some_and(Feedback::succeeded);
+        if let Some(given_up) = give_up(&states, reported.as_deref(), target_done, forced) {
             return Ok(Decided::Wake(gave_up(step, m, bound, given_up)));
         }
     }
@@ -245,9 +286,11 @@ pub(super) fn hubs_clean(
         source: source.as_ref().map(Feedback::succeeded),
         target: target.as_ref().map(Feedback::succeeded),
         late,
+        past_bound: remaining(step, bound).is_none(),
         timeout: timeouts(mcm).stage,
     };
-    Ok(Decided::Wake(step.settle(seen.outcome(&m.from, &m.to))))
+    let outcome = by_abandon_grace(step, seen.outcome(&m.from, &m.to));
+    Ok(Decided::Wake(step.settle(outcome)))
 }
 
 /// Cleaning gives up on its hubs (past `bound`, or abandoned): what no hub confirmed is
@@ -307,11 +350,23 @@ pub(super) struct Cleaned {
     pub(super) target: Option<bool>,
     /// Past the stage timeout.
     pub(super) late: bool,
+    /// Past [`cleaning_bound`] (and still waiting: a hub must act).
+    pub(super) past_bound: bool,
     /// The stage timeout; Cleaning gives up at [`cleaning_bound`] of it.
     pub(super) timeout: Duration,
 }
 
 impl Cleaned {
+    /// When a Cleaning that waits for a hub looks again without an event: at its bound, then
+    /// every stage timeout (past the bound nothing is due at a set time).
+    fn next_look(&self) -> Wake {
+        if self.past_bound {
+            Wake::After(self.timeout)
+        } else {
+            Wake::Deadline(cleaning_bound(self.timeout))
+        }
+    }
+
     /// The hubs' part of Cleaning: done once both hubs are and every arrived cluster is
     /// confirmed (the removal follows). Removing the works and the token without the hubs'
     /// word could leave a cluster refused by its source or moved but still listed there, so
@@ -320,7 +375,7 @@ impl Cleaned {
     pub(super) fn outcome(&self, from: &str, to: &str) -> Outcome {
         if self.target.is_none() && self.rollback > 0 {
             // Only the target can remove its pre-created copies of the clusters that did not
-            // arrive; its work stays until it has (an unreachable hub gets no deadline here).
+            // arrive; its work stays until it has, however long it is unreachable.
             return Outcome::Wait(
                 Said::no(
                     RESOURCE_CLEANED,
@@ -330,7 +385,7 @@ impl Cleaned {
                         self.rollback
                     ),
                 ),
-                Wake::Deadline(cleaning_bound(self.timeout)),
+                self.next_look(),
             );
         }
         let done = self.unconfirmed == 0 && self.source == Some(true) && self.target == Some(true);
@@ -369,7 +424,7 @@ impl Cleaned {
             ));
             return Outcome::Wait(
                 Said::no(RESOURCE_CLEANED, reasons::TIMEOUT, msg),
-                Wake::Deadline(cleaning_bound(self.timeout)),
+                self.next_look(),
             );
         }
         Outcome::Wait(

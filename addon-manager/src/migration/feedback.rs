@@ -160,7 +160,8 @@ pub(super) async fn remove_work(
         Removal::Going => return Ok(deleting_is_gone),
         Removal::Delete => true,
         Removal::Ask => match work_now(ctx, hub, name).await? {
-            Some(w) => w.metadata.deletion_timestamp.is_none(),
+            Some(w) if w.metadata.deletion_timestamp.is_some() => return Ok(deleting_is_gone),
+            Some(_) => true,
             None => {
                 ctx.gone_works.gone(hub, name);
                 return Ok(true);

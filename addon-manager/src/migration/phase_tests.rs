@@ -618,12 +618,22 @@ fn cleaning_answers(
     target: [ClusterState; 3],
     source: [ClusterState; 3],
 ) -> World {
+    cleaning_answers_done(mcm, StageState::Running, target, source)
+}
+
+/// [`cleaning_answers`], the target reporting `target_state`.
+fn cleaning_answers_done(
+    mcm: &ManagedClusterMigration,
+    target_state: StageState,
+    target: [ClusterState; 3],
+    source: [ClusterState; 3],
+) -> World {
     let (first, _) = decide_at(hubs_clean, &world(), mcm, 1);
     let mut answers = World {
         target_work: answered(
             &first.effects,
             &work_name(MigrationRole::Target),
-            StageState::Running,
+            target_state,
             &target,
         ),
         ..world()
@@ -642,12 +652,13 @@ fn cleaning_answers(
 fn cleaning_gives_up_at_its_bound_on_a_cluster_that_never_comes_back_and_names_it() {
     let mcm = cleaning_after_rollback();
     let bound = cleaning_bound(timeouts(&mcm).stage).as_secs();
-    // The target confirms c1; the source took c2 and c3 back, but c2 never reports there
-    // again (a cluster that lost power).
-    let world = cleaning_answers(
+    // The target confirms c1 and is done; the source detached c1 and took c2 and c3 back,
+    // but c2 never reports there again (a cluster that lost power).
+    let world = cleaning_answers_done(
         &mcm,
+        StageState::Succeeded,
         [Available, RolledBack, RolledBack],
-        [Switching, RollingBack, RolledBack],
+        [Detached, RollingBack, RolledBack],
     );
     // (seconds into Cleaning, c2's state, ResourceCleaned's reason)
     let table = [
@@ -680,17 +691,22 @@ fn cleaning_gives_up_at_its_bound_on_a_cluster_that_never_comes_back_and_names_i
     // It ends Failed, whatever moved and whatever the budget.
     let counts = ClusterState::counts(&step.states());
     assert_eq!(end_of(&step.status, &counts, 5), MigrationPhase::Failed);
-    // A source that has not taken c2 back (its ManagedCluster still refuses it), or hubs that
-    // do not answer, are waited for past the bound: ending would leave c2 refused by both.
-    let not_taken_back = cleaning_answers(
+    // A source that has not taken c2 back (its ManagedCluster still refuses it), a target
+    // not done, or hubs that do not answer, are waited for past the bound: ending could leave
+    // c2 refused by both, or the target's copies behind.
+    let not_taken_back = cleaning_answers_done(
+        &mcm,
+        StageState::Succeeded,
+        [Available, RolledBack, RolledBack],
+        [Detached, Switching, RolledBack],
+    );
+    let target_busy = cleaning_answers(
         &mcm,
         [Available, RolledBack, RolledBack],
-        [Switching, Switching, RolledBack],
+        [Detached, RollingBack, RolledBack],
     );
-    for (i, world) in [not_taken_back, super::deliver_tests::world()]
-        .iter()
-        .enumerate()
-    {
+    let silent = super::deliver_tests::world();
+    for (i, world) in [not_taken_back, target_busy, silent].iter().enumerate() {
         let step = clean_at(world, &mcm, bound * 3);
         assert_eq!(step.states()[1], Switching, "row {i}");
         assert_ne!(
@@ -723,8 +739,16 @@ fn an_abandoned_cleaning_waits_only_for_the_hubs_answers_or_their_grace() {
             c.last_transition_time = at(10);
         }
     }
+    // Abandoned, the hubs' part still runs (it names what the hubs did not confirm).
+    assert!(!hubs_part_done(mcm.status.as_ref().unwrap()));
     let grace = ABANDON_GRACE.as_secs();
-    // Silent hubs are waited for until the grace ends.
+    // Silent hubs are waited for until the grace ends, and it wakes then without an event.
+    let (_, woke) = decide_at(hubs_clean, &world(), &mcm, 10 + grace - 20);
+    assert_eq!(
+        woke,
+        Decided::Wake(Action::requeue(Duration::from_millis(20_100))),
+        "woken at the grace's end"
+    );
     let step = clean_at(&world(), &mcm, 10 + grace - 1);
     assert_eq!(step.states()[1], Switching);
     assert_ne!(said(&step, RESOURCE_CLEANED).1, reasons::REMOVING);

@@ -106,7 +106,8 @@ pub(super) fn roll_back(
             .unwrap_or_default(),
         timeout: timeouts(mcm).stage,
     };
-    Ok(Decided::Wake(step.settle(seen.outcome(&m.from, &m.to))))
+    let outcome = by_abandon_grace(step, seen.outcome(&m.from, &m.to));
+    Ok(Decided::Wake(step.settle(outcome)))
 }
 
 /// What Rollbacking saw once the reports were in.

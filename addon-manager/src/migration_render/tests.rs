@@ -152,13 +152,48 @@ fn a_target_agent_may_also_create_clusters_and_carry_what_they_carry() {
         .iter()
         .filter(|r| r.get("resourceNames").is_none())
         .collect();
-    // A POST cannot be limited by name: creating ManagedClusters is the one unnamed right.
+    // A POST cannot be limited by name, nor a CSR's approval (its name is generated): creating
+    // ManagedClusters and approving CSRs are the unnamed rights, the approval bounded by the
+    // signer it names and by the agent's admission rule.
     assert_eq!(
         unnamed,
         [
-            &json!({"apiGroups": ["cluster.open-cluster-management.io"], "resources": ["managedclusters"], "verbs": ["create"]})
+            &json!({"apiGroups": ["cluster.open-cluster-management.io"], "resources": ["managedclusters"], "verbs": ["create"]}),
+            &json!({"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/approval"], "verbs": ["update", "patch"]})
         ]
     );
+    let named = |resource: &str| {
+        rules
+            .iter()
+            .find(|r| r["resources"] == json!([resource]))
+            .map(|r| (r["resourceNames"].clone(), r["verbs"].clone()))
+    };
+    assert_eq!(
+        named("signers"),
+        Some((
+            json!(["kubernetes.io/kube-apiserver-client"]),
+            json!(["approve"])
+        ))
+    );
+    assert_eq!(
+        named("serviceaccounts/token"),
+        Some((
+            json!(["agent-registration-bootstrap", "cluster-bootstrap"]),
+            json!(["create"])
+        ))
+    );
+    // The source's grant holds neither.
+    let source = rules_of(&agent_grants(&m(), MigrationRole::Source, &grants()).unwrap());
+    for resource in [
+        "signers",
+        "certificatesigningrequests/approval",
+        "serviceaccounts/token",
+    ] {
+        assert!(
+            !source.iter().any(|r| r["resources"] == json!([resource])),
+            "{resource}"
+        );
+    }
     let by = |res: &str| {
         rules
             .iter()

@@ -22,8 +22,9 @@ pub struct Panicked(pub String);
 
 /// Runs `reconcile`, turning a panic inside it into [`Panicked`].
 ///
-/// What the reconcile shared with others stays usable: a lock it held is poisoned, and
-/// every lock of the binaries is read as "not there" when poisoned.
+/// A lock the reconcile held when it panicked is poisoned: the binaries read a poisoned lock
+/// either as empty (a memo, rebuilt from what is watched) or as it is (what it holds is
+/// re-read from status at each reconcile), never as a reason to fail.
 pub async fn unwinding<T, E: From<Panicked>>(
     reconcile: impl Future<Output = Result<T, E>>,
 ) -> Result<T, E> {

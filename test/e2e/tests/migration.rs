@@ -56,7 +56,8 @@ async fn no_leftovers(s: &Setup, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn happy_path_moves_every_cluster_and_leaves_nothing_behind() {
     let _serial = ONE_AT_A_TIME.lock().await;
-    let s = Setup::new(2, 20).await;
+    // hub2 holds one cluster of its own: enough to show that what it had stays.
+    let s = Setup::with_fleet(2, 20, |o| o.clusters_on = vec![20, 1]).await;
     let moving = names(1, 20);
     // What cluster1 carries over: labels, cluster set, an addon with its config reference, its
     // KlusterletAddonConfig.
@@ -253,7 +254,7 @@ async fn happy_path_moves_every_cluster_and_leaves_nothing_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_carry_over_larger_than_a_work_moves_in_parts() {
     let _serial = ONE_AT_A_TIME.lock().await;
-    let s = Setup::new(2, 40).await;
+    let s = Setup::with_fleet(2, 40, |o| o.clusters_on = vec![40, 1]).await;
     let moving = names(1, 40);
     let labels: serde_json::Map<String, serde_json::Value> = (0..140)
         .map(|j| (format!("example.com/label-{j:03}"), json!("v".repeat(63))))
@@ -308,7 +309,12 @@ async fn a_carry_over_larger_than_a_work_moves_in_parts() {
 async fn clusters_past_the_task_list_limit_are_released_by_marks_and_move() {
     let _serial = ONE_AT_A_TIME.lock().await;
     const PREFIX: &str = "cluster-named-as-long-as-a-kubernetes-namespace-name-may-be-";
-    let s = Setup::with_fleet(2, 66, |o| o.cluster_prefix = PREFIX.into()).await;
+    let s = Setup::with_fleet(2, 66, |o| {
+        o.cluster_prefix = PREFIX.into();
+        // hub2 holds one cluster of its own: what it had stays.
+        o.clusters_on = vec![66, 1];
+    })
+    .await;
     large_target_ca_bundle(&s, 16).await;
     // The source's bootstrap works, watched while the migration runs: more than one.
     let works: Api<ManifestWork> = Api::namespaced(s.global.clone(), "hub1");

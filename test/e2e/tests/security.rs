@@ -813,10 +813,22 @@ async fn may(client: &Client, verb: &str, name: &str) -> bool {
 
 /// Whether `client` may `verb` the `group`/`resource` object `name` (cluster-scoped).
 async fn may_on(client: &Client, group: &str, resource: &str, verb: &str, name: &str) -> bool {
+    may_do(client, &format!("{verb} {resource}.{group} {name}")).await
+}
+
+/// Whether `client` may do `what`: `verb resource[/subresource].group [name] [namespace]`
+/// (the core group as an empty group: `create serviceaccounts/token. cluster-bootstrap
+/// open-cluster-management`).
+async fn may_do(client: &Client, what: &str) -> bool {
     use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+    let words: Vec<&str> = what.split(' ').collect();
+    let (resource, group) = words[1].split_once('.').unwrap();
+    let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
     let review: SelfSubjectAccessReview = serde_json::from_value(serde_json::json!({
-        "spec": {"resourceAttributes": {"group": group,
-                 "resource": resource, "verb": verb, "name": name}}
+        "spec": {"resourceAttributes": {"group": group, "resource": resource,
+                 "subresource": subresource, "verb": words[0],
+                 "name": words.get(2).copied().unwrap_or_default(),
+                 "namespace": words.get(3).copied().unwrap_or_default()}}
     }))
     .unwrap();
     Api::<SelfSubjectAccessReview>::all(client.clone())
@@ -827,16 +839,79 @@ async fn may_on(client: &Client, group: &str, resource: &str, verb: &str, name: 
         .is_some_and(|s| s.allowed)
 }
 
+/// What a stolen token of an idle agent could do on its hub, that it must not: approve a
+/// certificate, issue a token of the hub's bootstrap identity, change a cluster, a work, a
+/// KlusterletConfig or RBAC, read a Secret outside its namespace.
+const NEVER_IDLE: [&str; 14] = [
+    "update certificatesigningrequests/approval.certificates.k8s.io c1",
+    "patch certificatesigningrequests/approval.certificates.k8s.io c1",
+    "approve signers.certificates.k8s.io kubernetes.io/kube-apiserver-client",
+    "create serviceaccounts/token. cluster-bootstrap open-cluster-management",
+    "create serviceaccounts/token. agent-registration-bootstrap open-cluster-management",
+    "patch managedclusters.cluster.open-cluster-management.io cluster1",
+    "create managedclusters.cluster.open-cluster-management.io",
+    "update managedclusters/accept.register.open-cluster-management.io cluster1",
+    "create manifestworks.work.open-cluster-management.io x cluster1",
+    "patch klusterletconfigs.config.open-cluster-management.io global",
+    "create clusterrolebindings.rbac.authorization.k8s.io",
+    "create rolebindings.rbac.authorization.k8s.io x cluster1",
+    "get secrets. x open-cluster-management",
+    "create managedclustersets/join.cluster.open-cluster-management.io default",
+];
+
+/// What an idle agent reads and runs: its standing rights.
+const STANDING: [&str; 9] = [
+    "list managedclusters.cluster.open-cluster-management.io",
+    "watch managedclusteraddons.addon.open-cluster-management.io",
+    "list klusterletaddonconfigs.agent.open-cluster-management.io",
+    "watch certificatesigningrequests.certificates.k8s.io",
+    "list klusterletconfigs.config.open-cluster-management.io",
+    "patch migrationtasks/status.migration.open-cluster-management.io x open-cluster-management-agent-addon",
+    "update leases.coordination.k8s.io cluster-migration open-cluster-management-agent-addon",
+    "get placements.cluster.open-cluster-management.io x default",
+    "create events. x open-cluster-management-agent-addon",
+];
+
+/// Every right in `rights` that `client` has (`allowed`) or lacks (`!allowed`).
+async fn rights_where(
+    client: &Client,
+    rights: &[&'static str],
+    allowed: bool,
+) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for what in rights {
+        if may_do(client, what).await == allowed {
+            out.push(*what);
+        }
+    }
+    out
+}
+
 /// The addon agent writes on its hub only what a running migration grants it: with no
-/// migration its own identity reads ManagedClusters but may not change one, nor create a
-/// ManifestWork (which runs whatever it holds on a cluster); during a migration it may change
-/// that migration's clusters and no other; once the migration is over, nothing again.
+/// migration its own identity reads what it watches but may not change a cluster, create a
+/// ManifestWork (which runs whatever it holds on a cluster), approve a CSR or issue a token of
+/// the hub's bootstrap identity (`NEVER_IDLE`, probed on both hubs); during a migration it
+/// may change that migration's clusters and no other, and only the target's agent may
+/// approve CSRs and issue those tokens; once the migration is over, nothing again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_agent_writes_only_what_a_running_migration_grants() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let s = Setup::new(2, 2).await;
     let hub1 = e2e::kubeconfig(s.dir.path(), "hub1");
     let agent = agent_client(&s, "hub1").await;
+    let target_agent = agent_client(&s, "hub2").await;
+    for (hub, client) in [("hub1", &agent), ("hub2", &target_agent)] {
+        assert_eq!(
+            rights_where(client, &NEVER_IDLE, true).await,
+            Vec::<&str>::new(),
+            "{hub}"
+        );
+        assert_eq!(
+            rights_where(client, &STANDING, false).await,
+            Vec::<&str>::new(),
+            "{hub}"
+        );
+    }
     let clusters = Api::<ManagedCluster>::all(agent.clone());
     assert!(
         !clusters
@@ -886,6 +961,20 @@ async fn the_agent_writes_only_what_a_running_migration_grants() {
     .await;
     assert!(!may(&agent, "patch", "cluster2").await);
     assert!(!may(&agent, "delete", "cluster2").await);
+    // The target's agent approves the clusters' CSRs and issues bootstrap tokens while the
+    // migration runs; the source's never does.
+    let approve = &NEVER_IDLE[..5];
+    eventually(LONG, "the target's agent granted approval", || async {
+        rights_where(&target_agent, approve, false)
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        rights_where(&agent, approve, true).await,
+        Vec::<&str>::new()
+    );
     // The KlusterletConfig every cluster of the hub is rendered from is never the agent's.
     let config = "config.open-cluster-management.io";
     for verb in ["patch", "update", "delete", "create"] {
@@ -900,6 +989,17 @@ async fn the_agent_writes_only_what_a_running_migration_grants() {
         (!may(&agent, "patch", "cluster1").await && !may(&agent, "delete", "cluster1").await)
             .then_some(())
     })
+    .await;
+    eventually(
+        LONG,
+        "the target's grants gone with the migration",
+        || async {
+            rights_where(&target_agent, &NEVER_IDLE, true)
+                .await
+                .is_empty()
+                .then_some(())
+        },
+    )
     .await;
     s.moved_to(["cluster1"], 2).await;
 }
@@ -943,11 +1043,12 @@ async fn a_bootstrap_work_the_source_refuses_is_named_in_deploying() {
     s.moved_to(["cluster1"], 2).await;
 }
 
-/// Specs that reached a panic or a broken watch of every migration, applied with kubectl as
-/// a tenant would: a stageTimeout that rounds to 2^64 seconds, and a maxConcurrency past
-/// int32 (stored as it is: the API server does not enforce the int32 format) beside a
-/// carry-over selector with an empty label key. Each fails alone with InvalidSpec, the
-/// manager keeps running, and a good migration applied after them completes.
+/// Hostile specs applied with kubectl as a tenant would: a stageTimeout that rounds to 2^64
+/// seconds (no `Duration` holds it), and a maxConcurrency past int32 (stored as it is: the
+/// API server does not enforce the int32 format; a typed list of every migration must still
+/// decode) beside a carry-over selector with an empty label key. Each fails alone with
+/// InvalidSpec, the manager keeps running, and a good migration applied after them
+/// completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_specs_fail_only_themselves_and_the_manager_goes_on() {
     let _serial = ONE_AT_A_TIME.lock().await;

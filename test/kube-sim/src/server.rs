@@ -516,6 +516,40 @@ fn with_warnings(mut resp: Response<Body>, warnings: &[String]) -> Response<Body
 /// kube-apiserver checks it (k8s.io/apiserver `pkg/endpoints/handlers/patch.go`:
 /// `createAuthorizerAttributes`, verb `create` with the object's name, authorized when the
 /// apply patch creates). Recorded in the access log like any other check.
+/// The CertificateApproval admission plugin, on by default: a write of a CSR's `approval`
+/// subresource needs `approve` on the `signers` resource named for its signer, or for the
+/// signer's domain with `/*` (kubernetes `plugin/pkg/admission/certificates/approval/
+/// admission.go`, `certificates.IsAuthorizedForSignerName` in
+/// `plugin/pkg/admission/certificates/util.go`).
+fn admit_approval(sim: &Sim, user: &UserInfo, rr: &ResourceRequest) -> ApiResult<()> {
+    if rr.subresource != "approval" || rr.rt.builtin != Some(Builtin::CertificateSigningRequest) {
+        return Ok(());
+    }
+    let csr = sim.get(&rr.rt, "", &rr.name)?;
+    let signer = csr
+        .pointer("/spec/signerName")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let on = |name: String| Attributes {
+        verb: "approve".into(),
+        api_group: "certificates.k8s.io".into(),
+        resource: "signers".into(),
+        subresource: String::new(),
+        name,
+        namespace: String::new(),
+        path: None,
+    };
+    let domain = signer.split('/').next().unwrap_or_default();
+    if sim.authorize(user, &on(signer.clone())) || sim.authorize(user, &on(format!("{domain}/*"))) {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(format!(
+        "certificatesigningrequests.certificates.k8s.io \"{}\" is forbidden: user not permitted to approve requests with signerName \"{signer}\"",
+        rr.name
+    )))
+}
+
 fn authorize_create_by_apply(sim: &Sim, user: &UserInfo, rr: &ResourceRequest) -> ApiResult<()> {
     let attrs = Attributes {
         verb: "create".into(),
@@ -642,6 +676,7 @@ fn serve_resource(
         }
         "update" => {
             let obj = parse_body(content_type, body)?;
+            admit_approval(sim, user, rr)?;
             let w = sim.update(
                 rt,
                 ns,
@@ -659,6 +694,7 @@ fn serve_resource(
             {
                 authorize_create_by_apply(sim, user, rr)?;
             }
+            admit_approval(sim, user, rr)?;
             let w = sim.patch(
                 user,
                 rt,

@@ -459,3 +459,95 @@ async fn an_apply_that_creates_needs_create_on_the_name() {
     apply("made").await.unwrap();
     assert_eq!(code(apply("other").await.unwrap_err()), 403);
 }
+
+/// The CertificateApproval admission plugin: a user allowed to write a CSR's approval is still
+/// refused unless it may `approve` the CSR's signer (by its name, or its domain's `/*`).
+#[tokio::test]
+async fn approving_a_csr_needs_approve_on_its_signer() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let sim = start().await;
+    let admin = sim.client().await.unwrap();
+    Api::<ServiceAccount>::namespaced(admin.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "approver"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let role = |signer: Option<&str>| {
+        let mut rules = vec![json!({"apiGroups": ["certificates.k8s.io"],
+            "resources": ["certificatesigningrequests", "certificatesigningrequests/approval"],
+            "verbs": ["get", "update", "patch"]})];
+        if let Some(s) = signer {
+            rules.push(
+                json!({"apiGroups": ["certificates.k8s.io"], "resources": ["signers"],
+                "resourceNames": [s], "verbs": ["approve"]}),
+            );
+        }
+        serde_json::from_value::<ClusterRole>(
+            json!({"metadata": {"name": "approver"}, "rules": rules}),
+        )
+        .unwrap()
+    };
+    roles
+        .create(&PostParams::default(), &role(None))
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "approver"},
+            "subjects": [{"kind": "ServiceAccount", "name": "approver", "namespace": "default"}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "approver"}})).unwrap())
+        .await
+        .unwrap();
+    let tr: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), "default")
+        .create_token_request("approver", &PostParams::default(), &tr)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let approver = client_from_kubeconfig(&sim.kubeconfig_for_token(&token))
+        .await
+        .unwrap();
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
+    let mine: Api<CertificateSigningRequest> = Api::all(approver);
+    let approval = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "ok"}]}});
+    // (the signer the role may approve, whether the approval goes through)
+    let table = [
+        (None, false),
+        (Some("example.com/other"), false),
+        (Some("kubernetes.io/kube-apiserver-client"), true),
+        (Some("kubernetes.io/*"), true),
+    ];
+    for (i, (signer, allowed)) in table.into_iter().enumerate() {
+        let name = format!("c{i}");
+        let (csr_pem, _) = kube_sim::pki::make_csr("someone", &["group".to_owned()]).unwrap();
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&csr_pem);
+        let csr = json!({"metadata": {"name": name}, "spec": {"request": b64,
+            "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"]}});
+        csrs.create(
+            &PostParams::default(),
+            &serde_json::from_value(csr).unwrap(),
+        )
+        .await
+        .unwrap();
+        let mut current = roles.get("approver").await.unwrap();
+        current.rules = role(signer).rules;
+        roles
+            .replace("approver", &PostParams::default(), &current)
+            .await
+            .unwrap();
+        let result = mine
+            .patch_approval(&name, &PatchParams::default(), &Patch::Merge(&approval))
+            .await;
+        match (allowed, result) {
+            (true, Ok(_)) => {}
+            (false, Err(e)) => assert_eq!(code(e), 403, "row {i}"),
+            (want, got) => panic!("row {i}: allowed {want}, got {got:?}"),
+        }
+    }
+}
