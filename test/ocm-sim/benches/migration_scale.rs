@@ -262,6 +262,7 @@ async fn run(clusters: usize, join_delay: Duration, bin_dir: &Path) {
         // The agents' own default health lease (the demo's 1 s would add a lease renewal a
         // second to what the agents ask of their hubs).
         addon_lease_secs: 60,
+        keep: false,
     };
     let mut quiet = std::io::sink();
     let running = demo::start(&opts, &mut quiet)

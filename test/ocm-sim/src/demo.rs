@@ -62,6 +62,9 @@ pub struct DemoOptions {
     /// AddOnDeploymentConfig): the demo's 1 s shows health at once; the agent's own default is
     /// 60 s.
     pub addon_lease_secs: u32,
+    /// The fleet stays up after the summary (`--keep`): only then does the summary print
+    /// commands to look around, which need it.
+    pub keep: bool,
 }
 
 /// The Placement that chooses the target with `--to-placement`.
@@ -539,8 +542,14 @@ fn summary(
             format!("NO: {}", r.misplaced.join("; "))
         }
     ));
+    if !opts.keep {
+        s.push_str(
+            "\nthe fleet stops now; run the demo again with --keep to look around it with kubectl\n",
+        );
+        return s;
+    }
     let kc = |name: &str| opts.dir.join("kubeconfig").join(format!("{name}.yaml"));
-    s.push_str("\nlook around:\n");
+    s.push_str("\nlook around (the fleet keeps running until Ctrl-C):\n");
     s.push_str(&format!(
         "  kubectl --kubeconfig {} get mcm -A\n",
         kc(crate::fleet::GLOBAL_HUB).display()

@@ -165,6 +165,7 @@ async fn demo(
         to_placement,
         // Addon health shows at once.
         addon_lease_secs: 1,
+        keep,
     };
     let mut out = std::io::stdout();
     let (report, fleet, manager) = match ocm_sim::demo::run(&opts, &mut out).await {
