@@ -1,6 +1,7 @@
 use migration_api::ocm::addon::{CustomizedVariable, ProxyConfig, ResourceRequirements};
 
 use super::*;
+use migration_api::ocm::addon::ContainerResourceRequirements;
 
 fn defaults() -> Defaults {
     Defaults::new("cluster-migration", crate::DEFAULT_AGENT_IMAGE, "0.1.0")

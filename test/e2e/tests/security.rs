@@ -1140,23 +1140,27 @@ async fn a_cluster_that_never_comes_back_holds_no_hub_forever() {
             .is_none(),
         "hub2 kept a copy of cluster2"
     );
+    // Its works go once hub1's work agent has let them go (the migration ended as soon as
+    // they were being deleted: a hub that never answers would hold them forever).
     let works = Api::<ManifestWork>::namespaced(s.global.clone(), "hub1");
     let key = s.key("lost").await;
     for name in [
         migration_api::names::migration_work(&key, migration_api::migration::MigrationRole::Source),
         migration_api::names::migration_bootstrap_work(&key),
     ] {
-        assert!(works.get_opt(&name).await.unwrap().is_none(), "{name} left");
+        eventually(LONG, &format!("{name} gone"), || async {
+            works.get_opt(&name).await.ok()?.is_none().then_some(())
+        })
+        .await;
     }
     let msas =
-        Api::<migration_api::ocm::msa::ManagedServiceAccount>::namespaced(s.global.clone(), "hub2")
-            .list(
-                &kube::api::ListParams::default()
-                    .labels("migration.open-cluster-management.io/migration=lost"),
-            )
-            .await
-            .unwrap();
-    assert!(msas.items.is_empty(), "bootstrap identities left");
+        Api::<migration_api::ocm::msa::ManagedServiceAccount>::namespaced(s.global.clone(), "hub2");
+    let own = kube::api::ListParams::default()
+        .labels("migration.open-cluster-management.io/migration=lost");
+    eventually(LONG, "the bootstrap identities revoked", || async {
+        msas.list(&own).await.ok()?.items.is_empty().then_some(())
+    })
+    .await;
     // The hub pair is free: the next migration runs and completes.
     s.apply(
         "next",
