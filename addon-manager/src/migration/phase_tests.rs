@@ -530,19 +530,7 @@ fn registering_merges_the_reports_releases_the_next_and_ends_when_all_arrived() 
 #[test]
 fn a_rollback_takes_back_behind_a_silent_target_only_after_its_grace_and_never_an_admitted_cluster()
 {
-    let mut mcm = in_phase(MigrationPhase::Rollbacking, &[Switching, Joined, Available]);
-    if let Some(s) = mcm.status.as_mut() {
-        let conditions = s.conditions.get_or_insert_with(Vec::new);
-        set_condition(
-            conditions,
-            RESOURCE_ROLLED_BACK,
-            "False",
-            reasons::TIMEOUT,
-            "",
-            None,
-        );
-        s.rollback_cause = Some(reasons::TIMEOUT.into());
-    }
+    let mcm = rolled_back_on_timeout(MigrationPhase::Rollbacking, &[Switching, Joined, Available]);
     let grace = timeouts(&mcm).stage.as_secs() / 2;
     // (seconds since the rollback began, what the source takes back)
     let table = [
@@ -577,7 +565,16 @@ fn a_rollback_takes_back_behind_a_silent_target_only_after_its_grace_and_never_a
 
 /// The migration of c1..c3 in Cleaning after a rollback: c1 arrived and c2, c3 go back.
 fn cleaning_after_rollback() -> ManagedClusterMigration {
-    let mut mcm = in_phase(MigrationPhase::Cleaning, &[Available, Switching, Refused]);
+    rolled_back_on_timeout(MigrationPhase::Cleaning, &[Available, Switching, Refused])
+}
+
+/// [`in_phase`], after a rollback that Registering's timeout started (`ResourceRolledBack`
+/// False, reason and cause `Timeout`).
+fn rolled_back_on_timeout(
+    phase: MigrationPhase,
+    states: &[ClusterState],
+) -> ManagedClusterMigration {
+    let mut mcm = in_phase(phase, states);
     if let Some(s) = mcm.status.as_mut() {
         let conditions = s.conditions.get_or_insert_with(Vec::new);
         set_condition(

@@ -379,6 +379,27 @@ async fn cluster_roles_aggregate_by_label() {
 /// as for `patch` (k8s.io/apiserver `pkg/endpoints/handlers/patch.go`,
 /// `createAuthorizerAttributes`): `patch` alone may change an existing object but not create
 /// one, and `create` limited by `resourceNames` allows creating exactly that name.
+/// A client of the API server as ServiceAccount `default/name`, with a token an hour long.
+async fn service_account_client(
+    sim: &kube_sim::KubeSim,
+    admin: &kube::Client,
+    name: &str,
+) -> kube::Client {
+    let tr: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), "default")
+        .create_token_request(name, &PostParams::default(), &tr)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    client_from_kubeconfig(&sim.kubeconfig_for_token(&token))
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn an_apply_that_creates_needs_create_on_the_name() {
     let sim = start().await;
@@ -413,19 +434,7 @@ async fn an_apply_that_creates_needs_create_on_the_name() {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "applier"}})).unwrap())
         .await
         .unwrap();
-    let tr: TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
-            .unwrap();
-    let token = Api::<ServiceAccount>::namespaced(admin.clone(), "default")
-        .create_token_request("applier", &PostParams::default(), &tr)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .token;
-    let applier = client_from_kubeconfig(&sim.kubeconfig_for_token(&token))
-        .await
-        .unwrap();
+    let applier = service_account_client(&sim, &admin, "applier").await;
     let cms: Api<ConfigMap> = Api::namespaced(applier, "default");
     let apply = |name: &str| {
         let cms = cms.clone();
@@ -500,19 +509,7 @@ async fn approving_a_csr_needs_approve_on_its_signer() {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "approver"}})).unwrap())
         .await
         .unwrap();
-    let tr: TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
-            .unwrap();
-    let token = Api::<ServiceAccount>::namespaced(admin.clone(), "default")
-        .create_token_request("approver", &PostParams::default(), &tr)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .token;
-    let approver = client_from_kubeconfig(&sim.kubeconfig_for_token(&token))
-        .await
-        .unwrap();
+    let approver = service_account_client(&sim, &admin, "approver").await;
     let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
     let mine: Api<CertificateSigningRequest> = Api::all(approver);
     let approval = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "ok"}]}});
